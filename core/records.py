@@ -1,0 +1,202 @@
+"""Immutable records that leave the worker: frozen dataclasses of read-only numpy arrays.
+
+No torch tensor, ``ModelOutput`` or cache object is ever stored here, so a GUI thread may hold a
+record for as long as it likes while the model goes on mutating its KV cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+def frozen(array: Any, dtype: Any = None) -> np.ndarray:
+    """A read-only numpy copy (pyqtgraph keeps views, so the source must never change)."""
+    out = np.array(array, dtype=dtype, copy=True)
+    out.setflags(write=False)
+    return out
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a loaded model is: shapes from its config, where it runs, what it was loaded from."""
+
+    name: str
+    source: str
+    architecture: str
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    hidden_size: int
+    vocab_size: int
+    context_length: int
+    dtype: str
+    device: str
+    num_parameters: int
+    position_kind: str  # "rope", "learned" or "none"
+    rope_theta: float | None
+    weights_id: str  # identity of the weights file(s): hash of name, size and sampled content
+
+    @property
+    def gqa_groups(self) -> tuple[tuple[int, ...], ...]:
+        """For each KV head, the query heads that share it."""
+        per = self.num_heads // self.num_kv_heads
+        return tuple(tuple(range(k * per, (k + 1) * per)) for k in range(self.num_kv_heads))
+
+    @property
+    def dtype_bytes(self) -> int:
+        return 2 if self.dtype in ("bfloat16", "float16") else 4
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """One token: id, its text, its raw bytes (may be a partial UTF-8 character), and where it is.
+
+    ``start``/``end`` are character offsets into the text the model read (the rendered chat
+    template in chat mode), or -1 for generated tokens.
+    """
+
+    id: int
+    text: str
+    raw: bytes
+    special: bool = False
+    start: int = -1
+    end: int = -1
+
+    @property
+    def is_partial(self) -> bool:
+        """True when the bytes are not a complete UTF-8 sequence on their own."""
+        try:
+            self.raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return True
+        return False
+
+
+@dataclass(frozen=True)
+class PromptTokens:
+    """The exact token sequence the model reads for a prompt, with its rendered text."""
+
+    text: str  # what the user typed
+    rendered: str  # what the model reads (chat template applied, or the text itself)
+    chat: bool
+    tokens: tuple[TokenInfo, ...]
+
+    @property
+    def ids(self) -> list[int]:
+        return [t.id for t in self.tokens]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(frozen=True)
+class KVCacheStats:
+    """KV-cache memory after a forward pass: measured from the tensors held, and by formula."""
+
+    tokens: int
+    bytes_total: int
+    bytes_added: int
+    per_layer: np.ndarray  # (layers, 2) int64: key bytes, value bytes
+    formula_bytes: int  # 2 × layers × kv_heads × head_dim × dtype bytes × tokens
+    mha_bytes: int  # the same context with every query head keeping its own K and V
+    device_allocated: int | None = None  # CUDA only
+    device_reserved: int | None = None
+
+
+@dataclass(frozen=True)
+class StageSummary:
+    """The distribution after one sampling stage (or ``raw``), reduced to what a pane plots."""
+
+    name: str
+    removed_mass: float  # probability mass (of the previous stage's distribution) set to zero
+    kept: int  # tokens with non-zero probability
+    entropy: float  # nats
+    top_ids: np.ndarray  # (n,) int64
+    top_probs: np.ndarray  # (n,) float32
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    forward_ms: float
+    sample_ms: float
+    capture_ms: float
+
+    @property
+    def total_ms(self) -> float:
+        return self.forward_ms + self.sample_ms + self.capture_ms
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step of the loop: a forward pass (the prefill, or one decode) and the token it chose.
+
+    Index 0 is the prefill, which reads the whole prompt and chooses the first response token;
+    index i > 0 reads response token i-1 through the KV cache and chooses token i.
+    """
+
+    run_id: int
+    index: int
+    position: int  # position of the query that produced the logits
+    token: TokenInfo  # the chosen token
+    prob: float  # under the raw (unprocessed) distribution
+    logprob: float
+    rank: int  # 0-based rank under the raw distribution
+    entropy: float  # of the raw distribution, nats
+    logits: np.ndarray  # (vocab,) float32 raw logits, kept for re-sampling without the model
+    top_ids: np.ndarray  # (N,) int64, raw distribution order
+    top_logits: np.ndarray  # (N,) float32
+    top_probs: np.ndarray  # (N,) float32
+    top_texts: tuple[str, ...]
+    stages: tuple[StageSummary, ...]  # raw, then each active processor in order
+    attention: np.ndarray  # (layers, heads, kv_len) float32: the query's attention row
+    hidden: np.ndarray  # (layers + 1, hidden) float32: residual stream at the query position
+    attn_update: np.ndarray  # (layers, hidden) float32: what each attention block added
+    kv: KVCacheStats
+    timing: StepTiming
+    context_ids: np.ndarray  # (position + 1,) int64: every token the model had read
+    finish_reason: str | None = None  # set on the last step: eos, stop, length, context, cancelled
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.index == 0
+
+    @property
+    def mlp_update(self) -> np.ndarray:
+        """(layers, hidden): residual change of each layer minus its attention part."""
+        return np.diff(self.hidden, axis=0) - self.attn_update
+
+    @property
+    def residual_norms(self) -> np.ndarray:
+        return np.linalg.norm(self.hidden, axis=-1)
+
+
+@dataclass(frozen=True)
+class PrefillCapture:
+    """Per-position data of the prompt's forward pass, for the panes that look at the prompt."""
+
+    run_id: int
+    prompt: PromptTokens
+    hidden: np.ndarray  # (layers + 1, tokens, hidden) float32; [0] is the input embeddings
+    positions: np.ndarray  # (tokens,) int64
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """How a run ended and how fast it went."""
+
+    run_id: int
+    prompt: PromptTokens
+    generated_ids: tuple[int, ...]
+    output_text: str
+    finish_reason: str
+    ttft_ms: float
+    mean_itl_ms: float
+    tokens_per_s: float
+    extra: dict[str, Any] = field(default_factory=dict)

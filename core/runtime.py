@@ -1,0 +1,81 @@
+"""Process-wide torch set-up: thread count, OpenMP policy, device and dtype choice.
+
+On small VMs torch's default OpenMP spin-wait makes two threads several times slower than one,
+and the GUI needs a core of its own: :func:`configure_threads` must run before torch is imported.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def default_threads(cores: int | None = None) -> int:
+    """Torch threads for the model: leave one core to the GUI, one thread on 2-core machines."""
+    cores = cores or os.cpu_count() or 1
+    return max(1, cores - 1) if cores > 2 else 1
+
+
+def configure_threads(threads: int | None = None) -> int:
+    """Set OpenMP to passive waiting and fix torch's intra-op thread count; returns the count.
+
+    Environment overrides: ``LLM_LENS_THREADS``. ``OMP_WAIT_POLICY`` is only set when absent, and
+    only takes effect if torch has not been imported yet.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env = os.environ.get("LLM_LENS_THREADS")
+    n = threads or (int(env) if env and env.isdigit() and int(env) > 0 else default_threads())
+    import torch
+
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``auto`` picks CUDA, then MPS, then CPU; an explicit device that is absent is an error."""
+    import torch
+
+    from core.errors import ModelLoadError
+
+    if device not in DEVICES and not device.startswith("cuda:"):
+        raise ModelLoadError(f"unknown device {device!r}: choose one of {', '.join(DEVICES)}")
+    has_mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("mps" if has_mps else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} was asked for, but this machine has no CUDA GPU")
+    if device == "mps" and not has_mps:
+        raise ModelLoadError("device 'mps' was asked for, but Apple MPS is not available here")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``auto`` is bfloat16 on CUDA and float32 elsewhere (bf16 changes greedy text on CPU)."""
+    import torch
+
+    from core.errors import ModelLoadError
+
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    return getattr(torch, dtype)  # type: ignore[no-any-return]
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued device work so wall-clock timings measure the model, not the launch."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()

