@@ -1,0 +1,254 @@
+"""The GUI-side hub: owns the worker thread, holds the records, coalesces updates for panes.
+
+Panes subscribe to the controller, never to the worker, and write back only through its
+``request_*`` methods.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, QTimer, Signal
+
+from desktop.worker import Worker
+
+REPAINT_MS = 33  # panes repaint at most ~30 times a second
+
+
+class Controller(QObject):
+    """State of the exploration and the only way to talk to the model thread.
+
+    Signals:
+        sig_model_loading(float, str): load progress (fraction, message).
+        sig_model_loaded(object): the new ``ModelInfo``; every pane should clear.
+        sig_run_started(object): ``PromptTokens`` of the run that began.
+        sig_steps_changed(): new step records arrived (coalesced to ~30 Hz).
+        sig_run_finished(object): ``RunSummary`` of the run that ended.
+        sig_selection_changed(int): the selected step index changed.
+        sig_params_changed(object): sampling settings changed (``SamplingParams``).
+        sig_result(str, object, object): an analysis result (kind, key, record) arrived.
+        sig_error(str): a message for the user.
+        sig_busy_changed(bool): a load or a run started (True) or ended (False).
+    """
+
+    sig_model_loading = Signal(float, str)
+    sig_model_loaded = Signal(object)
+    sig_run_started = Signal(object)
+    sig_steps_changed = Signal()
+    sig_run_finished = Signal(object)
+    sig_selection_changed = Signal(int)
+    sig_params_changed = Signal(object)
+    sig_result = Signal(str, object, object)
+    sig_error = Signal(str)
+    sig_busy_changed = Signal(bool)
+
+    _load_requested = Signal(object, str, str)
+    _run_requested = Signal(int, str, bool, object, object)
+    _serve_requested = Signal()
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        from core.sampling import SamplingParams
+
+        self.info: Any = None
+        self.prompt: Any = None
+        self.prefill: Any = None
+        self.summary: Any = None
+        self.steps: list[Any] = []
+        self.selected = -1
+        self.follow_live = True
+        self.busy = False
+        self.params = SamplingParams()
+        self.run_id = 0
+        self._ids = itertools.count(1)
+        self._results: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._asked: set[tuple[Any, ...]] = set()
+        self._thread = QThread()
+        self._thread.setObjectName("llm-lens-model")
+        self.worker = Worker()
+        self.worker.moveToThread(self._thread)
+        self._wire()
+        self._flush = QTimer(self, singleShot=True, interval=REPAINT_MS)
+        self._flush.timeout.connect(self._emit_steps)
+        self._thread.start()
+
+    def _wire(self) -> None:
+        w = self.worker
+        self._load_requested.connect(w.load)
+        self._run_requested.connect(w.run)
+        self._serve_requested.connect(w.serve)
+        w.sig_loading.connect(self.sig_model_loading)
+        w.sig_loaded.connect(self._on_loaded)
+        w.sig_run_started.connect(self._on_run_started)
+        w.sig_prefill.connect(self._on_prefill)
+        w.sig_step.connect(self._on_step)
+        w.sig_run_finished.connect(self._on_finished)
+        w.sig_result.connect(self._on_result)
+        w.sig_error.connect(self._on_error)
+
+    # ----------------------------------------------------------------- requests
+    def request_load(self, spec: str | None = None, device: str = "auto", dtype: str = "auto") -> None:
+        self.request_stop()
+        self._set_busy(True)
+        self._load_requested.emit(spec, device, dtype)
+
+    def request_run(self, text: str, chat: bool, params: Any, max_new_tokens: int = 64) -> None:
+        """Start a run; a running one is cancelled first and its late records are dropped."""
+        from core.engine import RunConfig
+        from core.errors import LensError
+
+        if self.info is None:
+            self.sig_error.emit("no model is loaded yet")
+            return
+        try:
+            config = RunConfig(max_new_tokens=max_new_tokens)
+        except LensError as exc:
+            self.sig_error.emit(str(exc))
+            return
+        self.request_stop()
+        self.run_id = next(self._ids)
+        self.follow_live = True
+        self._set_busy(True)
+        self._run_requested.emit(self.run_id, text, chat, params, config)
+
+    def request_stop(self) -> None:
+        self.worker.cancel.set()
+
+    def request_select(self, index: int) -> None:
+        if not self.steps:
+            return
+        index = max(0, min(index, len(self.steps) - 1))
+        self.follow_live = index == len(self.steps) - 1
+        if index != self.selected:
+            self.selected = index
+            self.sig_selection_changed.emit(index)
+
+    def request_params(self, params: Any) -> None:
+        self.params = params
+        self.sig_params_changed.emit(params)
+
+    def current_step(self) -> Any:
+        return self.steps[self.selected] if 0 <= self.selected < len(self.steps) else None
+
+    def request_analysis(self, kind: str, **args: Any) -> Any:
+        """The cached result of an analysis, or None after scheduling it on the worker.
+
+        Kinds: ``lens`` (step), ``prompt_lens``, ``attention_map`` (layer, head),
+        ``attention_overview``, ``embedding_projection``, ``hidden_paths``, ``neighbours``
+        (token_id). The result arrives later through ``sig_result(kind, key, result)``.
+        """
+        run_scoped = kind != "embedding_projection" and kind != "neighbours"
+        key = (kind, self.run_id if run_scoped else 0, *sorted(args.items()))
+        if key in self._results:
+            return self._results[key]
+        if key not in self._asked and self.info is not None:
+            self._asked.add(key)
+            self.worker.submit(kind, key, self._job(kind, key[1], args))
+            self._serve_requested.emit()
+        return None
+
+    def _job(self, kind: str, run_id: int, args: dict[str, Any]) -> Callable[[], Any]:
+        from core import analysis
+
+        w = self.worker
+
+        def job() -> Any:
+            eng = w.engine
+            run = w.runs.get(run_id)
+            if kind == "embedding_projection":
+                return analysis.embedding_projection(eng)
+            if kind == "neighbours":
+                return analysis.neighbours(eng, args["token_id"], args.get("k", 10))
+            if run is None or run.prefill is None:
+                return None
+            if kind == "lens":
+                return analysis.logit_lens(eng, run.steps[args["step"]], args.get("k", 5))
+            if kind == "prompt_lens":
+                return analysis.prompt_lens(eng, run.prefill.hidden)
+            if kind == "attention_map":
+                return analysis.attention_map(
+                    eng, run.cache, run.prefill.hidden, args["layer"], args["head"],
+                    args.get("max_size", 512),
+                )
+            if kind == "attention_overview":
+                return analysis.attention_overview(eng, run.cache, run.prefill.hidden)
+            if kind == "hidden_paths":
+                return analysis.hidden_paths(run.prefill.hidden)
+            raise ValueError(f"unknown analysis {kind!r}")
+
+        return job
+
+    # ----------------------------------------------------------------- worker events
+    def _on_loaded(self, info: Any) -> None:
+        self.info = info
+        self._reset()
+        self._results.clear()
+        self._asked.clear()
+        self._set_busy(False)
+        self.sig_model_loaded.emit(info)
+
+    def _reset(self) -> None:
+        self.steps, self.prompt, self.prefill, self.summary, self.selected = [], None, None, None, -1
+
+    def _on_run_started(self, run_id: int, prompt: Any) -> None:
+        if run_id != self.run_id:
+            return
+        self._reset()
+        self._results = OrderedDict((k, v) for k, v in self._results.items() if k[1] == 0)
+        self._asked = {k for k in self._asked if k[1] == 0}
+        self.prompt = prompt
+        self.sig_run_started.emit(prompt)
+
+    def _on_prefill(self, run_id: int, prefill: Any) -> None:
+        if run_id == self.run_id:
+            self.prefill = prefill
+
+    def _on_step(self, run_id: int, record: Any) -> None:
+        if run_id != self.run_id:
+            return  # a superseded run's late record
+        self.steps.append(record)
+        if not self._flush.isActive():
+            self._flush.start()
+
+    def _emit_steps(self) -> None:
+        self.sig_steps_changed.emit()
+        if self.follow_live and self.steps:
+            self.selected = len(self.steps) - 1
+            self.sig_selection_changed.emit(self.selected)
+
+    def _on_finished(self, run_id: int, summary: Any) -> None:
+        if run_id != self.run_id:
+            return
+        self._flush.stop()
+        self._emit_steps()
+        self.summary = summary
+        self._set_busy(False)
+        self.sig_run_finished.emit(summary)
+
+    def _on_result(self, kind: str, key: Any, result: Any) -> None:
+        self._asked.discard(key)
+        if result is None:
+            return
+        self._results[key] = result
+        while len(self._results) > 64:
+            self._results.popitem(last=False)
+        self.sig_result.emit(kind, key, result)
+
+    def _on_error(self, where: str, message: str) -> None:
+        if where != "analysis":
+            self._set_busy(False)
+        self.sig_error.emit(message)
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy != self.busy:
+            self.busy = busy
+            self.sig_busy_changed.emit(busy)
+
+    def shutdown(self, timeout_ms: int = 10000) -> None:
+        """Cancel any run and stop the thread (it finishes the step it is in)."""
+        self.request_stop()
+        self._thread.quit()
+        self._thread.wait(timeout_ms)

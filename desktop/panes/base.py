@@ -1,0 +1,113 @@
+"""What every pane shares: subscription to the controller, coalesced repaint, export."""
+
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QWidget
+
+from desktop.controller import REPAINT_MS, Controller
+
+
+def atomic_write(path: str | Path, write: Any, suffix: str = "") -> None:
+    """Write via ``write(tmp_path)`` into a temporary file beside ``path``, then rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+class Pane(QWidget):
+    """Base of all panes. Subclasses implement :meth:`render` and :meth:`clear`.
+
+    ``render(step)`` is called with the selected ``StepRecord`` (or None) at most ~30 times a
+    second; ``on_result`` receives analysis results the pane asked for with
+    ``controller.request_analysis``. ``title`` names the dock.
+    """
+
+    title = "Pane"
+
+    def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.controller = controller
+        self.render_times_ms: list[float] = []
+        self._timer = QTimer(self, singleShot=True, interval=REPAINT_MS)
+        self._timer.timeout.connect(self._render_now)
+        controller.sig_selection_changed.connect(self.schedule)
+        controller.sig_steps_changed.connect(self.schedule)
+        controller.sig_run_started.connect(self._on_run_started)
+        controller.sig_model_loaded.connect(self._on_model_loaded)
+        controller.sig_result.connect(self.on_result)
+
+    def schedule(self, *_: object) -> None:
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def _render_now(self) -> None:
+        import time
+
+        t0 = time.perf_counter()
+        self.render(self.controller.current_step())
+        self.render_times_ms.append((time.perf_counter() - t0) * 1e3)
+
+    def _on_run_started(self, _prompt: object) -> None:
+        self.clear()
+
+    def _on_model_loaded(self, _info: object) -> None:
+        self.clear()
+
+    def render(self, step: Any) -> None:
+        raise NotImplementedError
+
+    def clear(self) -> None:
+        raise NotImplementedError
+
+    def on_result(self, kind: str, key: object, result: object) -> None:
+        """Analysis results arrive here; ignore the kinds this pane did not ask for."""
+
+    # ----------------------------------------------------------------- export
+    def plot_items(self) -> list[Any]:
+        """The pyqtgraph PlotItems/scenes this pane exports as PNG/SVG (override)."""
+        return []
+
+    def csv_table(self) -> tuple[Sequence[str], Sequence[Sequence[Any]]]:
+        """(header, rows) of the data shown now (override)."""
+        return (), ()
+
+    def export_csv(self, path: str | Path) -> None:
+        header, rows = self.csv_table()
+
+        def write(tmp: str) -> None:
+            with open(tmp, "w", newline="", encoding="utf-8") as f:
+                w = csv.writer(f)
+                w.writerow(header)
+                w.writerows(rows)
+
+        atomic_write(path, write)
+
+    def export_image(self, path: str | Path) -> None:
+        """PNG or SVG by suffix: the first plot via pyqtgraph's exporters, else the widget."""
+        import pyqtgraph.exporters as pge
+
+        path = Path(path)
+        items = self.plot_items()
+        if path.suffix.lower() == ".svg":
+            target = items[0] if items else None
+            if target is None:
+                raise ValueError(f"{self.title}: nothing to export as SVG")
+            atomic_write(path, lambda tmp: pge.SVGExporter(target).export(tmp))
+        elif items:
+            atomic_write(path, lambda tmp: pge.ImageExporter(items[0]).export(tmp))
+        else:
+            atomic_write(path, lambda tmp: self.grab().save(tmp, "PNG"))

@@ -1,0 +1,37 @@
+"""Qt fixtures: a controller with the bundled model loaded, and one with a finished run."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def controller(qtbot):
+    """A Controller whose worker thread has loaded the bundled model; stopped afterwards."""
+    from desktop.controller import Controller
+
+    ctl = Controller()
+    with qtbot.waitSignal(ctl.sig_model_loaded, timeout=120_000):
+        ctl.request_load()
+    yield ctl
+    ctl.shutdown()
+
+
+@pytest.fixture
+def ran(qtbot, controller):
+    """The controller after a finished greedy run of 6 tokens on the article's prompt."""
+    from core.sampling import GREEDY
+
+    with qtbot.waitSignal(controller.sig_run_finished, timeout=120_000):
+        controller.request_run("Explain transformers like I am 12", True, GREEDY, 6)
+    qtbot.wait(50)
+    return controller
+
+
+def wait_result(qtbot, controller, kind, **args):
+    """Ask for an analysis and wait until it is cached; returns it."""
+    result = controller.request_analysis(kind, **args)
+    if result is None:
+        qtbot.waitUntil(lambda: controller.request_analysis(kind, **args) is not None, timeout=60_000)
+        result = controller.request_analysis(kind, **args)
+    return result
