@@ -93,6 +93,9 @@ def load_model(
 
     report = progress or (lambda _f, _m: None)
     configure_threads()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # progress goes through ``report``, not tqdm on stderr
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     spec = spec or DEFAULT_MODEL

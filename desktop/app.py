@@ -1,0 +1,64 @@
+"""Start the Qt application: the window first, the model afterwards on the worker thread.
+
+``--selftest`` loads the model, runs a few tokens, checks that every pane received data,
+optionally writes a screenshot, and exits 0 (or 1 with the reason on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+
+def _prepare_environment() -> None:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") and not os.environ.get(
+        "WAYLAND_DISPLAY"
+    ):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+def apply_theme(app: Any) -> None:
+    """Fusion style with the system's light or dark scheme (followed when it changes)."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QGuiApplication
+
+    app.setStyle("Fusion")
+    hints = QGuiApplication.styleHints()
+
+    def follow(scheme: Any) -> None:
+        app.setPalette(app.style().standardPalette())
+        if scheme == Qt.ColorScheme.Dark:
+            from desktop.theme import dark_palette
+
+            app.setPalette(dark_palette())
+
+    follow(hints.colorScheme())
+    hints.colorSchemeChanged.connect(follow)
+
+
+def run_gui(args: argparse.Namespace) -> int:
+    _prepare_environment()
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("LLM Lens")
+    app.setOrganizationName("llm-lens")
+    apply_theme(app)
+    from desktop.main_window import MainWindow
+
+    window = MainWindow(model_spec=args.model, device=args.device, dtype=args.dtype)
+    if args.prompt:
+        window.prompt_panel.editor.setPlainText(args.prompt)
+    window.show()
+    if args.selftest:
+        from desktop.selftest import SelfTest
+
+        test = SelfTest(window, args.tokens, args.screenshot)
+        window.load(args.model)
+        app.exec()
+        return test.exit_code
+    window.load(args.model)
+    return int(app.exec())

@@ -1,0 +1,277 @@
+"""The main window: prompt and response in the centre, every pane in a dock around them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QByteArray, QSettings, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QFileDialog,
+    QInputDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+)
+
+from desktop.controller import Controller
+from desktop.prompt_panel import PromptPanel
+
+RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+STATE_VERSION = 1
+
+
+def load_examples() -> list[dict[str, Any]]:
+    """The example prompts shipped in ``resources/prompts.json`` (the article's first)."""
+    path = Path(os.environ.get("LLM_LENS_RESOURCES", RESOURCES)) / "prompts.json"
+    try:
+        return list(json.loads(path.read_text(encoding="utf-8"))["prompts"])
+    except (OSError, ValueError, KeyError):
+        return [{"title": "The article's prompt", "text": "Explain transformers like I am 12",
+                 "chat": True}]
+
+
+def settings() -> QSettings:
+    """Window state lives in the user's config folder (``$LLM_LENS_CONFIG_DIR`` overrides)."""
+    folder = os.environ.get("LLM_LENS_CONFIG_DIR")
+    if folder:
+        return QSettings(str(Path(folder) / "llm-lens.ini"), QSettings.Format.IniFormat)
+    return QSettings("llm-lens", "LLM Lens")
+
+
+def pane_classes() -> list[type]:
+    from desktop.panes.attention import AttentionPane
+    from desktop.panes.embeddings import EmbeddingsPane
+    from desktop.panes.kvcache import KVCachePane
+    from desktop.panes.layers import LayerStackPane
+    from desktop.panes.logits import LogitsPane
+    from desktop.panes.positions import PositionsPane
+    from desktop.panes.sampling import SamplingPane
+    from desktop.panes.timing import TimingPane
+    from desktop.panes.tokens import TokensPane
+
+    return [
+        TokensPane, EmbeddingsPane, PositionsPane, AttentionPane, LayerStackPane,
+        KVCachePane, LogitsPane, SamplingPane, TimingPane,
+    ]
+
+
+# where each pane docks first: (area, tab group)
+_PLACES = {
+    "Tokens": (Qt.DockWidgetArea.LeftDockWidgetArea, "left"),
+    "Embeddings": (Qt.DockWidgetArea.LeftDockWidgetArea, "left2"),
+    "Positions": (Qt.DockWidgetArea.LeftDockWidgetArea, "left2"),
+    "Logits": (Qt.DockWidgetArea.RightDockWidgetArea, "right"),
+    "Sampling": (Qt.DockWidgetArea.RightDockWidgetArea, "right2"),
+    "Attention": (Qt.DockWidgetArea.BottomDockWidgetArea, "bottom"),
+    "Layer stack": (Qt.DockWidgetArea.BottomDockWidgetArea, "bottom2"),
+    "KV cache": (Qt.DockWidgetArea.BottomDockWidgetArea, "bottom2"),
+    "Timing": (Qt.DockWidgetArea.BottomDockWidgetArea, "bottom2"),
+}
+
+
+class MainWindow(QMainWindow):
+    """One window for the whole journey. Requests go through :class:`Controller`."""
+
+    def __init__(self, controller: Controller | None = None, model_spec: str | None = None,
+                 device: str = "auto", dtype: str = "auto") -> None:
+        super().__init__()
+        self.setWindowTitle("LLM Lens")
+        self.controller = controller or Controller(self)
+        self.model_spec, self.device, self.dtype = model_spec, device, dtype
+        self.prompt_panel = PromptPanel(self.controller, load_examples(), self)
+        self.setCentralWidget(self.prompt_panel)
+        self.panes: dict[str, Any] = {}
+        self.docks: dict[str, QDockWidget] = {}
+        self._build_docks()
+        self._build_status()
+        self._build_menus()
+        self._wire()
+        self._restore()
+
+    def _build_docks(self) -> None:
+        self.setDockNestingEnabled(True)
+        groups: dict[str, QDockWidget] = {}
+        for cls in pane_classes():
+            pane = cls(self.controller)
+            dock = QDockWidget(pane.title, self)
+            dock.setObjectName(f"dock-{pane.title}")
+            dock.setWidget(pane)
+            area, group = _PLACES.get(pane.title, (Qt.DockWidgetArea.RightDockWidgetArea, "x"))
+            if group in groups:
+                self.tabifyDockWidget(groups[group], dock)
+            else:
+                self.addDockWidget(area, dock)
+                groups[group] = dock
+            self.panes[pane.title] = pane
+            self.docks[pane.title] = dock
+        for first in ("Tokens", "Embeddings", "Attention", "Layer stack"):
+            if first in self.docks:
+                self.docks[first].raise_()
+
+    def _build_status(self) -> None:
+        self.model_label = QLabel("no model loaded")
+        self.progress = QProgressBar(maximumWidth=220, maximum=100, visible=False)
+        self.statusBar().addPermanentWidget(self.progress)
+        self.statusBar().addPermanentWidget(self.model_label)
+
+    def _action(self, text: str, slot: Any, shortcut: Any = None) -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcuts(shortcut if isinstance(shortcut, list) else [shortcut])
+        action.triggered.connect(slot)
+        return action
+
+    def _build_menus(self) -> None:
+        bar = self.menuBar()
+        file_menu = bar.addMenu("&File")
+        file_menu.addAction(self._action("Open model &folder…", self._open_folder, "Ctrl+O"))
+        file_menu.addAction(self._action("Open &GGUF file…", self._open_gguf))
+        file_menu.addAction(self._action("Open &hub model id…", self._open_hub))
+        file_menu.addAction(self._action("Load the &bundled model", lambda: self.load(None)))
+        file_menu.addSeparator()
+        file_menu.addAction(self._action("&Export pane…", self._export_pane, "Ctrl+E"))
+        file_menu.addSeparator()
+        file_menu.addAction(self._action("&Quit", self.close, QKeySequence.StandardKey.Quit))
+        run_menu = bar.addMenu("&Run")
+        panel = self.prompt_panel
+        run_menu.addAction(self._action("&Run", panel.run, ["Ctrl+Return", "Ctrl+Enter"]))
+        run_menu.addAction(self._action("&Stop", self.controller.request_stop, "Esc"))
+        run_menu.addAction(self._action("&Previous step", lambda: panel.step_by(-1), "Alt+Left"))
+        run_menu.addAction(self._action("&Next step", lambda: panel.step_by(1), "Alt+Right"))
+        run_menu.addAction(self._action("&First step (prefill)", lambda: panel.step_to(0), "Alt+Home"))
+        run_menu.addAction(self._action("&Last step", lambda: panel.step_to(-1), "Alt+End"))
+        view = bar.addMenu("&View")
+        for dock in self.docks.values():
+            view.addAction(dock.toggleViewAction())
+        view.addSeparator()
+        view.addAction(self._action("&Reset layout", self._reset_layout))
+        help_menu = bar.addMenu("&Help")
+        help_menu.addAction(self._action("&About LLM Lens", self._about))
+
+    def _wire(self) -> None:
+        c = self.controller
+        c.sig_model_loading.connect(self._on_loading)
+        c.sig_model_loaded.connect(self._on_loaded)
+        c.sig_error.connect(self._on_error)
+        c.sig_run_finished.connect(self._on_finished)
+
+    # ----------------------------------------------------------------- model
+    def load(self, spec: str | None) -> None:
+        self.model_spec = spec
+        self.model_label.setText(f"loading {spec or 'the bundled model'}…")
+        self.progress.setValue(0)
+        self.progress.setVisible(True)
+        self.controller.request_load(spec, self.device, self.dtype)
+
+    def _open_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Open a Hugging Face model folder")
+        if folder:
+            self.load(folder)
+
+    def _open_gguf(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model", "", "GGUF (*.gguf)")
+        if path:
+            self.load(path)
+
+    def _open_hub(self) -> None:
+        text, ok = QInputDialog.getText(self, "Open hub model", "Model id (e.g. org/name):")
+        if ok and text.strip():
+            self.load(text.strip())
+
+    def _on_loading(self, fraction: float, message: str) -> None:
+        self.progress.setVisible(True)
+        self.progress.setValue(int(fraction * 100))
+        self.statusBar().showMessage(message)
+
+    def _on_loaded(self, info: Any) -> None:
+        self.progress.setVisible(False)
+        params = f"{info.num_parameters / 1e6:.0f}M params"
+        self.model_label.setText(
+            f"{info.name} · {info.device} · {info.dtype} · {params} · "
+            f"{info.num_layers} layers · {info.num_heads}/{info.num_kv_heads} heads (Q/KV) · "
+            f"context {info.context_length}"
+        )
+        self.statusBar().showMessage("model ready: press Ctrl+Enter to run", 5000)
+
+    def _on_error(self, message: str) -> None:
+        self.progress.setVisible(False)
+        if self.controller.info is None:
+            self.model_label.setText("no model loaded")
+        self.prompt_panel.show_error(message)
+
+    def _on_finished(self, summary: Any) -> None:
+        self.statusBar().showMessage(
+            f"{len(summary.generated_ids)} tokens · stopped: {summary.finish_reason} · "
+            f"TTFT {summary.ttft_ms:.0f} ms · {summary.tokens_per_s:.1f} tokens/s"
+        )
+
+    # ----------------------------------------------------------------- export
+    def _export_pane(self) -> None:
+        names = list(self.panes)
+        name, ok = QInputDialog.getItem(self, "Export pane", "Pane:", names, 0, False)
+        if not ok:
+            return
+        path, _ = QFileDialog.getSaveFileName(
+            self, f"Export {name}", f"{name.lower().replace(' ', '-')}.png",
+            "PNG image (*.png);;SVG image (*.svg);;CSV data (*.csv)",
+        )
+        if path:
+            self.export_pane(name, path)
+
+    def export_pane(self, name: str, path: str) -> None:
+        """Export a pane's figure (PNG/SVG) or data (CSV) by suffix; errors become messages."""
+        pane = self.panes[name]
+        try:
+            if path.lower().endswith(".csv"):
+                pane.export_csv(path)
+            else:
+                pane.export_image(path)
+        except (OSError, ValueError) as exc:
+            self.prompt_panel.show_error(f"could not export {name}: {exc}")
+            return
+        self.statusBar().showMessage(f"exported {name} to {path}", 5000)
+
+    # ----------------------------------------------------------------- state
+    def _restore(self) -> None:
+        s = settings()
+        self._default_state = self.saveState(STATE_VERSION)
+        geometry, state = s.value("geometry"), s.value("windowState")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1600, 1000)
+        if isinstance(state, QByteArray):
+            self.restoreState(state, STATE_VERSION)
+
+    def _reset_layout(self) -> None:
+        self.restoreState(self._default_state, STATE_VERSION)
+        for dock in self.docks.values():
+            dock.setVisible(True)
+
+    def _about(self) -> None:
+        import platform
+
+        from PySide6 import __version__ as pyside_version
+
+        versions = [f"Python {platform.python_version()}", f"PySide6 {pyside_version}"]
+        for mod in ("torch", "transformers", "pyqtgraph", "tiktoken", "numpy"):
+            try:
+                versions.append(f"{mod} {__import__(mod).__version__}")
+            except ImportError:
+                versions.append(f"{mod} missing")
+        QMessageBox.about(self, "About LLM Lens", "<b>LLM Lens</b> 0.1.0<br>Every number shown is "
+                          "what the loaded model computed.<br><br>" + "<br>".join(versions))
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt name)
+        s = settings()
+        s.setValue("geometry", self.saveGeometry())
+        s.setValue("windowState", self.saveState(STATE_VERSION))
+        s.sync()
+        self.controller.shutdown()
+        super().closeEvent(event)

@@ -1,0 +1,302 @@
+"""Attention pane: one head's causal map over prompt and response, and a grid of every head.
+
+The prompt part of the map is recomputed on the worker (``attention_map``); each decode step
+adds the row its query wrote into the records, so selecting step i shows the map as it stood
+after i new tokens. Long contexts are max-pooled so the image never exceeds ~1024 × 1024.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QSignalBlocker
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
+
+from desktop.controller import Controller
+from desktop.panes.base import Pane
+
+MAP_SIZE = 256  # prompt maps longer than this come back max-pooled from the worker
+MAX_IMAGE = 1024  # cells per side of the heatmap, at most
+TILE = 32  # pixels per side of one overview thumbnail
+BUCKET = 32  # the heatmap's image grows in steps of this many cells (stable shapes)
+_WHITESPACE = str.maketrans({" ": "·", "\n": "↵", "\t": "→", "\r": "␍"})
+
+
+def visible_text(text: str, limit: int = 10) -> str:
+    """Token text with whitespace made visible and long pieces shortened, for axis labels."""
+    shown = text.translate(_WHITESPACE) or "∅"
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+def pool_rows(weights: np.ndarray, factor: int) -> np.ndarray:
+    """Max-pool a (q, k) matrix by ``factor`` along both axes (zero-padded at the end)."""
+    if factor == 1:
+        return np.asarray(weights, np.float32)
+    q, k = weights.shape
+    qp, kp = -(-q // factor) * factor, -(-k // factor) * factor
+    padded = np.zeros((qp, kp), np.float32)
+    padded[:q, :k] = weights
+    return padded.reshape(qp // factor, factor, kp // factor, factor).max(axis=(1, 3))
+
+
+def strip(row: np.ndarray, bins: int) -> np.ndarray:
+    """A 1-D attention row resampled to ``bins`` cells: max-pooled, or repeated if short."""
+    n = row.shape[-1]
+    if n >= bins:
+        edges = (np.arange(bins) * n) // bins
+        return np.maximum.reduceat(row, edges, axis=-1)
+    return row[..., (np.arange(bins) * n) // bins]
+
+
+def gqa_note(info: Any, head: int) -> str:
+    """'head 4 shares KV head 1 with heads 3, 5' for a grouped-query model."""
+    for kv, group in enumerate(info.gqa_groups):
+        if head in group:
+            others = [str(h) for h in group if h != head]
+            if not others:
+                return f"head {head} has its own KV head {kv}"
+            return f"head {head} shares KV head {kv} with heads {', '.join(others)}"
+    return ""
+
+
+class _TileImage(pg.ImageItem):
+    """The overview image; a click reports the (row, column) pixel it landed on."""
+
+    def __init__(self, on_click: Callable[[float, float], None]) -> None:
+        super().__init__(axisOrder="row-major")
+        self._on_click = on_click
+
+    def mouseClickEvent(self, ev: Any) -> None:  # noqa: N802 (Qt override)
+        pos = ev.pos()
+        self._on_click(float(pos.y()), float(pos.x()))
+        ev.accept()
+
+
+class AttentionPane(Pane):
+    """Heatmap of the selected layer/head (queries × keys) and a clickable grid of all heads."""
+
+    title = "Attention"
+
+    def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
+        super().__init__(controller, parent)
+        self.matrix = np.zeros((0, 0), np.float32)  # the shown map (content, no padding)
+        self.positions = np.zeros(0, np.int64)  # first position of each matrix cell
+        self.labels: list[str] = []  # token label of each cell, before thinning
+        self.block = 1
+        self._grid_shape: tuple[int, int] = (0, 0)
+        self._view_size = 0
+        self._build_controls()
+        self._build_plots()
+
+    # ----------------------------------------------------------------- construction
+    def _build_controls(self) -> None:
+        self.layer_box, self.head_box = QSpinBox(), QSpinBox()
+        self.contrast = QCheckBox("contrast")
+        self.contrast.setToolTip("Stretch the colour scale to the 98th percentile of the map")
+        self.header = QLabel()
+        self.header.setWordWrap(True)
+        row = QHBoxLayout()
+        for text, widget in (("Layer", self.layer_box), ("Head", self.head_box)):
+            row.addWidget(QLabel(text))
+            row.addWidget(widget)
+        row.addWidget(self.contrast)
+        row.addStretch(1)
+        for w in (self.layer_box, self.head_box):
+            w.valueChanged.connect(self.schedule)
+        self.contrast.toggled.connect(self.schedule)
+        self._layout = QVBoxLayout(self)
+        self._layout.setContentsMargins(2, 2, 2, 2)
+        self._layout.addLayout(row)
+        self._layout.addWidget(self.header)
+
+    def _build_plots(self) -> None:
+        self.graphics = pg.GraphicsLayoutWidget()
+        self._layout.addWidget(self.graphics, 1)
+        self.map_plot = self.graphics.addPlot(row=0, col=0)
+        self.map_plot.setLabel("left", "query")
+        self.map_plot.setLabel("bottom", "key")
+        self.map_plot.invertY(True)
+        self.map_plot.setMenuEnabled(False)
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.map_plot.addItem(self.image)
+        self.bar = pg.ColorBarItem(values=(0, 1), colorMap="viridis", interactive=False, width=12)
+        self.bar.setImageItem(self.image, insert_in=self.map_plot)
+        self.grid_plot = self.graphics.addPlot(row=0, col=1)
+        self.grid_plot.invertY(True)
+        self.grid_plot.setMenuEnabled(False)
+        self.grid_plot.setMouseEnabled(False, False)
+        self.grid_plot.setLabel("left", "layer")
+        self.grid_plot.setLabel("bottom", "head")
+        self.tiles = _TileImage(self.tile_clicked)
+        self.tiles.setColorMap(pg.colormap.get("viridis"))
+        self.grid_plot.addItem(self.tiles)
+        self.layer_lines = pg.PlotDataItem(connect="pairs", pen=pg.mkPen(60, 60, 60))
+        self.group_lines = pg.PlotDataItem(connect="pairs", pen=pg.mkPen("w", width=2))
+        self.cursor = pg.PlotDataItem(pen=pg.mkPen("r", width=2))
+        for item in (self.layer_lines, self.group_lines, self.cursor):
+            self.grid_plot.addItem(item)
+        self.graphics.ci.layout.setColumnStretchFactor(0, 3)
+        self.graphics.ci.layout.setColumnStretchFactor(1, 1)
+
+    # ----------------------------------------------------------------- interaction
+    def tile_clicked(self, y: float, x: float) -> None:
+        """Select the layer/head of the overview tile at image pixel (y, x)."""
+        layer, head = int(y // TILE), int(x // TILE)
+        if 0 <= layer <= self.layer_box.maximum() and 0 <= head <= self.head_box.maximum():
+            self.layer_box.setValue(layer)
+            self.head_box.setValue(head)
+
+    def on_result(self, kind: str, key: object, result: object) -> None:
+        if kind in ("attention_map", "attention_overview"):
+            self.schedule()
+
+    # ----------------------------------------------------------------- render
+    def render(self, step: Any) -> None:
+        ctl = self.controller
+        if ctl.info is None or ctl.prompt is None or step is None:
+            return
+        self._sync_model(ctl.info)
+        layer, head = self.layer_box.value(), self.head_box.value()
+        amap = ctl.request_analysis("attention_map", layer=layer, head=head, max_size=MAP_SIZE)
+        self._render_overview(step)
+        self._header(step, layer, head, amap)
+        if amap is None:
+            return
+        image, size = self._assemble(amap, step, layer, head)
+        levels = self._levels()
+        self.image.setImage(image, levels=levels)
+        self.bar.setLevels(levels)
+        if size != self._view_size:
+            self._view_size = size
+            self.map_plot.setRange(xRange=(0, size), yRange=(0, size), padding=0)
+        self._apply_ticks()
+
+    def _sync_model(self, info: Any) -> None:
+        """Spin-box ranges and the overview's separators follow the loaded model."""
+        shape = (info.num_layers, info.num_heads)
+        if shape == self._grid_shape:
+            return
+        self._grid_shape = shape
+        for box, top in ((self.layer_box, shape[0] - 1), (self.head_box, shape[1] - 1)):
+            with QSignalBlocker(box):
+                box.setRange(0, top)
+        w, h = shape[1] * TILE, shape[0] * TILE
+        ys = np.repeat(np.arange(1, shape[0]) * TILE, 2).astype(float)
+        xs = np.tile([0.0, w], shape[0] - 1)
+        self.layer_lines.setData(xs, ys)
+        bounds = [g[0] * TILE for g in info.gqa_groups[1:]]
+        self.group_lines.setData(np.repeat(bounds, 2).astype(float), np.tile([0.0, h], len(bounds)))
+        self.grid_plot.setRange(xRange=(0, w), yRange=(0, h), padding=0)
+        heads = [(i * TILE + TILE / 2, str(i)) for i in range(shape[1])]
+        layers = [(i * TILE + TILE / 2, str(i)) for i in range(0, shape[0], 5)]
+        self.grid_plot.getAxis("bottom").setTicks([heads])
+        self.grid_plot.getAxis("left").setTicks([layers])
+
+    def _assemble(self, amap: Any, step: Any, layer: int, head: int) -> tuple[np.ndarray, int]:
+        """The padded image and its content size; sets ``matrix``, ``positions``, ``labels``."""
+        ctl = self.controller
+        n_prompt = len(ctl.prompt)
+        total = n_prompt + max(len(ctl.steps), step.index + 1) - 1
+        base = int(amap.q_positions[1]) if len(amap.q_positions) > 1 else 1
+        factor = max(1, math.ceil(math.ceil(total / base) / MAX_IMAGE))
+        block = base * factor
+        size = math.ceil(total / block)
+        cap = min(math.ceil(size / BUCKET) * BUCKET, max(size, MAX_IMAGE))
+        image = np.zeros((cap, cap), np.float32)
+        prompt_part = pool_rows(amap.weights, factor)
+        image[: prompt_part.shape[0], : prompt_part.shape[1]] = prompt_part
+        for record in ctl.steps[1 : step.index + 1]:
+            row = record.attention[layer, head]  # (position + 1,)
+            pooled = pool_rows(row[None, :], block)[0] if block > 1 else row
+            r = record.position // block
+            image[r, : pooled.shape[0]] = np.maximum(image[r, : pooled.shape[0]], pooled)
+        content = math.ceil((n_prompt + step.index) / block)
+        self.block = block
+        self.matrix = image[:content, :content].copy()
+        self.positions = np.arange(content, dtype=np.int64) * block
+        texts = [t.text for t in ctl.prompt.tokens] + [s.token.text for s in ctl.steps]
+        self.labels = [visible_text(texts[p]) for p in self.positions]
+        return image, size
+
+    def _levels(self) -> tuple[float, float]:
+        """0..1, or stretched to the 98th percentile of the causal cells (beyond key 0)."""
+        if not self.contrast.isChecked() or self.matrix.size == 0:
+            return (0.0, 1.0)
+        causal = self.matrix[np.tril_indices_from(self.matrix, -1)]
+        return (0.0, float(max(np.percentile(causal, 98), 1e-3)) if causal.size else 1.0)
+
+    def _apply_ticks(self) -> None:
+        """Token labels on both axes, thinned so they do not overlap at the current size."""
+        vb = self.map_plot.getViewBox()
+        n = len(self.labels)
+        every_y = max(1, math.ceil(n * 14 / max(vb.height(), 120)))
+        every_x = max(1, math.ceil(n * 52 / max(vb.width(), 200)))
+        for axis, every in (("left", every_y), ("bottom", every_x)):
+            ticks = [(i + 0.5, self.labels[i]) for i in range(0, n, every)]
+            self.map_plot.getAxis(axis).setTicks([ticks])
+
+    def resizeEvent(self, event: Any) -> None:  # noqa: N802 (Qt override)
+        super().resizeEvent(event)
+        if self.labels:
+            self._apply_ticks()
+
+    def _render_overview(self, step: Any) -> None:
+        """Every layer × head as one tiled image: prompt maps at the prefill, rows after."""
+        layers, heads = self._grid_shape
+        if step.index == 0:
+            thumbs = self.controller.request_analysis("attention_overview")
+            if thumbs is None:
+                return
+            thumbs = np.asarray(thumbs)[:, :, :TILE, :TILE]
+        else:
+            rows = strip(np.asarray(step.attention), TILE)  # (layers, heads, TILE)
+            thumbs = np.broadcast_to(rows[:, :, None, :], (layers, heads, TILE, TILE))
+        grid = thumbs.transpose(0, 2, 1, 3).reshape(layers * TILE, heads * TILE)
+        self.tiles.setImage(grid, levels=self._levels())
+        self._mark_tile()
+
+    def _mark_tile(self) -> None:
+        x0, y0 = self.head_box.value() * TILE, self.layer_box.value() * TILE
+        x1, y1 = x0 + TILE, y0 + TILE
+        self.cursor.setData([x0, x1, x1, x0, x0], [y0, y0, y1, y1, y0])
+
+    def _header(self, step: Any, layer: int, head: int, amap: Any) -> None:
+        info = self.controller.info
+        parts = [f"layer {layer}, head {head}: {gqa_note(info, head)}"]
+        if step.index > 0:
+            parts.append(f"step {step.index}: {step.index} response rows over the prompt")
+        if amap is None:
+            parts.append("computing the prompt map…")
+        elif self.block > 1:
+            parts.append(f"max-pooled in blocks of {self.block} positions")
+        self.header.setText(" · ".join(parts))
+        self._mark_tile()
+
+    # ----------------------------------------------------------------- clear / export
+    def clear(self) -> None:
+        self.matrix = np.zeros((0, 0), np.float32)
+        self.positions = np.zeros(0, np.int64)
+        self.labels = []
+        self._view_size = 0
+        self.image.clear()
+        self.tiles.clear()
+        self.header.setText("")
+        for axis in ("left", "bottom"):
+            self.map_plot.getAxis(axis).setTicks([[]])
+
+    def plot_items(self) -> list[Any]:
+        return [self.map_plot]
+
+    def csv_table(self) -> tuple[Sequence[str], Sequence[Sequence[Any]]]:
+        header = ("query position", "query token", "key position", "key token", "weight")
+        rows = []
+        full = self.labels
+        for q, qpos in enumerate(self.positions):
+            for k in range(q + 1):
+                weight = float(self.matrix[q, k])
+                rows.append((int(qpos), full[q], int(self.positions[k]), full[k], weight))
+        return header, rows

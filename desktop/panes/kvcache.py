@@ -1,0 +1,150 @@
+"""KV-cache memory: what the cache actually holds, step by step, beside the formula that predicts it.
+
+The measured bytes are summed from the key and value tensors the cache holds after each forward
+pass; the formula is 2 × layers × kv_heads × head_dim × bytes × tokens. They must coincide, and
+the dashed line shows what the same context would cost if every query head kept its own K and V.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from desktop.controller import Controller
+from desktop.panes.base import Pane
+
+UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB")
+
+
+def human_bytes(n: float) -> str:
+    """1536 → '1.50 KiB': binary units, three significant figures."""
+    value, unit = float(n), 0
+    while abs(value) >= 1024 and unit < len(UNITS) - 1:
+        value /= 1024
+        unit += 1
+    return f"{int(value)} bytes" if unit == 0 else f"{value:.3g} {UNITS[unit]}"
+
+
+class KVCachePane(Pane):
+    """Bytes held by the KV cache over the run, per layer for the selected step, and the formula."""
+
+    title = "KV cache"
+
+    def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
+        super().__init__(controller, parent)
+        self.view = pg.GraphicsLayoutWidget()
+        self._build_growth()
+        self._build_layers()
+        self.formula_label = QLabel()
+        self.formula_label.setWordWrap(True)
+        self.formula_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addWidget(self.view, stretch=1)
+        layout.addWidget(self.formula_label)
+        self.clear()
+
+    def _build_growth(self) -> None:
+        """Bytes vs tokens: measured points, formula line, full-MHA dashed line, prefill jump."""
+        plot = self.growth_plot = self.view.addPlot(row=0, col=0, title="KV cache memory")
+        plot.setLabel("bottom", "tokens in the cache")
+        plot.setLabel("left", "bytes", units="B")
+        plot.addLegend(offset=(5, 5), labelTextSize="8pt")
+        self.mha_curve = plot.plot(
+            pen=pg.mkPen("#ef9a9a", width=2, style=Qt.PenStyle.DashLine), name="if full MHA"
+        )
+        self.jump_curve = plot.plot(
+            pen=pg.mkPen("#9e9e9e", width=1, style=Qt.PenStyle.DotLine), name="prefill jump"
+        )
+        self.formula_curve = plot.plot(pen=pg.mkPen("#ffb74d", width=4), name="formula")
+        self.measured_curve = plot.plot(
+            pen=None, symbol="o", symbolSize=5, symbolBrush="#4fc3f7", symbolPen=None,
+            name="measured",
+        )
+        self.selected_point = pg.ScatterPlotItem(size=11, pen=pg.mkPen("w", width=2), brush=None)
+        plot.addItem(self.selected_point)
+
+    def _build_layers(self) -> None:
+        """Per-layer bars of key and value bytes for the selected step."""
+        plot = self.layer_plot = self.view.addPlot(row=0, col=1, title="per layer (selected step)")
+        plot.setLabel("bottom", "layer")
+        plot.setLabel("left", "bytes", units="B")
+        plot.addLegend(offset=(5, 5), labelTextSize="8pt")
+        self.key_bars = pg.BarGraphItem(x=[], height=[], width=0.4, brush="#4fc3f7", name="keys")
+        self.value_bars = pg.BarGraphItem(x=[], height=[], width=0.4, brush="#ce93d8",
+                                          name="values")
+        plot.addItem(self.key_bars)
+        plot.addItem(self.value_bars)
+        self.view.ci.layout.setColumnStretchFactor(0, 3)
+        self.view.ci.layout.setColumnStretchFactor(1, 2)
+
+    # ----------------------------------------------------------------- rendering
+    def clear(self) -> None:
+        for curve in (self.mha_curve, self.jump_curve, self.formula_curve, self.measured_curve):
+            curve.setData([], [])
+        self.selected_point.setData([], [])
+        self.key_bars.setOpts(x=[], height=[])
+        self.value_bars.setOpts(x=[], height=[])
+        self.formula_label.setText("no run yet: the KV cache is empty")
+
+    def render(self, step: Any) -> None:
+        steps = self.controller.steps
+        if step is None or not steps:
+            self.clear()
+            return
+        tokens = np.array([s.kv.tokens for s in steps], np.int64)
+        self.measured_curve.setData(tokens, [s.kv.bytes_total for s in steps])
+        self.formula_curve.setData(tokens, [s.kv.formula_bytes for s in steps])
+        self.mha_curve.setData(tokens, [s.kv.mha_bytes for s in steps])
+        # the prefill writes all prompt tokens at once: from an empty cache straight to step 0
+        self.jump_curve.setData([0, tokens[0]], [0, steps[0].kv.bytes_total])
+        self.selected_point.setData([step.kv.tokens], [step.kv.bytes_total])
+        per_layer = np.asarray(step.kv.per_layer)
+        layers = np.arange(per_layer.shape[0])
+        self.key_bars.setOpts(x=layers - 0.2, height=per_layer[:, 0])
+        self.value_bars.setOpts(x=layers + 0.2, height=per_layer[:, 1])
+        self.formula_label.setText(self.formula_text(step))
+
+    def formula_text(self, step: Any) -> str:
+        """The formula with this model's numbers, the measurement, the GQA saving, device memory."""
+        info, kv = self.controller.info, step.kv
+        lines = [
+            f"step {step.index}: 2 × layers({info.num_layers}) × kv_heads({info.num_kv_heads}) × "
+            f"head_dim({info.head_dim}) × bytes({info.dtype_bytes}) × tokens({kv.tokens}) = "
+            f"{kv.formula_bytes:,} bytes = {human_bytes(kv.formula_bytes)} "
+            f"(measured: {kv.bytes_total:,} bytes"
+            + (", equal)" if kv.formula_bytes == kv.bytes_total else ", DIFFERENT)"),
+        ]
+        saving = kv.mha_bytes / kv.bytes_total if kv.bytes_total else float("nan")
+        lines.append(
+            f"with full MHA ({info.num_heads} KV heads): {human_bytes(kv.mha_bytes)} — "
+            f"GQA saves ×{saving:.3g}"
+        )
+        what = "the prefill wrote the whole prompt" if step.is_prefill else "one token"
+        lines.append(f"added this step: {human_bytes(kv.bytes_added)} ({what})")
+        if kv.device_allocated is not None:
+            lines.append(
+                f"CUDA memory: allocated {human_bytes(kv.device_allocated)}, "
+                f"reserved {human_bytes(kv.device_reserved or 0)}"
+            )
+        else:
+            lines.append("CPU: device memory n/a")
+        return "\n".join(lines)
+
+    # ----------------------------------------------------------------- export
+    def plot_items(self) -> list[Any]:
+        return [self.view.ci, self.growth_plot, self.layer_plot]
+
+    def csv_table(self) -> tuple[Sequence[str], Sequence[Sequence[Any]]]:
+        header = ("step", "tokens", "bytes_total", "bytes_added", "formula_bytes", "mha_bytes")
+        rows = [
+            (s.index, s.kv.tokens, s.kv.bytes_total, s.kv.bytes_added, s.kv.formula_bytes,
+             s.kv.mha_bytes)
+            for s in self.controller.steps
+        ]
+        return header, rows

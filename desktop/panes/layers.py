@@ -1,0 +1,271 @@
+"""The layer stack: how the residual stream grows through the layers, and what it "means" on the way.
+
+Norms come straight from the selected step's record; the logit lens (final norm + unembedding
+applied to every layer's residual) is asked of the worker for the selected step only, because it
+costs 31 unembeddings of the whole vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtGui import QBrush, QFont
+from PySide6.QtWidgets import (
+    QHeaderView,
+    QLabel,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop.controller import Controller
+from desktop.panes.base import Pane
+
+LENS_K = 5
+WAIT_TEXT = "lens computed when the run ends or when you select a step"
+
+
+def shown(text: str) -> str:
+    """A token's text with its whitespace made visible, quoted so leading spaces show."""
+    return "'" + text.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r") + "'"
+
+
+def first_agreement(lens: Any) -> int | None:
+    """The first layer whose lens top-1 is the model's final prediction (None if none)."""
+    hits = np.flatnonzero(np.asarray(lens.top_ids)[:, 0] == lens.final_id)
+    return int(hits[0]) if hits.size else None
+
+
+class LayerStackPane(Pane):
+    """Residual norm and per-layer update norms of the selected step, with the logit lens."""
+
+    title = "Layer stack"
+
+    def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
+        super().__init__(controller, parent)
+        self._lens: Any = None  # the LensResult shown in the table
+        self._lens_step = -1  # the step that lens belongs to
+        self._prompt_lens: Any = None  # the PromptLens shown in the heatmap
+        self._step: Any = None
+        self._build_norms()
+        self._build_lens_table()
+        self._build_heatmap()
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self._lens_box, "Logit lens (this step)")
+        self.tabs.addTab(self._heat_box, "Prompt lens (prefill)")
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.norm_view)
+        split.addWidget(self.tabs)
+        split.setSizes([320, 380])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addWidget(split)
+        controller.sig_busy_changed.connect(self.schedule)
+        self.clear()
+
+    # ----------------------------------------------------------------- building
+    def _build_norms(self) -> None:
+        """Two stacked plots: residual norm per layer; attention vs MLP update norms."""
+        self.norm_view = pg.GraphicsLayoutWidget()
+        self.resid_plot = self.norm_view.addPlot(row=0, col=0, title="residual stream norm")
+        self.resid_plot.setLabel("left", "‖h‖")
+        self.resid_curve = self.resid_plot.plot(pen=pg.mkPen("#e0e0e0", width=2), symbol="o",
+                                                symbolSize=4, symbolBrush="#e0e0e0")
+        self.update_plot = self.norm_view.addPlot(row=1, col=0, title="what each layer adds")
+        self.update_plot.setLabel("left", "‖update‖")
+        self.update_plot.setLabel("bottom", "layer (0 = embeddings)")
+        self.update_plot.addLegend(offset=(5, 5), labelTextSize="8pt")
+        self.attn_curve = self.update_plot.plot(pen=pg.mkPen("#4fc3f7", width=2), name="attention")
+        self.mlp_curve = self.update_plot.plot(pen=pg.mkPen("#ffb74d", width=2), name="MLP")
+        self.update_plot.setXLink(self.resid_plot)
+        self.agree_line = pg.InfiniteLine(angle=90, movable=False,
+                                          pen=pg.mkPen("#81c784", style=Qt.PenStyle.DashLine))
+        self.resid_plot.addItem(self.agree_line)
+        self.agree_line.setVisible(False)
+
+    def _build_lens_table(self) -> None:
+        self.lens_table = QTableWidget(0, LENS_K)
+        self.lens_table.setHorizontalHeaderLabels([f"top {i + 1}" for i in range(LENS_K)])
+        self.lens_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.lens_table.verticalHeader().setDefaultSectionSize(18)
+        self.lens_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.lens_status = QLabel()
+        self.lens_status.setWordWrap(True)
+        self._lens_box = QWidget()
+        box = QVBoxLayout(self._lens_box)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addWidget(self.lens_status)
+        box.addWidget(self.lens_table)
+
+    def _build_heatmap(self) -> None:
+        """Layer × prompt position image of the lens' top-1 probability, with a colour bar."""
+        self.heat_view = pg.GraphicsLayoutWidget()
+        self.heat_plot = self.heat_view.addPlot(title="lens top-1 probability over the prompt")
+        self.heat_plot.setLabel("bottom", "prompt position")
+        self.heat_plot.setLabel("left", "layer")
+        self.heat_image = pg.ImageItem(axisOrder="row-major")
+        self.heat_plot.addItem(self.heat_image)
+        self.heat_bar = pg.ColorBarItem(values=(0.0, 1.0), colorMap="viridis", interactive=False,
+                                        label="probability")
+        self.heat_bar.setImageItem(self.heat_image, insert_in=self.heat_plot)
+        self.heat_plot.scene().sigMouseMoved.connect(self._on_heat_hover)
+        self.hover_label = QLabel()
+        self.hover_label.setWordWrap(True)
+        self._heat_box = QWidget()
+        box = QVBoxLayout(self._heat_box)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addWidget(self.heat_view)
+        box.addWidget(self.hover_label)
+
+    # ----------------------------------------------------------------- rendering
+    def clear(self) -> None:
+        self._lens = self._prompt_lens = self._step = None
+        self._lens_step = -1
+        for curve in (self.resid_curve, self.attn_curve, self.mlp_curve):
+            curve.setData([], [])
+        self.agree_line.setVisible(False)
+        self.lens_table.clearContents()
+        self.lens_table.setRowCount(0)
+        self.lens_status.setText("no step selected")
+        self.heat_image.setImage(np.zeros((1, 1), np.float32), levels=(0.0, 1.0))
+        self.hover_label.setText("select the prefill step (0) to see the lens over the prompt")
+
+    def render(self, step: Any) -> None:
+        if step is None:
+            self.clear()
+            return
+        if step is not self._step:
+            self._step = step
+            self._render_norms(step)
+        self._render_lens(step)
+        self._render_prompt_lens(step)
+
+    def _render_norms(self, step: Any) -> None:
+        resid = step.residual_norms
+        layers = np.arange(resid.shape[0])
+        self.resid_curve.setData(layers, resid)
+        self.attn_curve.setData(layers[1:], np.linalg.norm(step.attn_update, axis=-1))
+        self.mlp_curve.setData(layers[1:], np.linalg.norm(step.mlp_update, axis=-1))
+
+    def _live(self) -> bool:
+        """True while the selection follows a running generation: the lens would lag behind."""
+        return bool(self.controller.follow_live and self.controller.busy)
+
+    def _render_lens(self, step: Any) -> None:
+        """Ask for the selected step's lens, unless the selection is still racing a live run."""
+        if self._lens_step != step.index:
+            self._lens, self._lens_step = None, -1
+            self.lens_table.setRowCount(0)
+            self.agree_line.setVisible(False)
+        if self._live():
+            if self._lens is None:
+                self.lens_status.setText(f"step {step.index}: {WAIT_TEXT}")
+            return
+        lens = self.controller.request_analysis("lens", step=step.index, k=LENS_K)
+        if lens is None:
+            self.lens_status.setText(f"step {step.index}: computing the logit lens…")
+        elif lens is not self._lens:
+            self._lens, self._lens_step = lens, step.index
+            self._fill_lens(lens, step)
+
+    def _fill_lens(self, lens: Any, step: Any) -> None:
+        """Fill the table; cells holding the final prediction are bold on the highlight colour."""
+        rows = lens.top_ids.shape[0]
+        table = self.lens_table
+        table.setRowCount(rows)
+        first = first_agreement(lens)
+        pal = self.palette()
+        mark_bg, mark_fg = QBrush(pal.highlight().color()), QBrush(pal.highlightedText().color())
+        bold = QFont(table.font())
+        bold.setBold(True)
+        for r in range(rows):
+            label = "emb" if r == 0 else str(r)
+            table.setVerticalHeaderItem(r, QTableWidgetItem(label + (" ★" if r == first else "")))
+            for c in range(lens.top_ids.shape[1]):
+                item = QTableWidgetItem(f"{shown(lens.top_texts[r][c])} ({lens.top_probs[r, c]:.2f})")
+                if int(lens.top_ids[r, c]) == lens.final_id:
+                    item.setFont(bold)
+                    item.setBackground(mark_bg)
+                    item.setForeground(mark_fg)
+                table.setItem(r, c, item)
+        final_text = shown(lens.top_texts[-1][0])
+        where = f"first at layer {first} (★)" if first is not None else "at no layer"
+        self.lens_status.setText(
+            f"step {step.index}: the model's prediction {final_text} is the lens' top-1 {where}; "
+            "highlighted cells hold that token."
+        )
+        self.agree_line.setVisible(first is not None)
+        if first is not None:
+            self.agree_line.setValue(first)
+
+    def _render_prompt_lens(self, step: Any) -> None:
+        self.tabs.setTabEnabled(1, step.is_prefill)
+        if not step.is_prefill and self.tabs.currentIndex() == 1:
+            self.tabs.setCurrentIndex(0)
+        if not step.is_prefill or self._live():
+            return
+        result = self.controller.request_analysis("prompt_lens")
+        if result is None or result is self._prompt_lens:
+            return
+        self._prompt_lens = result
+        probs = np.asarray(result.top1_probs)
+        self.heat_image.setImage(probs, levels=(0.0, 1.0))
+        self.heat_plot.setLimits(xMin=0, xMax=probs.shape[1], yMin=0, yMax=probs.shape[0])
+        self.heat_plot.autoRange(padding=0)
+        self.hover_label.setText("hover a cell to read the lens' top-1 token there")
+
+    def on_result(self, kind: str, key: object, result: object) -> None:
+        if kind in ("lens", "prompt_lens"):
+            self.schedule()
+
+    # ----------------------------------------------------------------- hover
+    def hover_text(self, layer: int, position: int) -> str:
+        """What the heatmap says at (layer, prompt position), or '' outside it."""
+        pl, prompt = self._prompt_lens, self.controller.prompt
+        if pl is None or not (0 <= layer < pl.top1_ids.shape[0]):
+            return ""
+        if not 0 <= position < pl.top1_ids.shape[1]:
+            return ""
+        read = shown(prompt.tokens[position].text) if prompt is not None else "?"
+        where = "embeddings" if layer == 0 else f"layer {layer}"
+        return (
+            f"position {position} (reads {read}), {where}: lens top-1 "
+            f"{shown(pl.top1_texts[layer][position])} p={pl.top1_probs[layer, position]:.3f}"
+        )
+
+    def _on_heat_hover(self, pos: QPointF) -> None:
+        if self._prompt_lens is None or not self.heat_plot.vb.sceneBoundingRect().contains(pos):
+            return
+        p = self.heat_plot.vb.mapSceneToView(pos)
+        text = self.hover_text(int(np.floor(p.y())), int(np.floor(p.x())))
+        if text:
+            self.hover_label.setText(text)
+
+    # ----------------------------------------------------------------- export
+    def plot_items(self) -> list[Any]:
+        return [self.norm_view.ci, self.heat_plot]
+
+    def csv_table(self) -> tuple[Sequence[str], Sequence[Sequence[Any]]]:
+        header = ("layer", "residual_norm", "attn_update_norm", "mlp_update_norm",
+                  "lens_top1_text", "lens_top1_prob")
+        step = self._step
+        if step is None:
+            return header, ()
+        resid = step.residual_norms
+        attn = np.linalg.norm(step.attn_update, axis=-1)
+        mlp = np.linalg.norm(step.mlp_update, axis=-1)
+        lens = self._lens if self._lens_step == step.index else None
+        rows = []
+        for layer in range(resid.shape[0]):
+            upd = ("", "") if layer == 0 else (float(attn[layer - 1]), float(mlp[layer - 1]))
+            top = ("", "") if lens is None else (lens.top_texts[layer][0],
+                                                 float(lens.top_probs[layer, 0]))
+            rows.append((layer, float(resid[layer]), *upd, *top))
+        return header, rows

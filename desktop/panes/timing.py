@@ -1,0 +1,170 @@
+"""Timing: why the first token takes longer than the rest, measured on this machine.
+
+Each step's time is split into the forward pass, sampling and capture (copying the internals off
+the model for the other panes). The prefill reads the whole prompt in one parallel pass; every
+decode step reads one new token plus the cached keys and values of all earlier ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from desktop.controller import Controller
+from desktop.panes.base import Pane
+
+PARTS = (("forward_ms", "forward", "#4fc3f7"), ("sample_ms", "sample", "#ffb74d"),
+         ("capture_ms", "capture", "#ce93d8"))
+
+
+def timings(steps: Sequence[Any]) -> dict[str, np.ndarray]:
+    """Per-step milliseconds of each part, and their total, as arrays over the steps."""
+    out = {key: np.array([getattr(s.timing, key) for s in steps], np.float64) for key, _, _ in PARTS}
+    out["total_ms"] = np.array([s.timing.total_ms for s in steps], np.float64)
+    return out
+
+
+class TimingPane(Pane):
+    """Stacked per-step time (forward, sample, capture), TTFT, inter-token latency, tokens/s.
+
+    Clicking the plot, or dragging the marker, selects the step under it.
+    """
+
+    title = "Timing"
+
+    def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
+        super().__init__(controller, parent)
+        self.view = pg.PlotWidget(title="time per step (step 0 = prefill → first token)")
+        self.plot = self.view.getPlotItem()
+        self.plot.setLabel("bottom", "step")
+        self.plot.setLabel("left", "ms")
+        self.plot.addLegend(offset=(-5, 5), labelTextSize="8pt")
+        self.bars: dict[str, pg.BarGraphItem] = {}
+        for key, name, colour in PARTS:
+            bar = pg.BarGraphItem(x=[], height=[], y0=[], width=0.8, brush=colour, pen=None,
+                                  name=name)
+            self.plot.addItem(bar)
+            self.bars[key] = bar
+        self.marker = pg.InfiniteLine(angle=90, movable=True, pen=pg.mkPen("w", width=2),
+                                      hoverPen=pg.mkPen("#fff59d", width=3))
+        self.plot.addItem(self.marker)
+        self.marker.sigPositionChangeFinished.connect(self._on_marker_moved)
+        self.plot.scene().sigMouseClicked.connect(self._on_clicked)
+        self.stats_label = QLabel()
+        self.stats_label.setWordWrap(True)
+        self.explain_label = QLabel()
+        self.explain_label.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addWidget(self.view, stretch=1)
+        layout.addWidget(self.stats_label)
+        layout.addWidget(self.explain_label)
+        controller.sig_run_finished.connect(self.schedule)
+        self.clear()
+
+    # ----------------------------------------------------------------- rendering
+    def clear(self) -> None:
+        for bar in self.bars.values():
+            bar.setOpts(x=[], height=[], y0=[])
+        self.marker.setVisible(False)
+        self.stats_label.setText("no run yet")
+        self.explain_label.setText("")
+
+    def render(self, step: Any) -> None:
+        steps = self.controller.steps
+        if step is None or not steps:
+            self.clear()
+            return
+        t = timings(steps)
+        x = np.arange(len(steps))
+        base = np.zeros(len(steps))
+        for key, _, _ in PARTS:
+            self.bars[key].setOpts(x=x, height=t[key], y0=base.copy())
+            base += t[key]
+        self.marker.blockSignals(True)
+        self.marker.setValue(step.index)
+        self.marker.setVisible(True)
+        self.marker.blockSignals(False)
+        self.stats_label.setText(self.stats_text(steps, step))
+        self.explain_label.setText(self.explanation(steps))
+
+    def stats_text(self, steps: Sequence[Any], step: Any) -> str:
+        """TTFT, mean ITL and decode tokens/s (the run's summary once it finished)."""
+        t = timings(steps)
+        decode = t["total_ms"][1:]
+        summary = self.controller.summary
+        if summary is not None and summary.run_id == self.controller.run_id:
+            ttft, itl = summary.ttft_ms, summary.mean_itl_ms
+            overall = f", overall {summary.tokens_per_s:.1f} tokens/s"
+        else:
+            ttft = t["total_ms"][0]
+            itl = float(decode.mean()) if decode.size else float("nan")
+            overall = " (running)"
+        rate = decode.size / decode.sum() * 1e3 if decode.size and decode.sum() > 0 else 0.0
+        t_sel = step.timing
+        return (
+            f"TTFT {ttft:.1f} ms · mean inter-token latency {itl:.1f} ms · "
+            f"decode {rate:.1f} tokens/s{overall}\n"
+            f"step {step.index}: forward {t_sel.forward_ms:.1f} + sample {t_sel.sample_ms:.1f} + "
+            f"capture {t_sel.capture_ms:.1f} = {t_sel.total_ms:.1f} ms"
+        )
+
+    def explanation(self, steps: Sequence[Any]) -> str:
+        """Why the first token is slow, in this run's own numbers."""
+        pre = steps[0]
+        n, fwd = pre.kv.tokens, pre.timing.forward_ms
+        text = (
+            f"The prefill read {n} prompt tokens in {fwd:.1f} ms "
+            f"({n / fwd if fwd > 0 else float('nan'):.2f} tokens/ms, all positions in parallel)."
+        )
+        if len(steps) < 2:
+            return text
+        decode_fwd = float(np.median([s.timing.forward_ms for s in steps[1:]]))
+        cached = steps[-1].kv.tokens - 1
+        per_token = fwd / n if n else float("nan")
+        return text + (
+            f" Each decode step reads 1 token and the cache of up to {cached} tokens in "
+            f"~{decode_fwd:.1f} ms. The first token is slow because the whole prompt must pass "
+            f"through every layer before anything can be sampled; after that the cached keys and "
+            f"values are reused, so a step costs one token's work ({decode_fwd:.1f} ms for one "
+            f"token vs {per_token:.2f} ms per token in the parallel prefill)."
+        )
+
+    # ----------------------------------------------------------------- interaction
+    def _select_at(self, x: float) -> None:
+        if self.controller.steps:
+            self.controller.request_select(int(round(x)))
+
+    def _on_clicked(self, event: Any) -> None:
+        if event.button() != Qt.MouseButton.LeftButton:
+            return
+        pos = event.scenePos()
+        if self.plot.vb.sceneBoundingRect().contains(pos):
+            self._select_at(self.plot.vb.mapSceneToView(pos).x())
+
+    def _on_marker_moved(self, line: Any) -> None:
+        """Select the step nearest the dropped marker, then snap the marker onto it."""
+        self._select_at(line.value())
+        step = self.controller.current_step()
+        if step is not None:
+            line.blockSignals(True)
+            line.setValue(step.index)
+            line.blockSignals(False)
+
+    # ----------------------------------------------------------------- export
+    def plot_items(self) -> list[Any]:
+        return [self.plot]
+
+    def csv_table(self) -> tuple[Sequence[str], Sequence[Sequence[Any]]]:
+        header = ("step", "forward_ms", "sample_ms", "capture_ms", "total_ms")
+        rows = [
+            (s.index, s.timing.forward_ms, s.timing.sample_ms, s.timing.capture_ms,
+             s.timing.total_ms)
+            for s in self.controller.steps
+        ]
+        return header, rows

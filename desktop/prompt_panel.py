@@ -1,0 +1,142 @@
+"""The centre of the window: prompt, run controls, streamed response and the step scrubber."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QSignalBlocker, Qt
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop.controller import Controller
+
+
+class PromptPanel(QWidget):
+    """Prompt editing and the run/step controls. Writes back only through the controller."""
+
+    def __init__(self, controller: Controller, examples: list[dict[str, Any]],
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.controller = controller
+        self.examples = examples
+        self._build()
+        self._wire()
+        self._pick_example(0)
+        self._on_busy(False)
+
+    def _build(self) -> None:
+        self.examples_box = QComboBox()
+        self.examples_box.addItems([e["title"] for e in self.examples])
+        self.chat_box = QCheckBox("Chat template", checked=True)
+        self.chat_box.setToolTip("Off: raw mode, the model reads exactly the text you typed")
+        self.max_tokens = QSpinBox(minimum=1, maximum=4096, value=48, prefix="max ",
+                                   suffix=" tokens")
+        self.run_button = QPushButton("Run  (Ctrl+Enter)")
+        self.stop_button = QPushButton("Stop  (Esc)")
+        top = QHBoxLayout()
+        for w in (QLabel("Example:"), self.examples_box, self.chat_box, self.max_tokens):
+            top.addWidget(w)
+        top.addStretch(1)
+        top.addWidget(self.run_button)
+        top.addWidget(self.stop_button)
+        self.editor = QPlainTextEdit()
+        self.editor.setPlaceholderText("Type a prompt, then press Ctrl+Enter")
+        self.editor.setMaximumHeight(110)
+        self.error = QLabel(wordWrap=True, visible=False)
+        self.error.setStyleSheet("QLabel { background: #b3261e; color: white; padding: 6px; }")
+        self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.response = QTextBrowser()
+        self.response.setPlaceholderText("The response streams here, token by token.")
+        self.slider = QSlider(Qt.Orientation.Horizontal, minimum=0, maximum=0)
+        self.slider.setToolTip("Step scrubber: the prefill (0) or any generated token")
+        self.step_label = QLabel("no run yet")
+        scrub = QHBoxLayout()
+        scrub.addWidget(QLabel("Step:"))
+        scrub.addWidget(self.slider, 1)
+        scrub.addWidget(self.step_label)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.editor)
+        layout.addWidget(self.error)
+        layout.addWidget(self.response, 1)
+        layout.addLayout(scrub)
+
+    def _wire(self) -> None:
+        c = self.controller
+        self.examples_box.currentIndexChanged.connect(self._pick_example)
+        self.run_button.clicked.connect(self.run)
+        self.stop_button.clicked.connect(c.request_stop)
+        self.slider.valueChanged.connect(c.request_select)
+        c.sig_busy_changed.connect(self._on_busy)
+        c.sig_run_started.connect(self._on_run_started)
+        c.sig_steps_changed.connect(self._on_steps)
+        c.sig_selection_changed.connect(self._on_selection)
+        c.sig_model_loaded.connect(lambda _i: self._on_busy(False))
+
+    def _pick_example(self, index: int) -> None:
+        if 0 <= index < len(self.examples):
+            example = self.examples[index]
+            self.editor.setPlainText(example["text"])
+            self.chat_box.setChecked(bool(example.get("chat", True)))
+
+    def run(self) -> None:
+        self.error.setVisible(False)
+        self.controller.request_run(
+            self.editor.toPlainText(), self.chat_box.isChecked(), self.controller.params,
+            self.max_tokens.value(),
+        )
+
+    def show_error(self, message: str) -> None:
+        self.error.setText(message)
+        self.error.setVisible(True)
+
+    def step_by(self, delta: int) -> None:
+        self.controller.request_select(self.controller.selected + delta)
+
+    def step_to(self, index: int) -> None:
+        self.controller.request_select(index if index >= 0 else len(self.controller.steps) - 1)
+
+    def _on_busy(self, busy: bool) -> None:
+        loaded = self.controller.info is not None
+        self.run_button.setEnabled(loaded)
+        self.stop_button.setEnabled(busy)
+
+    def _on_run_started(self, _prompt: Any) -> None:
+        self.response.clear()
+        with QSignalBlocker(self.slider):
+            self.slider.setRange(0, 0)
+        self.step_label.setText("prefill…")
+
+    def _on_steps(self) -> None:
+        steps = self.controller.steps
+        self.response.setPlainText(self._response_text(steps))
+        with QSignalBlocker(self.slider):
+            self.slider.setRange(0, max(0, len(steps) - 1))
+
+    def _response_text(self, steps: list[Any]) -> str:
+        raw = b"".join(s.token.raw for s in steps if not s.token.special)
+        return raw.decode("utf-8", errors="replace")
+
+    def _on_selection(self, index: int) -> None:
+        with QSignalBlocker(self.slider):
+            self.slider.setValue(index)
+        steps = self.controller.steps
+        if not steps:
+            return
+        step = steps[index]
+        kind = "prefill" if index == 0 else "decode"
+        self.step_label.setText(
+            f"{index} / {len(steps) - 1} · {kind} · chose {step.token.text!r} "
+            f"(p={step.prob:.3f})"
+        )

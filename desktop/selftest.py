@@ -1,0 +1,64 @@
+"""``llm-lens --selftest``: the real window, the bundled model, a short run, every pane checked."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+TIMEOUT_MS = 300_000
+
+
+class SelfTest:
+    """Drives the window through load → run → analyses, then checks and exits the event loop."""
+
+    def __init__(self, window: Any, tokens: int, screenshot: str | None) -> None:
+        self.window = window
+        self.tokens = tokens
+        self.screenshot = screenshot
+        self.exit_code = 1
+        c = window.controller
+        c.sig_model_loaded.connect(self._on_loaded)
+        c.sig_run_finished.connect(self._on_finished)
+        c.sig_error.connect(lambda m: self._fail(f"error shown in the window: {m}"))
+        QTimer.singleShot(TIMEOUT_MS, lambda: self._fail("timed out"))
+
+    def _on_loaded(self, info: Any) -> None:
+        print(f"selftest: loaded {info.name} on {info.device} ({info.dtype})", file=sys.stderr)
+        from core.sampling import GREEDY
+
+        panel = self.window.prompt_panel
+        self.window.controller.request_run(
+            panel.editor.toPlainText(), panel.chat_box.isChecked(), GREEDY, self.tokens
+        )
+
+    def _on_finished(self, summary: Any) -> None:
+        print(f"selftest: generated {summary.output_text!r} (TTFT {summary.ttft_ms:.0f} ms)",
+              file=sys.stderr)
+        self.window.controller.request_select(len(self.window.controller.steps) - 1)
+        QTimer.singleShot(4000, self._check)  # let panes ask for and draw their analyses
+
+    def _check(self) -> None:
+        empty = [name for name, pane in self.window.panes.items() if not pane.render_times_ms]
+        if empty:
+            self._fail(f"panes that received no data: {', '.join(empty)}")
+            return
+        if self.screenshot:
+            if not self.window.grab().save(self.screenshot, "PNG"):
+                self._fail(f"could not write {self.screenshot}")
+                return
+            print(f"selftest: screenshot written to {self.screenshot}", file=sys.stderr)
+        print("selftest: ok", file=sys.stderr)
+        self.exit_code = 0
+        self.window.close()
+        QApplication.instance().quit()
+
+    def _fail(self, reason: str) -> None:
+        if self.exit_code == 0:
+            return
+        print(f"selftest: FAILED: {reason}", file=sys.stderr)
+        self.exit_code = 1
+        self.window.close()
+        QApplication.instance().quit()
