@@ -85,7 +85,8 @@ class AttentionPane(Pane):
         super().__init__(controller, parent)
         self.matrix = np.zeros((0, 0), np.float32)  # the shown map (content, no padding)
         self.positions = np.zeros(0, np.int64)  # first position of each matrix cell
-        self.labels: list[str] = []  # token label of each cell, before thinning
+        self.texts: list[str] = []  # token text at the first position of each cell
+        self.labels: list[str] = []  # axis label of each cell (visible whitespace), unthinned
         self.block = 1
         self._grid_shape: tuple[int, int] = (0, 0)
         self._view_size = 0
@@ -162,18 +163,17 @@ class AttentionPane(Pane):
         self._sync_model(ctl.info)
         layer, head = self.layer_box.value(), self.head_box.value()
         amap = ctl.request_analysis("attention_map", layer=layer, head=head, max_size=MAP_SIZE)
-        self._render_overview(step)
+        if amap is not None:
+            image, size = self._assemble(amap, step, layer, head)
+            levels = self._levels()
+            self.image.setImage(image, levels=levels)
+            self.bar.setLevels(levels)
+            if size != self._view_size:
+                self._view_size = size
+                self.map_plot.setRange(xRange=(0, size), yRange=(0, size), padding=0)
+            self._apply_ticks()
         self._header(step, layer, head, amap)
-        if amap is None:
-            return
-        image, size = self._assemble(amap, step, layer, head)
-        levels = self._levels()
-        self.image.setImage(image, levels=levels)
-        self.bar.setLevels(levels)
-        if size != self._view_size:
-            self._view_size = size
-            self.map_plot.setRange(xRange=(0, size), yRange=(0, size), padding=0)
-        self._apply_ticks()
+        self._render_overview(step)
 
     def _sync_model(self, info: Any) -> None:
         """Spin-box ranges and the overview's separators follow the loaded model."""
@@ -219,7 +219,8 @@ class AttentionPane(Pane):
         self.matrix = image[:content, :content].copy()
         self.positions = np.arange(content, dtype=np.int64) * block
         texts = [t.text for t in ctl.prompt.tokens] + [s.token.text for s in ctl.steps]
-        self.labels = [visible_text(texts[p]) for p in self.positions]
+        self.texts = [texts[p] for p in self.positions]
+        self.labels = [visible_text(t) for t in self.texts]
         return image, size
 
     def _levels(self) -> tuple[float, float]:
@@ -227,7 +228,9 @@ class AttentionPane(Pane):
         if not self.contrast.isChecked() or self.matrix.size == 0:
             return (0.0, 1.0)
         causal = self.matrix[np.tril_indices_from(self.matrix, -1)]
-        return (0.0, float(max(np.percentile(causal, 98), 1e-3)) if causal.size else 1.0)
+        if causal.size == 0:
+            return (0.0, 1.0)
+        return (0.0, float(max(np.percentile(causal, 98), 1e-3)))
 
     def _apply_ticks(self) -> None:
         """Token labels on both axes, thinned so they do not overlap at the current size."""
@@ -274,13 +277,12 @@ class AttentionPane(Pane):
         elif self.block > 1:
             parts.append(f"max-pooled in blocks of {self.block} positions")
         self.header.setText(" · ".join(parts))
-        self._mark_tile()
 
     # ----------------------------------------------------------------- clear / export
     def clear(self) -> None:
         self.matrix = np.zeros((0, 0), np.float32)
         self.positions = np.zeros(0, np.int64)
-        self.labels = []
+        self.texts, self.labels = [], []
         self._view_size = 0
         self.image.clear()
         self.tiles.clear()
@@ -294,7 +296,7 @@ class AttentionPane(Pane):
     def csv_table(self) -> tuple[Sequence[str], Sequence[Sequence[Any]]]:
         header = ("query position", "query token", "key position", "key token", "weight")
         rows = []
-        full = self.labels
+        full = self.texts
         for q, qpos in enumerate(self.positions):
             for k in range(q + 1):
                 weight = float(self.matrix[q, k])

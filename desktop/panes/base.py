@@ -18,7 +18,9 @@ from desktop.controller import REPAINT_MS, Controller
 def atomic_write(path: str | Path, write: Any, suffix: str = "") -> None:
     """Write via ``write(tmp_path)`` into a temporary file beside ``path``, then rename."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or path.suffix, dir=path.parent)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{path.name}.", suffix=suffix or path.suffix, dir=path.parent
+    )
     os.close(fd)
     try:
         write(tmp)

@@ -30,6 +30,17 @@ def human_bytes(n: float) -> str:
     return f"{int(value)} bytes" if unit == 0 else f"{value:.3g} {UNITS[unit]}"
 
 
+def byte_axis(plot: pg.PlotItem, largest: float) -> None:
+    """Label a plot's y axis in the binary unit that suits ``largest``; the data stay in bytes."""
+    power = 0
+    while largest >= 1024 ** (power + 1) and power < len(UNITS) - 1:
+        power += 1
+    axis = plot.getAxis("left")
+    axis.enableAutoSIPrefix(False)
+    axis.setScale(1 / 1024**power)
+    axis.setLabel(UNITS[power])
+
+
 class KVCachePane(Pane):
     """Bytes held by the KV cache over the run, per layer for the selected step, and the formula."""
 
@@ -53,7 +64,6 @@ class KVCachePane(Pane):
         """Bytes vs tokens: measured points, formula line, full-MHA dashed line, prefill jump."""
         plot = self.growth_plot = self.view.addPlot(row=0, col=0, title="KV cache memory")
         plot.setLabel("bottom", "tokens in the cache")
-        plot.setLabel("left", "bytes", units="B")
         plot.addLegend(offset=(5, 5), labelTextSize="8pt")
         self.mha_curve = plot.plot(
             pen=pg.mkPen("#ef9a9a", width=2, style=Qt.PenStyle.DashLine), name="if full MHA"
@@ -63,7 +73,11 @@ class KVCachePane(Pane):
         )
         self.formula_curve = plot.plot(pen=pg.mkPen("#ffb74d", width=4), name="formula")
         self.measured_curve = plot.plot(
-            pen=None, symbol="o", symbolSize=5, symbolBrush="#4fc3f7", symbolPen=None,
+            pen=None,
+            symbol="o",
+            symbolSize=5,
+            symbolBrush="#4fc3f7",
+            symbolPen=None,
             name="measured",
         )
         self.selected_point = pg.ScatterPlotItem(size=11, pen=pg.mkPen("w", width=2), brush=None)
@@ -73,11 +87,14 @@ class KVCachePane(Pane):
         """Per-layer bars of key and value bytes for the selected step."""
         plot = self.layer_plot = self.view.addPlot(row=0, col=1, title="per layer (selected step)")
         plot.setLabel("bottom", "layer")
-        plot.setLabel("left", "bytes", units="B")
-        plot.addLegend(offset=(5, 5), labelTextSize="8pt")
-        self.key_bars = pg.BarGraphItem(x=[], height=[], width=0.4, brush="#4fc3f7", name="keys")
-        self.value_bars = pg.BarGraphItem(x=[], height=[], width=0.4, brush="#ce93d8",
-                                          name="values")
+        plot.addLegend(offset=(5, 5), labelTextSize="8pt", colCount=2)
+        # stacked: keys at the bottom, values on top of them
+        self.key_bars = pg.BarGraphItem(
+            x=[], height=[], width=0.8, brush="#4fc3f7", pen=None, name="keys"
+        )
+        self.value_bars = pg.BarGraphItem(
+            x=[], height=[], y0=[], width=0.8, brush="#ce93d8", pen=None, name="values"
+        )
         plot.addItem(self.key_bars)
         plot.addItem(self.value_bars)
         self.view.ci.layout.setColumnStretchFactor(0, 3)
@@ -89,7 +106,7 @@ class KVCachePane(Pane):
             curve.setData([], [])
         self.selected_point.setData([], [])
         self.key_bars.setOpts(x=[], height=[])
-        self.value_bars.setOpts(x=[], height=[])
+        self.value_bars.setOpts(x=[], height=[], y0=[])
         self.formula_label.setText("no run yet: the KV cache is empty")
 
     def render(self, step: Any) -> None:
@@ -106,8 +123,12 @@ class KVCachePane(Pane):
         self.selected_point.setData([step.kv.tokens], [step.kv.bytes_total])
         per_layer = np.asarray(step.kv.per_layer)
         layers = np.arange(per_layer.shape[0])
-        self.key_bars.setOpts(x=layers - 0.2, height=per_layer[:, 0])
-        self.value_bars.setOpts(x=layers + 0.2, height=per_layer[:, 1])
+        self.key_bars.setOpts(x=layers, height=per_layer[:, 0])
+        self.value_bars.setOpts(x=layers, height=per_layer[:, 1], y0=per_layer[:, 0])
+        top = float(per_layer.sum(axis=1).max())
+        self.layer_plot.setYRange(0, top * 1.25)  # head-room for the legend
+        byte_axis(self.layer_plot, top)
+        byte_axis(self.growth_plot, float(steps[-1].kv.mha_bytes))
         self.formula_label.setText(self.formula_text(step))
 
     def formula_text(self, step: Any) -> str:
@@ -143,8 +164,14 @@ class KVCachePane(Pane):
     def csv_table(self) -> tuple[Sequence[str], Sequence[Sequence[Any]]]:
         header = ("step", "tokens", "bytes_total", "bytes_added", "formula_bytes", "mha_bytes")
         rows = [
-            (s.index, s.kv.tokens, s.kv.bytes_total, s.kv.bytes_added, s.kv.formula_bytes,
-             s.kv.mha_bytes)
+            (
+                s.index,
+                s.kv.tokens,
+                s.kv.bytes_total,
+                s.kv.bytes_added,
+                s.kv.formula_bytes,
+                s.kv.mha_bytes,
+            )
             for s in self.controller.steps
         ]
         return header, rows

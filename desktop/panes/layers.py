@@ -33,8 +33,8 @@ WAIT_TEXT = "lens computed when the run ends or when you select a step"
 
 
 def shown(text: str) -> str:
-    """A token's text with its whitespace made visible, quoted so leading spaces show."""
-    return "'" + text.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r") + "'"
+    """A token's text with its whitespace made visible (␣ space, ↵ newline, ⇥ tab)."""
+    return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍") or "∅"
 
 
 def first_agreement(lens: Any) -> int | None:
@@ -63,7 +63,7 @@ class LayerStackPane(Pane):
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.norm_view)
         split.addWidget(self.tabs)
-        split.setSizes([320, 380])
+        split.setSizes([280, 420])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(split)
@@ -76,8 +76,9 @@ class LayerStackPane(Pane):
         self.norm_view = pg.GraphicsLayoutWidget()
         self.resid_plot = self.norm_view.addPlot(row=0, col=0, title="residual stream norm")
         self.resid_plot.setLabel("left", "‖h‖")
-        self.resid_curve = self.resid_plot.plot(pen=pg.mkPen("#e0e0e0", width=2), symbol="o",
-                                                symbolSize=4, symbolBrush="#e0e0e0")
+        self.resid_curve = self.resid_plot.plot(
+            pen=pg.mkPen("#e0e0e0", width=2), symbol="o", symbolSize=4, symbolBrush="#e0e0e0"
+        )
         self.update_plot = self.norm_view.addPlot(row=1, col=0, title="what each layer adds")
         self.update_plot.setLabel("left", "‖update‖")
         self.update_plot.setLabel("bottom", "layer (0 = embeddings)")
@@ -85,8 +86,9 @@ class LayerStackPane(Pane):
         self.attn_curve = self.update_plot.plot(pen=pg.mkPen("#4fc3f7", width=2), name="attention")
         self.mlp_curve = self.update_plot.plot(pen=pg.mkPen("#ffb74d", width=2), name="MLP")
         self.update_plot.setXLink(self.resid_plot)
-        self.agree_line = pg.InfiniteLine(angle=90, movable=False,
-                                          pen=pg.mkPen("#81c784", style=Qt.PenStyle.DashLine))
+        self.agree_line = pg.InfiniteLine(
+            angle=90, movable=False, pen=pg.mkPen("#81c784", style=Qt.PenStyle.DashLine)
+        )
         self.resid_plot.addItem(self.agree_line)
         self.agree_line.setVisible(False)
 
@@ -95,6 +97,10 @@ class LayerStackPane(Pane):
         self.lens_table.setHorizontalHeaderLabels([f"top {i + 1}" for i in range(LENS_K)])
         self.lens_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.lens_table.verticalHeader().setDefaultSectionSize(18)
+        self.lens_table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        small = QFont(self.lens_table.font())
+        small.setPointSizeF(max(6.0, small.pointSizeF() - 1))
+        self.lens_table.setFont(small)
         self.lens_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.lens_status = QLabel()
         self.lens_status.setWordWrap(True)
@@ -107,13 +113,14 @@ class LayerStackPane(Pane):
     def _build_heatmap(self) -> None:
         """Layer × prompt position image of the lens' top-1 probability, with a colour bar."""
         self.heat_view = pg.GraphicsLayoutWidget()
-        self.heat_plot = self.heat_view.addPlot(title="lens top-1 probability over the prompt")
+        self.heat_plot = self.heat_view.addPlot()
         self.heat_plot.setLabel("bottom", "prompt position")
         self.heat_plot.setLabel("left", "layer")
         self.heat_image = pg.ImageItem(axisOrder="row-major")
         self.heat_plot.addItem(self.heat_image)
-        self.heat_bar = pg.ColorBarItem(values=(0.0, 1.0), colorMap="viridis", interactive=False,
-                                        label="probability")
+        self.heat_bar = pg.ColorBarItem(
+            values=(0.0, 1.0), colorMap="viridis", interactive=False, label="lens top-1 probability"
+        )
         self.heat_bar.setImageItem(self.heat_image, insert_in=self.heat_plot)
         self.heat_plot.scene().sigMouseMoved.connect(self._on_heat_hover)
         self.hover_label = QLabel()
@@ -189,13 +196,15 @@ class LayerStackPane(Pane):
             label = "emb" if r == 0 else str(r)
             table.setVerticalHeaderItem(r, QTableWidgetItem(label + (" ★" if r == first else "")))
             for c in range(lens.top_ids.shape[1]):
-                item = QTableWidgetItem(f"{shown(lens.top_texts[r][c])} ({lens.top_probs[r, c]:.2f})")
+                text = f"{shown(lens.top_texts[r][c])} ({lens.top_probs[r, c]:.2f})"
+                item = QTableWidgetItem(text)
+                item.setToolTip(f"{text} · id {int(lens.top_ids[r, c])}")
                 if int(lens.top_ids[r, c]) == lens.final_id:
                     item.setFont(bold)
                     item.setBackground(mark_bg)
                     item.setForeground(mark_fg)
                 table.setItem(r, c, item)
-        final_text = shown(lens.top_texts[-1][0])
+        final_text = f"'{shown(lens.top_texts[-1][0])}'"
         where = f"first at layer {first} (★)" if first is not None else "at no layer"
         self.lens_status.setText(
             f"step {step.index}: the model's prediction {final_text} is the lens' top-1 {where}; "
@@ -233,11 +242,11 @@ class LayerStackPane(Pane):
             return ""
         if not 0 <= position < pl.top1_ids.shape[1]:
             return ""
-        read = shown(prompt.tokens[position].text) if prompt is not None else "?"
+        read = f"'{shown(prompt.tokens[position].text)}'" if prompt is not None else "?"
         where = "embeddings" if layer == 0 else f"layer {layer}"
         return (
             f"position {position} (reads {read}), {where}: lens top-1 "
-            f"{shown(pl.top1_texts[layer][position])} p={pl.top1_probs[layer, position]:.3f}"
+            f"'{shown(pl.top1_texts[layer][position])}' p={pl.top1_probs[layer, position]:.3f}"
         )
 
     def _on_heat_hover(self, pos: QPointF) -> None:
@@ -253,8 +262,14 @@ class LayerStackPane(Pane):
         return [self.norm_view.ci, self.heat_plot]
 
     def csv_table(self) -> tuple[Sequence[str], Sequence[Sequence[Any]]]:
-        header = ("layer", "residual_norm", "attn_update_norm", "mlp_update_norm",
-                  "lens_top1_text", "lens_top1_prob")
+        header = (
+            "layer",
+            "residual_norm",
+            "attn_update_norm",
+            "mlp_update_norm",
+            "lens_top1_text",
+            "lens_top1_prob",
+        )
         step = self._step
         if step is None:
             return header, ()
@@ -265,7 +280,10 @@ class LayerStackPane(Pane):
         rows = []
         for layer in range(resid.shape[0]):
             upd = ("", "") if layer == 0 else (float(attn[layer - 1]), float(mlp[layer - 1]))
-            top = ("", "") if lens is None else (lens.top_texts[layer][0],
-                                                 float(lens.top_probs[layer, 0]))
+            top = (
+                ("", "")
+                if lens is None
+                else (lens.top_texts[layer][0], float(lens.top_probs[layer, 0]))
+            )
             rows.append((layer, float(resid[layer]), *upd, *top))
         return header, rows

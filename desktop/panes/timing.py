@@ -18,13 +18,18 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 from desktop.controller import Controller
 from desktop.panes.base import Pane
 
-PARTS = (("forward_ms", "forward", "#4fc3f7"), ("sample_ms", "sample", "#ffb74d"),
-         ("capture_ms", "capture", "#ce93d8"))
+PARTS = (
+    ("forward_ms", "forward", "#4fc3f7"),
+    ("sample_ms", "sample", "#ffb74d"),
+    ("capture_ms", "capture", "#ce93d8"),
+)
 
 
 def timings(steps: Sequence[Any]) -> dict[str, np.ndarray]:
     """Per-step milliseconds of each part, and their total, as arrays over the steps."""
-    out = {key: np.array([getattr(s.timing, key) for s in steps], np.float64) for key, _, _ in PARTS}
+    out = {
+        key: np.array([getattr(s.timing, key) for s in steps], np.float64) for key, _, _ in PARTS
+    }
     out["total_ms"] = np.array([s.timing.total_ms for s in steps], np.float64)
     return out
 
@@ -46,12 +51,17 @@ class TimingPane(Pane):
         self.plot.addLegend(offset=(-5, 5), labelTextSize="8pt")
         self.bars: dict[str, pg.BarGraphItem] = {}
         for key, name, colour in PARTS:
-            bar = pg.BarGraphItem(x=[], height=[], y0=[], width=0.8, brush=colour, pen=None,
-                                  name=name)
+            bar = pg.BarGraphItem(
+                x=[], height=[], y0=[], width=0.8, brush=colour, pen=None, name=name
+            )
             self.plot.addItem(bar)
             self.bars[key] = bar
-        self.marker = pg.InfiniteLine(angle=90, movable=True, pen=pg.mkPen("w", width=2),
-                                      hoverPen=pg.mkPen("#fff59d", width=3))
+        self.marker = pg.InfiniteLine(
+            angle=90,
+            movable=True,
+            pen=pg.mkPen("w", width=2),
+            hoverPen=pg.mkPen("#fff59d", width=3),
+        )
         self.plot.addItem(self.marker)
         self.marker.sigPositionChangeFinished.connect(self._on_marker_moved)
         self.plot.scene().sigMouseClicked.connect(self._on_clicked)
@@ -163,8 +173,13 @@ class TimingPane(Pane):
     def csv_table(self) -> tuple[Sequence[str], Sequence[Sequence[Any]]]:
         header = ("step", "forward_ms", "sample_ms", "capture_ms", "total_ms")
         rows = [
-            (s.index, s.timing.forward_ms, s.timing.sample_ms, s.timing.capture_ms,
-             s.timing.total_ms)
+            (
+                s.index,
+                s.timing.forward_ms,
+                s.timing.sample_ms,
+                s.timing.capture_ms,
+                s.timing.total_ms,
+            )
             for s in self.controller.steps
         ]
         return header, rows

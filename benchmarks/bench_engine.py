@@ -1,0 +1,124 @@
+"""Engine benchmarks: load times, plain loop vs capture loop vs generate(), memory floor.
+
+Prints a table and, with ``--write``, the measured section of docs/performance.md. Ratios are
+measured in one process run, on the same model, dtype, threads and prompts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from core.engine import Engine, RunConfig  # noqa: E402
+from core.loading import bundled_gguf, load_model  # noqa: E402
+from core.runtime import configure_threads  # noqa: E402
+from core.sampling import GREEDY  # noqa: E402
+
+
+def time_loads() -> dict[str, float]:
+    """Seconds to load the bundled model from its GGUF (fresh cache) and from the copy."""
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["LLM_LENS_CACHE"] = cache
+        t0 = time.perf_counter()
+        load_model()
+        first = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        load_model()
+        again = time.perf_counter() - t0
+    os.environ.pop("LLM_LENS_CACHE")
+    return {"first launch (GGUF → float32 copy)": first, "later launches (copy)": again}
+
+
+def plain_loop(engine: Engine, ids: list[int], n: int) -> tuple[float, list[float]]:
+    """The baseline: cached forward + argmax, no hooks, no records. (prefill ms, step ms)."""
+    model = engine.model
+    with torch.inference_mode():
+        cache = engine.new_cache()
+        t0 = time.perf_counter()
+        logits = engine.forward(torch.tensor([ids]), cache, len(ids) <= 1024)
+        prefill = (time.perf_counter() - t0) * 1e3
+        steps = []
+        for _ in range(n):
+            tok = torch.argmax(logits).reshape(1, 1)
+            t0 = time.perf_counter()
+            logits = engine.forward(tok, cache, True)
+            torch.argmax(logits)
+            steps.append((time.perf_counter() - t0) * 1e3)
+    del model
+    return prefill, steps
+
+
+def capture_loop(engine: Engine, ids: list[int], n: int) -> tuple[float, list[float]]:
+    prompt = engine.tokenize("x", chat=False)
+    prompt = type(prompt)(prompt.text, prompt.rendered, False,
+                          tuple(engine.texts.info(i) for i in ids))
+    run = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=n + 1))
+    t_last = time.perf_counter()
+    wall = []
+    for _ in run:
+        now = time.perf_counter()
+        wall.append((now - t_last) * 1e3)
+        t_last = now
+    return wall[0], wall[1:]
+
+
+def generate_ms(engine: Engine, ids: list[int], n: int) -> float:
+    """Mean ms per token of model.generate() (prefill included, as generate() reports it)."""
+    with torch.inference_mode():
+        x = torch.tensor([ids])
+        t0 = time.perf_counter()
+        engine.model.generate(x, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        return (time.perf_counter() - t0) * 1e3 / n
+
+
+def bandwidth_gbs() -> float:
+    a = np.ones(256 * 1024 * 1024 // 8)
+    b = np.empty_like(a)
+    np.copyto(b, a)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        np.copyto(b, a)
+    return 2 * a.nbytes * 5 / (time.perf_counter() - t0) / 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--skip-load", action="store_true")
+    args = parser.parse_args()
+    threads = configure_threads()
+    print(f"torch {torch.__version__}, threads {threads}, OMP_WAIT_POLICY "
+          f"{os.environ.get('OMP_WAIT_POLICY')}, gguf {bundled_gguf().name}")
+    if not args.skip_load:
+        for k, v in time_loads().items():
+            print(f"load  {k:40s} {v:7.2f} s")
+    engine = Engine(load_model())
+    base = engine.tokenize("Explain transformers like I am 12", chat=False).ids
+    filler = engine.tokenize(" the quick brown fox jumps over the lazy dog." * 120, chat=False).ids
+    weights = sum(p.numel() * p.element_size() for p in engine.model.parameters())
+    bw = bandwidth_gbs()
+    print(f"weights {weights / 1e6:.0f} MB, memory copy bandwidth {bw:.1f} GB/s, "
+          f"floor {weights / bw / 1e6:.1f} ms/token")
+    plain_loop(engine, base, 4)  # warm-up
+    for name, ids in (("40-token", (base * 8)[:40]), ("1000-token", filler[:1000])):
+        p_pre, p_steps = plain_loop(engine, ids, args.tokens)
+        c_pre, c_steps = capture_loop(engine, ids, args.tokens)
+        gen = generate_ms(engine, ids, args.tokens)
+        p_med, c_med = statistics.median(p_steps), statistics.median(c_steps)
+        print(f"{name:10s} prefill plain {p_pre:7.1f} ms  capture {c_pre:7.1f} ms  "
+              f"ratio {c_pre / p_pre:4.2f}")
+        print(f"{name:10s} decode  plain {p_med:7.1f} ms  capture {c_med:7.1f} ms  "
+              f"ratio {c_med / p_med:4.2f}   generate() {gen:6.1f} ms/token (incl. prefill)  "
+              f"plain/generate {statistics.mean(p_steps) / gen:4.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,14 @@
+"""``make bench``: every benchmark, printing its figures (not part of ``make test``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+for script in ("bench_engine.py", "bench_gui.py"):
+    if (HERE / script).exists():
+        print(f"== {script}", flush=True)
+        subprocess.run([sys.executable, str(HERE / script)], check=True)

@@ -1,0 +1,376 @@
+"""Embeddings pane: where tokens sit in the model's input space, and how the residual moves.
+
+Mode "vocabulary" draws all vocabulary rows of the input embedding (PCA to 2-D) once per
+model and highlights the prompt's and the response's tokens; a click asks the worker for a
+token's nearest neighbours. Mode "layer paths" draws each prompt token's residual stream
+from the embedding through every layer, projected by a PCA fitted on those states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop.controller import Controller
+from desktop.panes.attention import visible_text
+from desktop.panes.base import Pane
+
+MAX_LABELS = 60  # text labels drawn at once in either mode
+HOVER_PX = 8  # how close (in pixels) the mouse must be to a point to name it
+MODES = ("vocabulary", "layer paths")
+
+
+def _distinct(ids: Sequence[int]) -> list[int]:
+    """Ids in first-seen order, each once."""
+    return list(dict.fromkeys(int(i) for i in ids))
+
+
+class EmbeddingsPane(Pane):
+    """Vocabulary map with highlighted prompt/response tokens, or per-token layer paths."""
+
+    title = "Embeddings"
+
+    def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
+        super().__init__(controller, parent)
+        self.projection: Any = None
+        self.paths: Any = None
+        self.vocab_set_count = 0  # setData calls on the big scatter (once per model)
+        self._vocab_model: str | None = None
+        self._paths_run = -1
+        self._texts: dict[int, str] = {}  # id -> text of every token whose text we have seen
+        self._seen_steps = 0
+        self._asked_neighbours = -1
+        self.prompt_ids: list[int] = []
+        self.response_ids: list[int] = []
+        self._build_widgets()
+        self._build_vocab_plot()
+        self._build_paths_plot()
+
+    # ----------------------------------------------------------------- construction
+    def _build_widgets(self) -> None:
+        self.mode = QComboBox()
+        self.mode.addItems(MODES)
+        self.mode.currentIndexChanged.connect(self._mode_changed)
+        self.explained = QLabel()
+        self.hover = QLabel()
+        self.stack = QStackedWidget()
+        self.neighbour_title = QLabel("Click a token for its nearest neighbours")
+        self.neighbour_title.setWordWrap(True)
+        self.neighbour_list = QListWidget()
+        self.neighbour_list.itemActivated.connect(self._neighbour_activated)
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Show"))
+        top.addWidget(self.mode)
+        top.addWidget(self.explained, 1)
+        side = QVBoxLayout()
+        side.addWidget(self.neighbour_title)
+        side.addWidget(self.neighbour_list, 1)
+        body = QHBoxLayout()
+        body.addWidget(self.stack, 4)
+        body.addLayout(side, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addLayout(top)
+        layout.addLayout(body, 1)
+        layout.addWidget(self.hover)
+
+    def _build_vocab_plot(self) -> None:
+        self.vocab_widget = pg.PlotWidget()
+        self.stack.addWidget(self.vocab_widget)
+        plot = self.vocab_plot = self.vocab_widget.getPlotItem()
+        plot.setLabel("bottom", "PC1")
+        plot.setLabel("left", "PC2")
+        plot.setMenuEnabled(False)
+        self.vocab = pg.ScatterPlotItem(
+            pxMode=True, size=2, pen=None, brush=pg.mkBrush(150, 150, 190, 70), useCache=True
+        )
+        self.prompt_dots = pg.ScatterPlotItem(size=8, pen=pg.mkPen("w"), brush=pg.mkBrush("c"))
+        self.response_dots = pg.ScatterPlotItem(
+            size=9, symbol="s", pen=pg.mkPen("w"), brush=pg.mkBrush(255, 150, 0)
+        )
+        self.neighbour_dots = pg.ScatterPlotItem(size=10, symbol="x", pen=None, brush="m")
+        for item in (self.vocab, self.prompt_dots, self.response_dots, self.neighbour_dots):
+            plot.addItem(item)
+        self.vocab_labels = self._label_pool(plot)
+        self._hover_proxy = pg.SignalProxy(
+            plot.scene().sigMouseMoved, rateLimit=30, slot=lambda args: self._on_hover(args[0])
+        )
+        plot.scene().sigMouseClicked.connect(self._on_click)
+
+    def _build_paths_plot(self) -> None:
+        self.paths_widget = pg.PlotWidget()
+        self.stack.addWidget(self.paths_widget)
+        plot = self.paths_plot = self.paths_widget.getPlotItem()
+        plot.setLabel("bottom", "PC1")
+        plot.setLabel("left", "PC2")
+        plot.setMenuEnabled(False)
+        self.cmap = pg.colormap.get("plasma")
+        self.segments: list[pg.PlotDataItem] = []  # one per layer (its input -> its output)
+        self.start_dots = pg.ScatterPlotItem(size=7, symbol="o", pen=None, brush="c")
+        self.end_dots = pg.ScatterPlotItem(size=9, symbol="t", pen=pg.mkPen("w"), brush="y")
+        plot.addItem(self.start_dots)
+        plot.addItem(self.end_dots)
+        self.path_labels = self._label_pool(plot)
+        self.depth_bar = pg.ColorBarItem(
+            values=(0, 1), colorMap=self.cmap, interactive=False, width=10, label="layer"
+        )
+        self.depth_bar.setImageItem([], insert_in=plot)
+
+    @staticmethod
+    def _label_pool(plot: Any) -> list[pg.TextItem]:
+        """TextItems made once and reused: each render only moves, retexts and shows them."""
+        pool = []
+        for _ in range(MAX_LABELS):
+            item = pg.TextItem(anchor=(0, 1), color=(235, 235, 235))
+            item.setVisible(False)
+            plot.addItem(item, ignoreBounds=True)
+            pool.append(item)
+        return pool
+
+    # ----------------------------------------------------------------- events
+    def _mode_changed(self, _index: int) -> None:
+        self.stack.setCurrentIndex(self.mode.currentIndex())
+        self.schedule()
+
+    def on_result(self, kind: str, key: object, result: object) -> None:
+        if kind in ("embedding_projection", "hidden_paths"):
+            self.schedule()
+        elif kind == "neighbours" and getattr(result, "token_id", None) == self._asked_neighbours:
+            self._show_neighbours(result)
+
+    def nearest(self, x: float, y: float, max_px: float = HOVER_PX) -> int | None:
+        """Vocabulary id of the point nearest to view coordinates (x, y), highlighted first."""
+        if self.projection is None:
+            return None
+        coords = self.projection.coords
+        pw, ph = self.vocab_plot.getViewBox().viewPixelSize()
+        pw, ph = pw or 1.0, ph or 1.0
+        for pool in (np.array(self.response_ids + self.prompt_ids, np.int64), None):
+            pts = coords if pool is None else coords[pool]
+            if pts.shape[0] == 0:
+                continue
+            d2 = ((pts[:, 0] - x) / pw) ** 2 + ((pts[:, 1] - y) / ph) ** 2
+            best = int(np.argmin(d2))
+            if d2[best] <= max_px**2:
+                return best if pool is None else int(pool[best])
+        return None
+
+    def _view_point(self, scene_pos: QPointF) -> QPointF | None:
+        vb = self.vocab_plot.getViewBox()
+        if not vb.sceneBoundingRect().contains(scene_pos):
+            return None
+        return vb.mapSceneToView(scene_pos)
+
+    def _on_hover(self, scene_pos: QPointF) -> None:
+        point = self._view_point(scene_pos)
+        token = None if point is None else self.nearest(point.x(), point.y())
+        if token is None:
+            self.hover.setText("")
+            return
+        text = self._texts.get(token)
+        shown = repr(text) if text is not None else "(text not loaded: click for neighbours)"
+        self.hover.setText(f"token {token}: {shown}")
+
+    def _on_click(self, ev: Any) -> None:
+        point = self._view_point(ev.scenePos())
+        token = None if point is None else self.nearest(point.x(), point.y())
+        if token is not None:
+            self.select_token(token)
+
+    def _neighbour_activated(self, item: QListWidgetItem) -> None:
+        self.select_token(int(item.data(Qt.ItemDataRole.UserRole)))
+
+    def select_token(self, token_id: int) -> None:
+        """Ask for ``token_id``'s nearest neighbours; shown now if cached, else on arrival."""
+        self._asked_neighbours = token_id
+        name = self._texts.get(token_id)
+        self.neighbour_title.setText(
+            f"Nearest to {token_id} {name!r}:" if name is not None else f"Nearest to {token_id}:"
+        )
+        self.neighbour_list.clear()
+        result = self.controller.request_analysis("neighbours", token_id=token_id)
+        if result is not None:
+            self._show_neighbours(result)
+
+    def _show_neighbours(self, result: Any) -> None:
+        self.neighbour_list.clear()
+        for tid, text, sim in zip(result.ids, result.texts, result.similarities, strict=True):
+            self._texts.setdefault(int(tid), text)
+            item = QListWidgetItem(f"{sim:.3f}  {visible_text(text, 24)}  ({int(tid)})")
+            item.setData(Qt.ItemDataRole.UserRole, int(tid))
+            item.setData(Qt.ItemDataRole.UserRole + 1, float(sim))
+            self.neighbour_list.addItem(item)
+        if self.projection is not None:
+            self.neighbour_dots.setData(pos=self.projection.coords[np.asarray(result.ids)])
+
+    # ----------------------------------------------------------------- render
+    def render(self, step: Any) -> None:
+        ctl = self.controller
+        if ctl.info is None:
+            return
+        self._learn_texts()
+        if self.mode.currentIndex() == 0:
+            self._render_vocab(step)
+        else:
+            self._render_paths()
+
+    def _learn_texts(self) -> None:
+        """Remember the texts the records carry (prompt, chosen and top tokens) for hovering."""
+        ctl = self.controller
+        if ctl.prompt is not None and self._seen_steps == 0:
+            self._texts.update((t.id, t.text) for t in ctl.prompt.tokens)
+        for record in ctl.steps[self._seen_steps :]:
+            self._texts.update(zip(record.top_ids.tolist(), record.top_texts, strict=True))
+            self._texts[record.token.id] = record.token.text
+        self._seen_steps = len(ctl.steps)
+
+    def _render_vocab(self, step: Any) -> None:
+        ctl = self.controller
+        if self._vocab_model != ctl.info.weights_id:
+            proj = ctl.request_analysis("embedding_projection")
+            if proj is None:
+                self.explained.setText("projecting the vocabulary…")
+                return
+            self._set_vocab(proj, ctl.info.weights_id)
+        ex = self.projection.explained
+        self.explained.setText(
+            f"PCA of all {len(self.projection.coords):,} input embeddings: "
+            f"PC1 {ex[0]:.1%}, PC2 {ex[1]:.1%} of the variance"
+        )
+        self._render_overlay(step)
+
+    def _set_vocab(self, proj: Any, model: str) -> None:
+        """The one expensive call (~180 ms): every vocabulary row, once per model."""
+        self.projection = proj
+        self._vocab_model = model
+        self.vocab.setData(pos=proj.coords)
+        self.vocab_set_count += 1
+        vb = self.vocab_plot.getViewBox()
+        vb.autoRange(padding=0.02)
+        vb.disableAutoRange()
+
+    def _render_overlay(self, step: Any) -> None:
+        """Prompt and response tokens up to the selected step, labelled (reused TextItems)."""
+        ctl = self.controller
+        coords = self.projection.coords
+        self.prompt_ids = _distinct(ctl.prompt.ids) if ctl.prompt is not None else []
+        upto = ctl.steps[: step.index + 1] if step is not None else []
+        self.response_ids = _distinct(r.token.id for r in upto)
+        self.prompt_dots.setData(pos=coords[np.array(self.prompt_ids, np.int64)].reshape(-1, 2))
+        self.response_dots.setData(pos=coords[np.array(self.response_ids, np.int64)].reshape(-1, 2))
+        labelled = _distinct(self.response_ids[::-1] + self.prompt_ids)[:MAX_LABELS]
+        points = [(coords[i], visible_text(self._texts.get(i, str(i)), 12)) for i in labelled]
+        self._place_labels(self.vocab_labels, points)
+
+    @staticmethod
+    def _place_labels(pool: list[pg.TextItem], points: Sequence[tuple[Any, str]]) -> None:
+        for item, (xy, text) in zip(pool, points, strict=False):
+            item.setText(text)
+            item.setPos(float(xy[0]), float(xy[1]))
+            item.setVisible(True)
+        for item in pool[len(points) :]:
+            item.setVisible(False)
+
+    def _render_paths(self) -> None:
+        ctl = self.controller
+        if self._paths_run == ctl.run_id or ctl.prompt is None:
+            return
+        paths = ctl.request_analysis("hidden_paths")
+        if paths is None:
+            self.explained.setText("projecting the residual stream…")
+            return
+        self.paths, self._paths_run = paths, ctl.run_id
+        self._draw_paths(paths.coords, ctl.prompt.tokens)
+        ex = paths.explained
+        self.explained.setText(
+            f"PCA of the prompt's residual states: PC1 {ex[0]:.1%}, PC2 {ex[1]:.1%} of the variance"
+        )
+        self.paths_plot.getViewBox().autoRange(padding=0.05)
+
+    def _draw_paths(self, coords: np.ndarray, tokens: Sequence[Any]) -> None:
+        """One PlotDataItem per layer transition (all tokens, connect='pairs'), depth colours."""
+        steps = coords.shape[1] - 1
+        self._ensure_segments(steps)
+        for layer, item in enumerate(self.segments):
+            pairs = coords[:, layer : layer + 2].reshape(-1, 2)  # (tokens * 2, 2)
+            item.setData(pairs[:, 0], pairs[:, 1])
+        self.start_dots.setData(pos=coords[:, 0])
+        self.end_dots.setData(pos=coords[:, -1])
+        every = max(1, -(-len(tokens) // MAX_LABELS))
+        points = [
+            (coords[i, -1], visible_text(tokens[i].text, 12)) for i in range(0, len(tokens), every)
+        ]
+        self._place_labels(self.path_labels, points)
+
+    def _ensure_segments(self, layers: int) -> None:
+        """Per-layer segment items, rebuilt only when a model with another depth arrives."""
+        if len(self.segments) == layers:
+            return
+        for item in self.segments:
+            self.paths_plot.removeItem(item)
+        self.segments = []
+        for layer in range(layers):
+            colour = self.cmap.map((layer + 0.5) / layers, mode="qcolor")
+            item = pg.PlotDataItem(connect="pairs", pen=pg.mkPen(colour, width=1.5))
+            self.paths_plot.addItem(item)
+            self.segments.append(item)
+        self.depth_bar.setLevels((0, layers))
+
+    # ----------------------------------------------------------------- clear / export
+    def clear(self) -> None:
+        """A new run drops the overlay and paths; a new model also drops the vocabulary map."""
+        info = self.controller.info
+        if info is None or info.weights_id != self._vocab_model:
+            self.vocab.clear()
+            self.projection, self._vocab_model, self._texts = None, None, {}
+        self.prompt_ids, self.response_ids = [], []
+        for item in (
+            self.prompt_dots,
+            self.response_dots,
+            self.neighbour_dots,
+            self.start_dots,
+            self.end_dots,
+            *self.segments,
+        ):
+            item.setData([], [])
+        for item in self.vocab_labels + self.path_labels:
+            item.setVisible(False)
+        self.paths, self._paths_run, self._seen_steps = None, -1, 0
+        self.neighbour_list.clear()
+
+    def plot_items(self) -> list[Any]:
+        return [self.vocab_plot if self.mode.currentIndex() == 0 else self.paths_plot]
+
+    def csv_table(self) -> tuple[Sequence[str], Sequence[Sequence[Any]]]:
+        if self.mode.currentIndex() == 0:
+            if self.projection is None:
+                return ("token id", "text", "x", "y"), []
+            ids = _distinct(self.prompt_ids + self.response_ids)
+            xy = self.projection.coords
+            rows = [(i, self._texts.get(i, ""), float(xy[i, 0]), float(xy[i, 1])) for i in ids]
+            return ("token id", "text", "x", "y"), rows
+        header = ("position", "token", "layer", "x", "y")
+        if self.paths is None or self.controller.prompt is None:
+            return header, []
+        tokens = self.controller.prompt.tokens
+        c = self.paths.coords
+        rows = [
+            (p, tokens[p].text, layer, float(c[p, layer, 0]), float(c[p, layer, 1]))
+            for p in range(c.shape[0])
+            for layer in range(c.shape[1])
+        ]
+        return header, rows

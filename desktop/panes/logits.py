@@ -1,0 +1,156 @@
+"""Logits pane: the selected step's raw next-token distribution, top 20, as horizontal bars.
+
+Horizontal bars keep the token labels readable on the axis. The token the run chose is drawn in
+another colour; when it is not among the top 20 the text line says so and gives its rank.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from core.records import StepRecord
+from desktop.controller import Controller
+from desktop.panes.base import Pane
+from desktop.panes.tokens import piece_label, visible
+
+TOP = 20
+BAR_BRUSH = pg.mkBrush(90, 140, 220)
+CHOSEN_BRUSH = pg.mkBrush(245, 150, 40)
+LABEL_CHARS = 16
+
+
+def tick_label(rank: int, text: str) -> str:
+    """'3. ·the' — rank (1-based) and visible text, shortened to stay on the axis."""
+    shown = visible(text)
+    if len(shown) > LABEL_CHARS:
+        shown = shown[: LABEL_CHARS - 1] + "…"
+    return f"{rank}. {shown}"
+
+
+def bar_values(probs: np.ndarray, log: bool) -> tuple[np.ndarray, float]:
+    """Bar ends and the common baseline: (probs, 0), or (log10 probs, a floor below them)."""
+    if not log:
+        return probs.astype(np.float64), 0.0
+    values = np.log10(np.maximum(probs.astype(np.float64), 1e-30))
+    return values, float(math.floor(values.min()) - 0.5)
+
+
+class LogitsPane(Pane):
+    """Top-20 of the selected step's raw distribution, the chosen token highlighted."""
+
+    title = "Logits"
+
+    def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
+        super().__init__(controller, parent)
+        self.plot_widget = pg.PlotWidget()
+        self.plot = self.plot_widget.getPlotItem()
+        self.plot.invertY(True)
+        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.hideButtons()
+        self.plot.showGrid(x=True, alpha=0.25)
+        self.plot.setMenuEnabled(False)
+        zeros = np.zeros(TOP)
+        self.bars = pg.BarGraphItem(
+            x0=zeros,
+            y=np.arange(TOP),
+            width=zeros,
+            height=0.75,
+            brushes=[BAR_BRUSH] * TOP,
+            pen=None,
+        )
+        self.plot.addItem(self.bars)
+        self.values = [pg.TextItem(anchor=(0, 0.5)) for _ in range(TOP)]
+        for item in self.values:
+            self.plot.addItem(item)
+        self.log_scale = QCheckBox("log scale")
+        self.log_scale.toggled.connect(lambda _on: self.render(self.controller.current_step()))
+        self.info = QLabel()
+        self.info.setWordWrap(True)
+        self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.chosen_row: int | None = None
+        self._step: StepRecord | None = None
+        row = QHBoxLayout()
+        row.addWidget(self.info, 1)
+        row.addWidget(self.log_scale)
+        layout = QVBoxLayout(self)
+        layout.addLayout(row)
+        layout.addWidget(self.plot_widget, 1)
+        self.clear()
+
+    def render(self, step: StepRecord | None) -> None:
+        if step is None:
+            self.clear()
+            return
+        self._step = step
+        n = min(TOP, len(step.top_probs))
+        probs = np.asarray(step.top_probs[:n])
+        log = self.log_scale.isChecked()
+        ends, base = bar_values(probs, log)
+        hits = np.flatnonzero(step.top_ids[:n] == step.token.id)
+        self.chosen_row = int(hits[0]) if hits.size else None
+        brushes = [CHOSEN_BRUSH if i == self.chosen_row else BAR_BRUSH for i in range(n)]
+        self.bars.setOpts(
+            x0=np.full(n, base), y=np.arange(n), width=ends - base, height=0.75, brushes=brushes
+        )
+        for i, item in enumerate(self.values):
+            item.setText(f"{probs[i]:.2%}" if i < n else "")
+            item.setPos(float(ends[i]) if i < n else 0.0, i)
+        ticks = [(i, tick_label(i + 1, step.top_texts[i])) for i in range(n)]
+        self.plot.getAxis("left").setTicks([ticks, []])
+        self.plot.setLabel("bottom", "log10 probability" if log else "probability")
+        span = float(ends.max()) - base
+        self.plot.setXRange(base, float(ends.max()) + 0.25 * span, padding=0)
+        self.plot.setYRange(-0.6, n - 0.4, padding=0)
+        self.info.setText(self._describe(step))
+
+    def _describe(self, step: StepRecord) -> str:
+        """Chosen token, rank, probability, logprob and the entropy of the full distribution."""
+        where = "" if self.chosen_row is not None else f" (outside the top {TOP})"
+        bits = step.entropy / math.log(2)
+        kind = "prefill" if step.is_prefill else f"step {step.index}"
+        tok = step.token
+        return (
+            f"{kind}: chose {piece_label(tok.text, tok.raw, tok.special)} (id {tok.id}) · "
+            f"rank {step.rank + 1}{where} · p = {step.prob:.4f} · logprob = {step.logprob:.3f} · "
+            f"entropy = {step.entropy:.3f} nats = {bits:.3f} bits"
+        )
+
+    def clear(self) -> None:
+        self._step, self.chosen_row = None, None
+        zeros = np.zeros(TOP)
+        self.bars.setOpts(x0=zeros, y=np.arange(TOP), width=zeros, brushes=[BAR_BRUSH] * TOP)
+        for item in self.values:
+            item.setText("")
+        self.plot.getAxis("left").setTicks([[], []])
+        self.info.setText("no step selected")
+
+    # ----------------------------------------------------------------- export
+    def plot_items(self) -> list[Any]:
+        return [self.plot]
+
+    def csv_table(self) -> tuple[list[str], list[list[Any]]]:
+        header = ["rank", "id", "text", "logit", "prob"]
+        step = self._step
+        if step is None:
+            return header, []
+        n = min(TOP, len(step.top_probs))
+        rows: list[list[Any]] = [
+            [
+                i + 1,
+                int(step.top_ids[i]),
+                step.top_texts[i],
+                float(step.top_logits[i]),
+                float(step.top_probs[i]),
+            ]
+            for i in range(n)
+        ]
+        if self.chosen_row is None:
+            tok = step.token
+            rows.append([step.rank + 1, tok.id, tok.text, float(step.logits[tok.id]), step.prob])
+        return header, rows

@@ -1,0 +1,335 @@
+"""Sampling pane: the settings for the next run, and what they do to the selected step right now.
+
+Changing a control sends the settings to the controller (they apply to the next Run) and re-runs
+the recorded step's raw logits through every active stage on the GUI thread, without the model:
+one bar plot per stage, all over the same tokens (the raw top 15), so you can watch repetition
+penalty, temperature, top-k, top-p and min-p reshape and cut the distribution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDoubleSpinBox,
+    QGridLayout,
+    QLabel,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.errors import SamplingError
+from core.records import StepRecord
+from core.sampling import STAGE_ORDER, SamplingParams, run_stages
+from desktop.controller import Controller
+from desktop.panes.base import Pane
+from desktop.panes.logits import BAR_BRUSH, CHOSEN_BRUSH, tick_label
+
+STAGES = ("raw", *STAGE_ORDER)
+SHOW = 15
+ERROR_STYLE = "color: #d62728; font-weight: bold"
+
+
+@dataclass(frozen=True)
+class StageView:
+    """One stage as plotted: the raw top-15 tokens' probabilities after this stage."""
+
+    name: str
+    probs: np.ndarray  # (SHOW,) float64, same token ids in every stage
+    kept: int  # tokens with non-zero probability
+    removed_mass: float  # of the previous stage's distribution
+
+
+def stage_views(step: StepRecord, params: SamplingParams) -> list[StageView]:
+    """Run the recorded raw logits through the active stages (core.sampling.run_stages)."""
+    import torch
+
+    logits = torch.from_numpy(np.array(step.logits))  # a writable copy: records are read-only
+    context = torch.from_numpy(np.array(step.context_ids))[None]  # (1, seq)
+    ids = torch.from_numpy(np.array(step.top_ids[:SHOW]))
+    views = []
+    for stage in run_stages(logits, context, params):
+        probs = stage.probs[0]  # (vocab,)
+        views.append(
+            StageView(
+                stage.name,
+                probs[ids].double().numpy(),
+                int((probs > 0).sum()),
+                float(stage.removed_mass),
+            )
+        )
+    return views
+
+
+def _double(low: float, high: float, step: float, decimals: int) -> QDoubleSpinBox:
+    box = QDoubleSpinBox()
+    box.setRange(low, high)
+    box.setSingleStep(step)
+    box.setDecimals(decimals)
+    box.setKeyboardTracking(False)
+    return box
+
+
+class SamplingControls(QWidget):
+    """The sampling settings as widgets; ranges allow invalid values so errors show inline.
+
+    Signals:
+        sig_edited(): the user changed a control.
+    """
+
+    sig_edited = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.temp_slider = QSlider(Qt.Orientation.Horizontal)
+        self.temp_slider.setRange(0, 200)
+        self.temperature = _double(0.0, 2.0, 0.05, 2)
+        self.top_k = QSpinBox()
+        self.top_k.setRange(0, 49152)
+        self.top_k.setSpecialValueText("off")
+        self.top_p = _double(0.0, 1.0, 0.01, 3)
+        self.min_p = _double(0.0, 1.0, 0.01, 3)
+        self.repetition_penalty = _double(0.0, 5.0, 0.05, 2)
+        self.seed = QSpinBox()
+        self.seed.setRange(-1, 2**31 - 1)
+        self.seed.setSpecialValueText("random")
+        self.greedy = QCheckBox("greedy")
+        for box in (self.top_k, self.seed):
+            box.setKeyboardTracking(False)
+        self._lay_out()
+        self.temp_slider.valueChanged.connect(lambda v: self.temperature.setValue(v / 100))
+        self.temperature.valueChanged.connect(self._sync_slider)
+        for box in (
+            self.temperature,
+            self.top_k,
+            self.top_p,
+            self.min_p,
+            self.repetition_penalty,
+            self.seed,
+        ):
+            box.valueChanged.connect(self.sig_edited)
+        self.greedy.toggled.connect(self.sig_edited)
+
+    def _lay_out(self) -> None:
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.addWidget(QLabel("temperature (0 = greedy)"), 0, 0, 1, 2)
+        grid.addWidget(self.temp_slider, 0, 2, 1, 3)
+        grid.addWidget(self.temperature, 0, 5)
+        grid.addWidget(QLabel("seed"), 0, 6)
+        grid.addWidget(self.seed, 0, 7)
+        grid.addWidget(self.greedy, 0, 8)
+        row = (
+            ("top-k", self.top_k),
+            ("top-p", self.top_p),
+            ("min-p", self.min_p),
+            ("repetition penalty", self.repetition_penalty),
+        )
+        for i, (label, box) in enumerate(row):
+            grid.addWidget(QLabel(label), 1, 2 * i + (1 if i == 3 else 0), 1, 2 if i == 3 else 1)
+            grid.addWidget(box, 1, 2 * i + 1 + (1 if i == 3 else 0))
+
+    def _sync_slider(self, value: float) -> None:
+        self.temp_slider.blockSignals(True)
+        self.temp_slider.setValue(round(value * 100))
+        self.temp_slider.blockSignals(False)
+
+    def read(self) -> SamplingParams:
+        """The settings shown; raises SamplingError for an invalid combination."""
+        seed = self.seed.value()
+        return SamplingParams(
+            temperature=self.temperature.value(),
+            top_k=self.top_k.value(),
+            top_p=self.top_p.value(),
+            min_p=self.min_p.value(),
+            repetition_penalty=self.repetition_penalty.value(),
+            seed=None if seed < 0 else seed,
+            greedy=self.greedy.isChecked(),
+        )
+
+    def reflect(self, params: SamplingParams) -> None:
+        """Show ``params`` without emitting sig_edited."""
+        values = (
+            (self.temperature, params.temperature),
+            (self.top_k, params.top_k),
+            (self.top_p, params.top_p),
+            (self.min_p, params.min_p),
+            (self.repetition_penalty, params.repetition_penalty),
+            (self.seed, -1 if params.seed is None else params.seed),
+        )
+        for box, value in values:
+            box.blockSignals(True)
+            box.setValue(value)
+            box.blockSignals(False)
+        self._sync_slider(params.temperature)
+        self.greedy.blockSignals(True)
+        self.greedy.setChecked(params.greedy)
+        self.greedy.blockSignals(False)
+
+
+class SamplingPane(Pane):
+    """Sampling settings, and the selected step's distribution through each active stage."""
+
+    title = "Sampling"
+
+    def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
+        super().__init__(controller, parent)
+        self.controls = SamplingControls()
+        self.note = QLabel(
+            "Settings apply to the next Run. The plots re-sample the selected "
+            "step now, from its recorded logits, without the model."
+        )
+        self.note.setWordWrap(True)
+        self.error = QLabel()
+        self.error.setStyleSheet(ERROR_STYLE)
+        self.error.setWordWrap(True)
+        self.error.hide()
+        self.glw = pg.GraphicsLayoutWidget()
+        self.plots: dict[str, pg.PlotItem] = {}
+        self.bars: dict[str, pg.BarGraphItem] = {}
+        for name in STAGES:
+            self._make_plot(name)
+        layout = QVBoxLayout(self)
+        for widget in (self.controls, self.note, self.error):
+            layout.addWidget(widget)
+        layout.addWidget(self.glw, 1)
+        self.params: SamplingParams = controller.params
+        self.views: list[StageView] = []
+        self._placed: tuple[str, ...] = ()
+        self._step: StepRecord | None = None
+        self._key: tuple[Any, ...] | None = None
+        self.controls.reflect(self.params)
+        self.controls.sig_edited.connect(self._on_edited)
+        controller.sig_params_changed.connect(self._on_params_changed)
+        self.clear()
+
+    def _make_plot(self, name: str) -> None:
+        plot = pg.PlotItem()
+        plot.invertY(True)
+        plot.setMouseEnabled(x=False, y=False)
+        plot.hideButtons()
+        plot.setMenuEnabled(False)
+        plot.showGrid(x=True, alpha=0.25)
+        zeros = np.zeros(SHOW)
+        bars = pg.BarGraphItem(
+            x0=zeros,
+            y=np.arange(SHOW),
+            width=zeros,
+            height=0.75,
+            brushes=[BAR_BRUSH] * SHOW,
+            pen=None,
+        )
+        plot.addItem(bars)
+        if name != "raw":
+            raw = self.plots["raw"]
+            plot.getAxis("left").setStyle(showValues=False)
+            plot.getAxis("left").setWidth(4)
+            plot.setXLink(raw)
+            plot.setYLink(raw)
+        self.plots[name], self.bars[name] = plot, bars
+
+    def _place(self, names: tuple[str, ...]) -> None:
+        """Show one plot per active stage, left to right in the order they apply."""
+        if names == self._placed:
+            return
+        for name in self._placed:
+            self.glw.removeItem(self.plots[name])
+        for col, name in enumerate(names):
+            self.glw.addItem(self.plots[name], row=0, col=col)
+        self._placed = names
+
+    # ----------------------------------------------------------------- rendering
+    def render(self, step: StepRecord | None) -> None:
+        if step is None:
+            self.clear()
+            return
+        key = (step.run_id, step.index, self.params)
+        if key == self._key:
+            return
+        self._key, self._step = key, step
+        self.views = stage_views(step, self.params)
+        self._place(tuple(v.name for v in self.views))
+        n = min(SHOW, len(step.top_ids))
+        brushes = [
+            CHOSEN_BRUSH if step.top_ids[i] == step.token.id else BAR_BRUSH for i in range(n)
+        ]
+        for view in self.views:
+            self.bars[view.name].setOpts(
+                x0=np.zeros(n), y=np.arange(n), width=view.probs[:n], height=0.75, brushes=brushes
+            )
+            self.plots[view.name].setTitle(self._stage_title(view), size="9pt")
+        raw = self.plots["raw"]
+        raw.getAxis("left").setTicks(
+            [[(i, tick_label(i + 1, step.top_texts[i])) for i in range(n)], []]
+        )
+        top = max(float(v.probs.max()) for v in self.views)
+        raw.setXRange(0, max(top, 1e-6) * 1.05, padding=0)
+        raw.setYRange(-0.6, n - 0.4, padding=0)
+
+    def _stage_title(self, view: StageView) -> str:
+        if view.name == "raw":
+            return f"<b>raw</b><br>kept {view.kept:,}"
+        return f"<b>{view.name}</b><br>kept {view.kept:,} · removed {view.removed_mass:.1%}"
+
+    def clear(self) -> None:
+        self._step, self._key, self.views = None, None, []
+        self._place(("raw",))
+        zeros = np.zeros(SHOW)
+        for bars in self.bars.values():
+            bars.setOpts(x0=zeros, y=np.arange(SHOW), width=zeros)
+        self.plots["raw"].setTitle("<b>raw</b><br>no step selected", size="9pt")
+        self.plots["raw"].getAxis("left").setTicks([[], []])
+
+    # ----------------------------------------------------------------- settings
+    def _on_edited(self) -> None:
+        """Validate; send valid settings to the controller and redraw the stages at once."""
+        try:
+            params = self.controls.read()
+        except SamplingError as exc:
+            self._set_error(str(exc))
+            return
+        self._set_error("")
+        self.params = params
+        self.controller.request_params(params)
+        self.render(self.controller.current_step())
+
+    def _on_params_changed(self, params: SamplingParams) -> None:
+        if params == self.params:
+            return
+        self.params = params
+        self.controls.reflect(params)
+        self._set_error("")
+        self.schedule()
+
+    def _set_error(self, message: str) -> None:
+        self.error.setText(message)
+        self.error.setVisible(bool(message))
+
+    # ----------------------------------------------------------------- export
+    def plot_items(self) -> list[Any]:
+        return [self.glw.scene()]
+
+    def csv_table(self) -> tuple[list[str], list[list[Any]]]:
+        header = ["stage", "rank", "id", "text", "prob", "removed_mass"]
+        step = self._step
+        if step is None:
+            return header, []
+        return header, [
+            [
+                v.name,
+                r + 1,
+                int(step.top_ids[r]),
+                step.top_texts[r],
+                float(v.probs[r]),
+                v.removed_mass,
+            ]
+            for v in self.views
+            for r in range(len(v.probs))
+        ]

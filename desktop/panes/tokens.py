@@ -1,0 +1,423 @@
+"""Tokens pane: the prompt and the response as the model's own token chips, beside cl100k_base.
+
+Each chip is one token id. Whitespace is made visible, special tokens of the chat template are
+styled apart, byte pieces of a split UTF-8 character show their bytes, and response chips are
+coloured by the probability the raw distribution gave the chosen token. The chips are painted by
+one widget (not a widget per chip) so a thousand tokens stay fast, and streamed steps are laid out
+incrementally after the last chip.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPaintEvent, QPalette, QPen
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QSplitter,
+    QToolTip,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.records import PromptTokens, StepRecord, TokenInfo
+from core.tokens import TiktokenView, cl100k
+from desktop.controller import Controller
+from desktop.panes.base import Pane, atomic_write
+
+_WHITESPACE = str.maketrans({" ": "·", "\n": "↵", "\t": "→"})
+HPAD, VPAD, GAP = 4.0, 2.0, 3.0
+
+
+def visible(text: str) -> str:
+    """Token text with whitespace made visible (space ·, newline ↵, tab →); ∅ when empty."""
+    return text.translate(_WHITESPACE) if text else "∅"
+
+
+def is_partial(raw: bytes) -> bool:
+    """True when ``raw`` is not a complete UTF-8 sequence on its own."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def piece_label(text: str, raw: bytes, special: bool = False) -> str:
+    """What a chip shows: the visible text, or ‹bytes› for a piece of a split character."""
+    if not special and is_partial(raw):
+        return "‹" + raw.hex(" ") + "›"
+    return visible(text)
+
+
+def prob_colour(p: float) -> QColor:
+    """Red (improbable) through amber to green (certain): light fills that take black text."""
+    return QColor.fromHsvF(max(0.0, min(1.0, p)) / 3.0, 0.5, 0.95)
+
+
+def tooltip_html(lines: list[str]) -> str:
+    """Rich-text tooltip of escaped lines (token texts such as <|im_start|> are not markup)."""
+    return "<p style='white-space:pre'>" + "<br>".join(html.escape(s) for s in lines) + "</p>"
+
+
+@dataclass
+class Chip:
+    """One painted token: label, id, tooltip, fill (None: palette), and layout hints."""
+
+    label: str
+    token_id: int
+    tooltip: str
+    fill: QColor | None = None
+    special: bool = False
+    line_break: bool = False  # start a new line after this chip
+    width: float = 0.0
+
+
+class ChipView(QWidget):
+    """A flow layout of token chips painted directly, with hover tooltips and clicks.
+
+    Signals:
+        sig_clicked(int): index of the chip clicked.
+    """
+
+    sig_clicked = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.chips: list[Chip] = []
+        self.rects: list[QRectF] = []
+        self.show_ids = False
+        self.selected = -1  # drawn with a thick highlight border
+        self.marked = -1  # underlined: the token the selected step read
+        self._cursor = QPointF(GAP, GAP)
+        self._small = QFont(self.font())
+        self._small.setPointSizeF(max(6.0, self.font().pointSizeF() * 0.75))
+        self._laid_width = -1
+
+    def line_height(self) -> float:
+        return QFontMetricsF(self.font()).height() + 2 * VPAD
+
+    def set_chips(self, chips: list[Chip]) -> None:
+        self.chips, self.rects = [], []
+        self._cursor = QPointF(GAP, GAP)
+        self.append(chips)
+
+    def append(self, chips: list[Chip]) -> None:
+        """Add chips after the last one, laying out only the new ones."""
+        fm, small = QFontMetricsF(self.font()), QFontMetricsF(self._small)
+        for chip in chips:
+            chip.width = fm.horizontalAdvance(chip.label) + 2 * HPAD
+            if self.show_ids:
+                chip.width += small.horizontalAdvance(str(chip.token_id)) + HPAD
+        start = len(self.chips)
+        self.chips.extend(chips)
+        self._layout(start)
+
+    def set_show_ids(self, show: bool) -> None:
+        self.show_ids = show
+        self.set_chips(self.chips)
+
+    def set_selection(self, selected: int, marked: int) -> None:
+        if (selected, marked) != (self.selected, self.marked):
+            self.selected, self.marked = selected, marked
+            self.update()
+
+    def _layout(self, start: int) -> None:
+        """Place chips[start:] left to right, wrapping at the widget's width."""
+        width, h = max(self.width(), 80), self.line_height()
+        self._laid_width = self.width()
+        x, y = self._cursor.x(), self._cursor.y()
+        for chip in self.chips[start:]:
+            if x + chip.width > width - GAP and x > GAP:
+                x, y = GAP, y + h + GAP
+            self.rects.append(QRectF(x, y, chip.width, h))
+            x += chip.width + GAP
+            if chip.line_break:
+                x, y = GAP, y + h + GAP
+        self._cursor = QPointF(x, y)
+        self.setMinimumHeight(int(y + h + 2 * GAP))
+        self.update()
+
+    def resizeEvent(self, event: Any) -> None:
+        super().resizeEvent(event)
+        if self.width() != self._laid_width:
+            self.rects, self._cursor = [], QPointF(GAP, GAP)
+            self._layout(0)
+
+    def chip_at(self, pos: QPointF) -> int:
+        return next((i for i, r in enumerate(self.rects) if r.contains(pos)), -1)
+
+    def mousePressEvent(self, event: Any) -> None:
+        index = self.chip_at(event.position())
+        if index >= 0 and event.button() == Qt.MouseButton.LeftButton:
+            self.sig_clicked.emit(index)
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ToolTip:
+            index = self.chip_at(QPointF(event.pos()))  # type: ignore[attr-defined]
+            if index >= 0:
+                QToolTip.showText(event.globalPos(), self.chips[index].tooltip, self)  # type: ignore[attr-defined]
+            else:
+                QToolTip.hideText()
+            return True
+        return super().event(event)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        exposed = QRectF(event.rect())
+        for i, (chip, rect) in enumerate(zip(self.chips, self.rects, strict=False)):
+            if rect.intersects(exposed):
+                self._paint_chip(painter, i, chip, rect)
+        painter.end()
+
+    def _paint_chip(self, painter: QPainter, i: int, chip: Chip, rect: QRectF) -> None:
+        pal = self.palette()
+        alternate = QPalette.ColorRole.AlternateBase if i % 2 else QPalette.ColorRole.Button
+        fill = chip.fill or pal.color(alternate)
+        pen = QPen(pal.color(QPalette.ColorRole.Mid), 1)
+        if chip.special:
+            pen = QPen(pal.color(QPalette.ColorRole.Highlight), 1.2, Qt.PenStyle.DashLine)
+        if i == self.selected:
+            pen = QPen(pal.color(QPalette.ColorRole.Highlight), 3)
+        painter.setPen(pen)
+        painter.setBrush(fill)
+        painter.drawRoundedRect(rect.adjusted(0.5, 0.5, -0.5, -0.5), 3, 3)
+        if i == self.marked:
+            band = QRectF(rect.left(), rect.bottom() - 3, rect.width(), 3)
+            painter.fillRect(band, pal.color(QPalette.ColorRole.Highlight))
+        ink = QColor("black") if chip.fill is not None else pal.color(QPalette.ColorRole.Text)
+        font = QFont(self.font())
+        font.setItalic(chip.special)
+        painter.setFont(font)
+        painter.setPen(ink)
+        text_rect = rect.adjusted(HPAD, 0, -HPAD, 0)
+        painter.drawText(text_rect, Qt.AlignmentFlag.AlignVCenter, chip.label)
+        if self.show_ids:
+            painter.setFont(self._small)
+            ink.setAlphaF(0.6)
+            painter.setPen(ink)
+            painter.drawText(
+                text_rect,
+                Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight,
+                str(chip.token_id),
+            )
+
+
+def prompt_chip(info: TokenInfo, index: int) -> Chip:
+    lines = [
+        f"prompt token {index}",
+        f"id {info.id}",
+        f"text {info.text!r}",
+        f"bytes {info.raw.hex(' ')}",
+    ]
+    if info.special:
+        lines.append("special token of the chat template")
+    return Chip(
+        piece_label(info.text, info.raw, info.special),
+        info.id,
+        tooltip_html(lines),
+        special=info.special,
+    )
+
+
+def response_chip(step: StepRecord) -> Chip:
+    tok = step.token
+    lines = [
+        f"response token {step.index} (chosen at step {step.index})",
+        f"id {tok.id}",
+        f"text {tok.text!r}",
+        f"bytes {tok.raw.hex(' ')}",
+        f"prob {step.prob:.4f} · logprob {step.logprob:.3f} · rank {step.rank + 1}",
+    ]
+    if tok.special:
+        lines.append("special token")
+    return Chip(
+        piece_label(tok.text, tok.raw, tok.special),
+        tok.id,
+        tooltip_html(lines),
+        fill=prob_colour(step.prob),
+        special=tok.special,
+    )
+
+
+def cl100k_chips(view: TiktokenView) -> list[Chip]:
+    chips = []
+    for i, (tid, raw) in enumerate(zip(view.ids, view.pieces, strict=True)):
+        text = raw.decode("utf-8", errors="replace")
+        lines = [f"cl100k_base token {i}", f"id {tid}", f"text {text!r}", f"bytes {raw.hex(' ')}"]
+        chips.append(
+            Chip(piece_label(text, raw), tid, tooltip_html(lines), line_break=text.endswith("\n"))
+        )
+    return chips
+
+
+def legend_html() -> str:
+    """Swatches of the probability colours, and how special tokens look."""
+    cells = "".join(
+        f"<span style='background:{prob_colour(p).name()};color:black'>&nbsp;{p:g}&nbsp;</span>"
+        for p in (0.0, 0.25, 0.5, 0.75, 1.0)
+    )
+    return f"response colour = probability of the chosen token: {cells} · <i>special</i> dashed"
+
+
+class TokensPane(Pane):
+    """The prompt and response as token chips (click a response chip to select its step)."""
+
+    title = "Tokens"
+
+    def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
+        super().__init__(controller, parent)
+        self.model_view = ChipView()
+        self.cl100k_view = ChipView()
+        self.counts = QLabel()
+        self.show_ids = QCheckBox("show ids")
+        self.show_ids.toggled.connect(self._on_show_ids)
+        self.model_view.sig_clicked.connect(self._on_chip_clicked)
+        self._prompt: PromptTokens | None = None
+        self._n_steps = 0
+        self._cl100k: TiktokenView | None = None
+        self._split = 0  # byte length of the rendered prompt inside the cl100k text
+        self._build_layout()
+        controller.sig_run_started.connect(self.schedule)
+
+    def _build_layout(self) -> None:
+        top = QHBoxLayout()
+        top.addWidget(self.counts, 1)
+        top.addWidget(self.show_ids)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        self.model_caption = QLabel("model tokens (prompt, then response)")
+        for caption, view in (
+            (self.model_caption, self.model_view),
+            (QLabel("the same text in OpenAI's cl100k_base"), self.cl100k_view),
+        ):
+            box = QWidget()
+            col = QVBoxLayout(box)
+            col.setContentsMargins(0, 0, 0, 0)
+            col.addWidget(caption)
+            scroll = QScrollArea()
+            scroll.setWidgetResizable(True)
+            scroll.setWidget(view)
+            col.addWidget(scroll, 1)
+            splitter.addWidget(box)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        self.model_scroll = splitter.widget(0).findChild(QScrollArea)
+        legend = QLabel(legend_html())
+        legend.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(splitter, 1)
+        layout.addWidget(legend)
+
+    # ----------------------------------------------------------------- rendering
+    def render(self, step: StepRecord | None) -> None:
+        ctl = self.controller
+        prompt, steps = ctl.prompt, ctl.steps
+        if prompt is None:
+            return
+        if prompt is not self._prompt or len(steps) < self._n_steps:
+            chips = [prompt_chip(t, i) for i, t in enumerate(prompt.tokens)]
+            if chips:
+                chips[-1].line_break = True  # the response starts on its own line
+            self.model_view.set_chips(chips)
+            self._prompt, self._n_steps = prompt, 0
+            self._update_cl100k()
+        if len(steps) > self._n_steps:
+            self.model_view.append([response_chip(s) for s in steps[self._n_steps :]])
+            self._n_steps = len(steps)
+            self._update_cl100k()
+        self._show_selection(ctl.selected)
+
+    def _show_selection(self, selected: int) -> None:
+        n = len(self._prompt or ())
+        if selected < 0 or selected >= self._n_steps:
+            self.model_view.set_selection(-1, -1)
+            return
+        chosen = n + selected
+        self.model_view.set_selection(chosen, n - 1 if selected == 0 else chosen - 1)
+        rect = self.model_view.rects[chosen]
+        self.model_scroll.ensureVisible(int(rect.center().x()), int(rect.center().y()), 10, 30)
+
+    def _update_cl100k(self) -> None:
+        """Re-tokenize the rendered prompt + response in cl100k_base; update both counts."""
+        prompt = self._prompt
+        if prompt is None:
+            return
+        rendered = prompt.rendered
+        response = b"".join(s.token.raw for s in self.controller.steps[: self._n_steps])
+        self._cl100k = cl100k(rendered + response.decode("utf-8", errors="replace"))
+        self._split = len(rendered.encode("utf-8"))
+        self.cl100k_view.set_chips(cl100k_chips(self._cl100k))
+        name = getattr(self.controller.info, "name", "model")
+        self.counts.setText(
+            f"{name}: {len(prompt) + self._n_steps} tokens · "
+            f"cl100k_base: {self._cl100k.count} tokens"
+        )
+
+    def clear(self) -> None:
+        self._prompt, self._n_steps, self._cl100k = None, 0, None
+        self.model_view.set_chips([])
+        self.cl100k_view.set_chips([])
+        self.model_view.set_selection(-1, -1)
+        self.counts.setText("")
+
+    def _on_show_ids(self, show: bool) -> None:
+        self.model_view.set_show_ids(show)
+        self.cl100k_view.set_show_ids(show)
+
+    def _on_chip_clicked(self, index: int) -> None:
+        """Response chip i was chosen at step i; the last prompt chip selects the prefill."""
+        n = len(self._prompt or ())
+        if index >= n - 1:
+            self.controller.request_select(max(0, index - n))
+
+    # ----------------------------------------------------------------- export
+    def csv_table(self) -> tuple[list[str], list[list[Any]]]:
+        header = ["source", "part", "index", "id", "text", "bytes", "special", "prob"]
+        rows: list[list[Any]] = []
+        if self._prompt is None:
+            return header, rows
+        for i, t in enumerate(self._prompt.tokens):
+            rows.append(["model", "prompt", i, t.id, t.text, t.raw.hex(" "), t.special, ""])
+        for s in self.controller.steps[: self._n_steps]:
+            t = s.token
+            rows.append(
+                ["model", "response", s.index, t.id, t.text, t.raw.hex(" "), t.special, s.prob]
+            )
+        offset = 0
+        view = self._cl100k
+        for i, (tid, raw) in enumerate(zip(view.ids, view.pieces, strict=True) if view else ()):
+            part = "prompt" if offset < self._split else "response"
+            text = raw.decode("utf-8", errors="replace")
+            rows.append(["cl100k", part, i, tid, text, raw.hex(" "), False, ""])
+            offset += len(raw)
+        return header, rows
+
+    def export_image(self, path: str | Path) -> None:
+        """PNG from the base; SVG by painting the pane into a QSvgGenerator (it has no plots)."""
+        path = Path(path)
+        if path.suffix.lower() != ".svg":
+            super().export_image(path)
+            return
+
+        def write(tmp: str) -> None:
+            from PySide6.QtSvg import QSvgGenerator
+
+            gen = QSvgGenerator()
+            gen.setFileName(tmp)
+            gen.setSize(self.size())
+            gen.setViewBox(self.rect())
+            gen.setTitle(self.title)
+            painter = QPainter(gen)
+            QWidget.render(self, painter)
+            painter.end()
+
+        atomic_write(path, write)
