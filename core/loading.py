@@ -112,7 +112,8 @@ def _resolve(spec: str, report: Progress) -> tuple[str, str, str, bool]:
         gguf = bundled_gguf()
         return str(gguf_to_folder(gguf, report)), "SmolLM2-135M-Instruct", file_identity(gguf), True
     path = Path(spec).expanduser()
-    looks_like_path = spec.startswith((".", "/", "~")) or os.sep in spec or spec.endswith(".gguf")
+    windows_sep = os.sep != "/" and os.sep in spec
+    looks_like_path = spec.startswith((".", "/", "~")) or windows_sep or spec.endswith(".gguf")
     if path.exists():
         if path.is_file() and path.suffix == ".gguf":
             return str(gguf_to_folder(path, report)), path.stem, file_identity(path), True
@@ -126,7 +127,7 @@ def _resolve(spec: str, report: Progress) -> tuple[str, str, str, bool]:
                 raise ModelLoadError(f"{spec}: folder holds no model (no config.json or .gguf file)")
             return str(path), path.name, folder_identity(path), True
         raise ModelLoadError(f"{spec}: not a model folder or .gguf file")
-    if looks_like_path or spec.count("/") > 1:
+    if looks_like_path or spec.count("/") > 1:  # a hub id is "name" or "org/name"
         raise ModelLoadError(f"{spec}: no such file or folder")
     offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
     return spec, spec, f"hub:{spec}", offline

@@ -190,5 +190,6 @@ def restage(
     """Re-run the stages of a recorded step under new settings, without the model."""
     import torch
 
-    stages = run_stages(torch.from_numpy(np.asarray(logits)), torch.from_numpy(context_ids), params)
+    logits_t = torch.from_numpy(np.array(logits, dtype=np.float32))  # records are read-only
+    stages = run_stages(logits_t, torch.from_numpy(np.array(context_ids, dtype=np.int64)), params)
     return summarize(stages, top_n)

@@ -113,6 +113,13 @@ class MainWindow(QMainWindow):
         for first in ("Tokens", "Embeddings", "Attention", "Layer stack"):
             if first in self.docks:
                 self.docks[first].raise_()
+        d = self.docks
+        horizontal, vertical = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
+        self.resizeDocks([d["Tokens"], d["Logits"]], [560, 560], horizontal)
+        self.resizeDocks([d["Tokens"], d["Embeddings"]], [260, 300], vertical)
+        self.resizeDocks([d["Logits"], d["Sampling"]], [300, 260], vertical)
+        self.resizeDocks([d["Attention"], d["Layer stack"]], [620, 980], horizontal)
+        self.resizeDocks([d["Attention"]], [440], vertical)
 
     def _build_status(self) -> None:
         self.model_label = QLabel("no model loaded")

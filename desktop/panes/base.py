@@ -99,17 +99,36 @@ class Pane(QWidget):
         atomic_write(path, write)
 
     def export_image(self, path: str | Path) -> None:
-        """PNG or SVG by suffix: the first plot via pyqtgraph's exporters, else the widget."""
+        """PNG or SVG by suffix. PNG: the first plot via pyqtgraph's exporter, else the widget.
+
+        SVG renders the whole pane through ``QSvgGenerator``: pyqtgraph 0.14's SVG exporter
+        cannot parse the paths Qt 6.11 writes (pyqtgraph#3485).
+        """
+        path = Path(path)
+        if path.suffix.lower() == ".svg":
+            atomic_write(path, self._write_svg)
+            return
         import pyqtgraph.exporters as pge
 
-        path = Path(path)
         items = self.plot_items()
-        if path.suffix.lower() == ".svg":
-            target = items[0] if items else None
-            if target is None:
-                raise ValueError(f"{self.title}: nothing to export as SVG")
-            atomic_write(path, lambda tmp: pge.SVGExporter(target).export(tmp))
-        elif items:
+        if items:
             atomic_write(path, lambda tmp: pge.ImageExporter(items[0]).export(tmp))
         else:
             atomic_write(path, lambda tmp: self.grab().save(tmp, "PNG"))
+
+    def _write_svg(self, tmp: str) -> None:
+        from PySide6.QtCore import QPoint, QRect, QSize
+        from PySide6.QtGui import QPainter
+        from PySide6.QtSvg import QSvgGenerator
+
+        size = self.size() if self.width() > 10 else QSize(800, 500)
+        generator = QSvgGenerator()
+        generator.setFileName(tmp)
+        generator.setSize(size)
+        generator.setViewBox(QRect(0, 0, size.width(), size.height()))
+        generator.setTitle(f"LLM Lens – {self.title}")
+        painter = QPainter(generator)
+        try:
+            QWidget.render(self, painter, QPoint())  # Pane.render(step) shadows it
+        finally:
+            painter.end()

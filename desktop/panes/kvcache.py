@@ -1,4 +1,4 @@
-"""KV-cache memory: what the cache actually holds, step by step, beside the formula that predicts it.
+"""KV-cache memory: what the cache actually holds, step by step, beside the formula for it.
 
 The measured bytes are summed from the key and value tensors the cache holds after each forward
 pass; the formula is 2 × layers × kv_heads × head_dim × bytes × tokens. They must coincide, and

@@ -1,4 +1,4 @@
-"""The layer stack: how the residual stream grows through the layers, and what it "means" on the way.
+"""The layer stack: how the residual stream grows through the layers, and what it "means".
 
 Norms come straight from the selected step's record; the logit lens (final norm + unembedding
 applied to every layer's residual) is asked of the worker for the selected step only, because it
@@ -213,6 +213,7 @@ class LayerStackPane(Pane):
         self.agree_line.setVisible(first is not None)
         if first is not None:
             self.agree_line.setValue(first)
+            table.scrollToItem(table.item(first, 0))
 
     def _render_prompt_lens(self, step: Any) -> None:
         self.tabs.setTabEnabled(1, step.is_prefill)

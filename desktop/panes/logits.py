@@ -7,16 +7,18 @@ another colour; when it is not among the top 20 the text line says so and gives 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from core.records import StepRecord
 from desktop.controller import Controller
-from desktop.panes.base import Pane
+from desktop.panes.base import Pane, atomic_write
 from desktop.panes.tokens import piece_label, visible
 
 TOP = 20
@@ -41,6 +43,30 @@ def bar_values(probs: np.ndarray, log: bool) -> tuple[np.ndarray, float]:
     return values, float(math.floor(values.min()) - 0.5)
 
 
+def export_widget_svg(widget: QWidget, path: str | Path, title: str) -> None:
+    """Paint a widget into an SVG file with QSvgGenerator.
+
+    Used instead of pyqtgraph's SVGExporter, which fails on the path syntax Qt >= 6.10 writes
+    (pyqtgraph issue #3485: "x,y = c.split(',')" ValueError).
+    """
+
+    def write(tmp: str) -> None:
+        from PySide6.QtSvg import QSvgGenerator
+
+        gen = QSvgGenerator()
+        gen.setFileName(tmp)
+        gen.setSize(widget.size())
+        gen.setViewBox(widget.rect())
+        gen.setTitle(title)
+        painter = QPainter(gen)
+        try:
+            QWidget.render(widget, painter, QPoint())  # Pane.render(step) shadows it
+        finally:
+            painter.end()
+
+    atomic_write(path, write)
+
+
 class LogitsPane(Pane):
     """Top-20 of the selected step's raw distribution, the chosen token highlighted."""
 
@@ -55,6 +81,7 @@ class LogitsPane(Pane):
         self.plot.hideButtons()
         self.plot.showGrid(x=True, alpha=0.25)
         self.plot.setMenuEnabled(False)
+        self.plot.getAxis("bottom").enableAutoSIPrefix(False)
         zeros = np.zeros(TOP)
         self.bars = pg.BarGraphItem(
             x0=zeros,
@@ -133,6 +160,13 @@ class LogitsPane(Pane):
     # ----------------------------------------------------------------- export
     def plot_items(self) -> list[Any]:
         return [self.plot]
+
+    def export_image(self, path: str | Path) -> None:
+        """PNG through pyqtgraph; SVG painted from the plot (pyqtgraph's SVG fails on Qt 6.10+)."""
+        if Path(path).suffix.lower() == ".svg":
+            export_widget_svg(self.plot_widget, path, self.title)
+        else:
+            super().export_image(path)
 
     def csv_table(self) -> tuple[list[str], list[list[Any]]]:
         header = ["rank", "id", "text", "logit", "prob"]

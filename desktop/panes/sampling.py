@@ -9,6 +9,7 @@ penalty, temperature, top-k, top-p and min-p reshape and cut the distribution.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,10 +31,17 @@ from core.records import StepRecord
 from core.sampling import STAGE_ORDER, SamplingParams, run_stages
 from desktop.controller import Controller
 from desktop.panes.base import Pane
-from desktop.panes.logits import BAR_BRUSH, CHOSEN_BRUSH, tick_label
+from desktop.panes.logits import BAR_BRUSH, CHOSEN_BRUSH, export_widget_svg, tick_label
 
 STAGES = ("raw", *STAGE_ORDER)
 SHOW = 15
+SHORT = {
+    "repetition_penalty": "rep. penalty",
+    "temperature": "temperature",
+    "top_k": "top-k",
+    "top_p": "top-p",
+    "min_p": "min-p",
+}
 ERROR_STYLE = "color: #d62728; font-weight: bold"
 
 
@@ -194,6 +202,7 @@ class SamplingPane(Pane):
         self.glw = pg.GraphicsLayoutWidget()
         self.plots: dict[str, pg.PlotItem] = {}
         self.bars: dict[str, pg.BarGraphItem] = {}
+        self.stats: dict[str, pg.TextItem] = {}
         for name in STAGES:
             self._make_plot(name)
         layout = QVBoxLayout(self)
@@ -217,6 +226,7 @@ class SamplingPane(Pane):
         plot.hideButtons()
         plot.setMenuEnabled(False)
         plot.showGrid(x=True, alpha=0.25)
+        plot.getAxis("bottom").enableAutoSIPrefix(False)
         zeros = np.zeros(SHOW)
         bars = pg.BarGraphItem(
             x0=zeros,
@@ -227,13 +237,16 @@ class SamplingPane(Pane):
             pen=None,
         )
         plot.addItem(bars)
+        plot.setTitle(f"<b>{SHORT.get(name, name)}</b>", size="9pt")
+        stats = pg.TextItem(anchor=(1, 1), color=(230, 230, 230))
+        plot.addItem(stats)
         if name != "raw":
             raw = self.plots["raw"]
             plot.getAxis("left").setStyle(showValues=False)
             plot.getAxis("left").setWidth(4)
             plot.setXLink(raw)
             plot.setYLink(raw)
-        self.plots[name], self.bars[name] = plot, bars
+        self.plots[name], self.bars[name], self.stats[name] = plot, bars, stats
 
     def _place(self, names: tuple[str, ...]) -> None:
         """Show one plot per active stage, left to right in the order they apply."""
@@ -241,8 +254,11 @@ class SamplingPane(Pane):
             return
         for name in self._placed:
             self.glw.removeItem(self.plots[name])
+        grid = self.glw.ci.layout
         for col, name in enumerate(names):
             self.glw.addItem(self.plots[name], row=0, col=col)
+            grid.setColumnStretchFactor(col, 1)
+            grid.setColumnPreferredWidth(col, 190 if col == 0 else 80)
         self._placed = names
 
     # ----------------------------------------------------------------- rendering
@@ -264,7 +280,7 @@ class SamplingPane(Pane):
             self.bars[view.name].setOpts(
                 x0=np.zeros(n), y=np.arange(n), width=view.probs[:n], height=0.75, brushes=brushes
             )
-            self.plots[view.name].setTitle(self._stage_title(view), size="9pt")
+            self.stats[view.name].setHtml(self._stage_text(view))
         raw = self.plots["raw"]
         raw.getAxis("left").setTicks(
             [[(i, tick_label(i + 1, step.top_texts[i])) for i in range(n)], []]
@@ -272,11 +288,14 @@ class SamplingPane(Pane):
         top = max(float(v.probs.max()) for v in self.views)
         raw.setXRange(0, max(top, 1e-6) * 1.05, padding=0)
         raw.setYRange(-0.6, n - 0.4, padding=0)
+        for view in self.views:
+            self.stats[view.name].setPos(max(top, 1e-6) * 1.05, n - 0.4)
 
-    def _stage_title(self, view: StageView) -> str:
-        if view.name == "raw":
-            return f"<b>raw</b><br>kept {view.kept:,}"
-        return f"<b>{view.name}</b><br>kept {view.kept:,} · removed {view.removed_mass:.1%}"
+    def _stage_text(self, view: StageView) -> str:
+        """Kept-token count and the mass this stage removed, small enough for a narrow plot."""
+        kept = f"{view.kept:,}" if view.kept < 10_000 else f"{view.kept / 1000:.1f}k"
+        cut = "" if view.name == "raw" else f"<br>cut {view.removed_mass:.1%}"
+        return f"<span style='font-size:8pt'>kept {kept}{cut}</span>"
 
     def clear(self) -> None:
         self._step, self._key, self.views = None, None, []
@@ -284,7 +303,9 @@ class SamplingPane(Pane):
         zeros = np.zeros(SHOW)
         for bars in self.bars.values():
             bars.setOpts(x0=zeros, y=np.arange(SHOW), width=zeros)
-        self.plots["raw"].setTitle("<b>raw</b><br>no step selected", size="9pt")
+        for stats in self.stats.values():
+            stats.setText("")
+        self.stats["raw"].setText("no step selected")
         self.plots["raw"].getAxis("left").setTicks([[], []])
 
     # ----------------------------------------------------------------- settings
@@ -315,6 +336,13 @@ class SamplingPane(Pane):
     # ----------------------------------------------------------------- export
     def plot_items(self) -> list[Any]:
         return [self.glw.scene()]
+
+    def export_image(self, path: str | Path) -> None:
+        """PNG through pyqtgraph; SVG painted from the plots (pyqtgraph's SVG fails on Qt 6.10+)."""
+        if Path(path).suffix.lower() == ".svg":
+            export_widget_svg(self.glw, path, self.title)
+        else:
+            super().export_image(path)
 
     def csv_table(self) -> tuple[list[str], list[list[Any]]]:
         header = ["stage", "rank", "id", "text", "prob", "removed_mass"]

