@@ -116,12 +116,17 @@ class Pane(QWidget):
         else:
             atomic_write(path, lambda tmp: self.grab().save(tmp, "PNG"))
 
+    def svg_widget(self) -> QWidget:
+        """The widget painted into an SVG export (override to export only the plots)."""
+        return self
+
     def _write_svg(self, tmp: str) -> None:
         from PySide6.QtCore import QPoint, QRect, QSize
         from PySide6.QtGui import QPainter
         from PySide6.QtSvg import QSvgGenerator
 
-        size = self.size() if self.width() > 10 else QSize(800, 500)
+        widget = self.svg_widget()
+        size = widget.size() if widget.width() > 10 else QSize(800, 500)
         generator = QSvgGenerator()
         generator.setFileName(tmp)
         generator.setSize(size)
@@ -129,6 +134,6 @@ class Pane(QWidget):
         generator.setTitle(f"LLM Lens – {self.title}")
         painter = QPainter(generator)
         try:
-            QWidget.render(self, painter, QPoint())  # Pane.render(step) shadows it
+            QWidget.render(widget, painter, QPoint())  # Pane.render(step) shadows it
         finally:
             painter.end()

@@ -7,18 +7,16 @@ another colour; when it is not among the top 20 the text line says so and gives 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPoint, Qt
-from PySide6.QtGui import QPainter
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from core.records import StepRecord
 from desktop.controller import Controller
-from desktop.panes.base import Pane, atomic_write
+from desktop.panes.base import Pane
 from desktop.panes.tokens import piece_label, visible
 
 TOP = 20
@@ -41,30 +39,6 @@ def bar_values(probs: np.ndarray, log: bool) -> tuple[np.ndarray, float]:
         return probs.astype(np.float64), 0.0
     values = np.log10(np.maximum(probs.astype(np.float64), 1e-30))
     return values, float(math.floor(values.min()) - 0.5)
-
-
-def export_widget_svg(widget: QWidget, path: str | Path, title: str) -> None:
-    """Paint a widget into an SVG file with QSvgGenerator.
-
-    Used instead of pyqtgraph's SVGExporter, which fails on the path syntax Qt >= 6.10 writes
-    (pyqtgraph issue #3485: "x,y = c.split(',')" ValueError).
-    """
-
-    def write(tmp: str) -> None:
-        from PySide6.QtSvg import QSvgGenerator
-
-        gen = QSvgGenerator()
-        gen.setFileName(tmp)
-        gen.setSize(widget.size())
-        gen.setViewBox(widget.rect())
-        gen.setTitle(title)
-        painter = QPainter(gen)
-        try:
-            QWidget.render(widget, painter, QPoint())  # Pane.render(step) shadows it
-        finally:
-            painter.end()
-
-    atomic_write(path, write)
 
 
 class LogitsPane(Pane):
@@ -161,12 +135,8 @@ class LogitsPane(Pane):
     def plot_items(self) -> list[Any]:
         return [self.plot]
 
-    def export_image(self, path: str | Path) -> None:
-        """PNG through pyqtgraph; SVG painted from the plot (pyqtgraph's SVG fails on Qt 6.10+)."""
-        if Path(path).suffix.lower() == ".svg":
-            export_widget_svg(self.plot_widget, path, self.title)
-        else:
-            super().export_image(path)
+    def svg_widget(self) -> QWidget:
+        return self.plot_widget
 
     def csv_table(self) -> tuple[list[str], list[list[Any]]]:
         header = ["rank", "id", "text", "logit", "prob"]

@@ -9,7 +9,6 @@ penalty, temperature, top-k, top-p and min-p reshape and cut the distribution.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,7 +30,7 @@ from core.records import StepRecord
 from core.sampling import STAGE_ORDER, SamplingParams, run_stages
 from desktop.controller import Controller
 from desktop.panes.base import Pane
-from desktop.panes.logits import BAR_BRUSH, CHOSEN_BRUSH, export_widget_svg, tick_label
+from desktop.panes.logits import BAR_BRUSH, CHOSEN_BRUSH, tick_label
 
 STAGES = ("raw", *STAGE_ORDER)
 SHOW = 15
@@ -337,12 +336,8 @@ class SamplingPane(Pane):
     def plot_items(self) -> list[Any]:
         return [self.glw.scene()]
 
-    def export_image(self, path: str | Path) -> None:
-        """PNG through pyqtgraph; SVG painted from the plots (pyqtgraph's SVG fails on Qt 6.10+)."""
-        if Path(path).suffix.lower() == ".svg":
-            export_widget_svg(self.glw, path, self.title)
-        else:
-            super().export_image(path)
+    def svg_widget(self) -> QWidget:
+        return self.glw
 
     def csv_table(self) -> tuple[list[str], list[list[Any]]]:
         header = ["stage", "rank", "id", "text", "prob", "removed_mass"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
@@ -389,12 +388,3 @@ class TokensPane(Pane):
             rows.append(["cl100k", part, i, tid, text, raw.hex(" "), False, ""])
             offset += len(raw)
         return header, rows
-
-    def export_image(self, path: str | Path) -> None:
-        """PNG from the base; SVG painted from the whole pane (it has no plots)."""
-        from desktop.panes.logits import export_widget_svg  # logits imports this module
-
-        if Path(path).suffix.lower() == ".svg":
-            export_widget_svg(self, path, self.title)
-        else:
-            super().export_image(path)

@@ -205,12 +205,6 @@ def test_timing_bars_marker_and_click(qtbot, ran, tmp_path):
     assert len(bars["forward_ms"].opts["height"]) == 0 and not pane.marker.isVisible()
 
 
-@pytest.mark.xfail(
-    raises=ValueError,
-    strict=False,
-    reason="pyqtgraph 0.14's SVGExporter cannot parse the 'Z' of Qt 6.11's closed paths "
-    "(pyqtgraph#3485); Pane.export_image needs a QSvgGenerator fallback",
-)
 def test_svg_export(qtbot, ran, tmp_path):
     from desktop.panes.kvcache import KVCachePane
     from desktop.panes.layers import LayerStackPane
