@@ -95,7 +95,8 @@ class RopeView:
 def _lens_logits(engine: Any, hidden: torch.Tensor) -> torch.Tensor:
     """(..., vocab) float32 logits of ``hidden`` (..., hidden) through final norm + unembedding."""
     a = engine.anatomy
-    return a.lm_head(a.final_norm(hidden)).float()
+    logits: torch.Tensor = a.lm_head(a.final_norm(hidden)).float()
+    return logits
 
 
 def logit_lens(engine: Any, step: StepRecord, k: int = 5) -> LensResult:
@@ -151,7 +152,9 @@ def attention_map(
             rows.append(_pool(w, block))
     weights = np.concatenate(rows, axis=0)
     positions = np.arange(0, tokens, block)
-    return AttentionMap(layer, head, frozen(weights), frozen(positions), frozen(positions), block > 1)
+    return AttentionMap(
+        layer, head, frozen(weights), frozen(positions), frozen(positions), block > 1
+    )
 
 
 def _head_weights(
@@ -177,12 +180,11 @@ def _pool(w: np.ndarray, block: int) -> np.ndarray:
     qp, tp = -(-q // block) * block, -(-t // block) * block
     padded = np.zeros((qp, tp), np.float32)
     padded[:q, :t] = w
-    return padded.reshape(qp // block, block, tp // block, block).max(axis=(1, 3))
+    pooled: np.ndarray = padded.reshape(qp // block, block, tp // block, block).max(axis=(1, 3))
+    return pooled
 
 
-def attention_overview(
-    engine: Any, cache: Any, hidden: np.ndarray, size: int = 32
-) -> np.ndarray:
+def attention_overview(engine: Any, cache: Any, hidden: np.ndarray, size: int = 32) -> np.ndarray:
     """(layers, heads, s, s) thumbnails of every head's prompt map (max-pooled to ``size``)."""
     info = engine.info
     out = np.zeros((info.num_layers, info.num_heads, size, size), np.float32)
@@ -213,7 +215,9 @@ def embedding_projection(engine: Any) -> EmbeddingProjection:
         table = engine.anatomy.embed.weight.detach().float().cpu()  # (vocab, hidden)
         coords, comps, mean, explained = _pca2(table)
     return EmbeddingProjection(
-        frozen(coords.numpy()), frozen(comps.numpy()), frozen(mean.numpy()),
+        frozen(coords.numpy()),
+        frozen(comps.numpy()),
+        frozen(mean.numpy()),
         frozen(explained.numpy()),
     )
 
@@ -225,9 +229,7 @@ def hidden_paths(hidden: np.ndarray) -> HiddenPaths:
     if states.shape[0] < 3:
         return HiddenPaths(frozen(np.zeros((tokens, layers, 2), np.float32)), frozen(np.zeros(2)))
     coords, _c, _m, explained = _pca2(states.float())
-    return HiddenPaths(
-        frozen(coords.reshape(tokens, layers, 2).numpy()), frozen(explained.numpy())
-    )
+    return HiddenPaths(frozen(coords.reshape(tokens, layers, 2).numpy()), frozen(explained.numpy()))
 
 
 def neighbours(engine: Any, token_id: int, k: int = 10) -> Neighbours:
@@ -240,7 +242,9 @@ def neighbours(engine: Any, token_id: int, k: int = 10) -> Neighbours:
     pairs = [(int(i), float(s)) for i, s in zip(top_i, top_s, strict=True) if int(i) != token_id]
     ids = np.array([p[0] for p in pairs[:k]], np.int64)
     return Neighbours(
-        token_id, frozen(ids), tuple(engine.texts.text(int(i)) for i in ids),
+        token_id,
+        frozen(ids),
+        tuple(engine.texts.text(int(i)) for i in ids),
         frozen(np.array([p[1] for p in pairs[:k]], np.float32)),
     )
 
@@ -255,7 +259,9 @@ def rope_view(head_dim: int, theta: float, positions: int, max_distance: int = 5
     # q·k with q = k = ones, rotated d apart: each pair contributes 2·cos(d·θ_i)
     score = 2 * np.cos(np.outer(d, inv_freq)).sum(axis=1)
     return RopeView(
-        frozen(inv_freq, np.float32), frozen(angles, np.float32), frozen(d, np.float32),
+        frozen(inv_freq, np.float32),
+        frozen(angles, np.float32),
+        frozen(d, np.float32),
         frozen(score, np.float32),
     )
 

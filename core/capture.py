@@ -30,7 +30,9 @@ class Anatomy:
         base = getattr(model, "model", None) or getattr(model, "transformer", None)
         if base is None:
             raise ValueError(f"{type(model).__name__}: cannot find the decoder stack")
-        layers = getattr(base, "layers", None) or getattr(base, "h", None)
+        layers: Any = getattr(base, "layers", None) or getattr(base, "h", None)
+        if layers is None:
+            raise ValueError(f"{type(model).__name__}: cannot find the decoder layers")
         norm = getattr(base, "norm", None) or getattr(base, "ln_f", None) or torch.nn.Identity()
         attn = [getattr(layer, "self_attn", None) or layer.attn for layer in layers]
         return cls(
@@ -123,7 +125,8 @@ class AttentionProbe:
         q = attn.q_proj(x).view(1, x.shape[1], -1, attn.head_dim).transpose(1, 2)
         if hasattr(attn, "q_norm"):
             q = attn.q_norm(q)
-        cos, sin = self.anatomy.rotary(x, positions[None])  # (1, q, head_dim)
+        rotary: Any = self.anatomy.rotary
+        cos, sin = rotary(x, positions[None])  # (1, q, head_dim)
         q = q * cos[:, None] + _rotate_half(q) * sin[:, None]  # (1, heads, q, head_dim)
         return q[0]
 

@@ -17,3 +17,7 @@ class PromptError(LensError):
 
 class SamplingError(LensError):
     """A sampling setting is out of range."""
+
+
+class Cancelled(LensError):
+    """The user cancelled a long operation (a model load) before it finished."""

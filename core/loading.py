@@ -95,7 +95,7 @@ def load_model(
     configure_threads()
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # progress goes through ``report``, not tqdm on stderr
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # progress goes through ``report``, not tqdm on stderr
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     spec = spec or DEFAULT_MODEL
@@ -124,7 +124,9 @@ def _resolve(spec: str, report: Progress) -> tuple[str, str, str, bool]:
                     gguf = ggufs[0]
                     folder = gguf_to_folder(gguf, report)
                     return str(folder), gguf.stem, file_identity(gguf), True
-                raise ModelLoadError(f"{spec}: folder holds no model (no config.json or .gguf file)")
+                raise ModelLoadError(
+                    f"{spec}: folder holds no model (no config.json or .gguf file)"
+                )
             return str(path), path.name, folder_identity(path), True
         raise ModelLoadError(f"{spec}: not a model folder or .gguf file")
     if looks_like_path or spec.count("/") > 1:  # a hub id is "name" or "org/name"
@@ -166,8 +168,8 @@ def _convert(gguf: Path, out: Path, report: Progress) -> None:
     )
     # transformers keeps the GGUF quantizer attached and then refuses to save, although the
     # weights are plain float32 by now: detach that state (tests prove identical logits).
-    model.hf_quantizer = None
-    model.is_quantized = False
+    model.hf_quantizer = None  # type: ignore[assignment]
+    model.is_quantized = False  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     report(0.55, "saving the float32 copy")
@@ -201,7 +203,7 @@ def _from_pretrained(folder: str, spec: str, dtype: Any, dev: Any, local: bool) 
         model.to(dev)
     except (torch.OutOfMemoryError, MemoryError) as exc:
         raise ModelLoadError(f"{spec}: ran out of memory moving it to {dev}") from exc
-    model.eval()
+    model.eval()  # type: ignore[no-untyped-call]
     return model, tokenizer
 
 

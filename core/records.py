@@ -170,11 +170,13 @@ class StepRecord:
     @property
     def mlp_update(self) -> np.ndarray:
         """(layers, hidden): residual change of each layer minus its attention part."""
-        return np.diff(self.hidden, axis=0) - self.attn_update
+        out: np.ndarray = np.diff(self.hidden, axis=0) - self.attn_update
+        return out
 
     @property
     def residual_norms(self) -> np.ndarray:
-        return np.linalg.norm(self.hidden, axis=-1)
+        norms: np.ndarray = np.linalg.norm(self.hidden, axis=-1)
+        return norms
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ def make_processor(stage: str, params: SamplingParams) -> Any:
         TopPLogitsWarper,
     )
 
-    factories = {
+    factories: dict[str, Any] = {
         "repetition_penalty": lambda: RepetitionPenaltyLogitsProcessor(params.repetition_penalty),
         "temperature": lambda: TemperatureLogitsWarper(params.temperature),
         "top_k": lambda: TopKLogitsWarper(top_k=params.top_k),

@@ -14,8 +14,10 @@ from typing import Any
 
 def _prepare_environment() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") and not os.environ.get(
-        "WAYLAND_DISPLAY"
+    if (
+        sys.platform.startswith("linux")
+        and not os.environ.get("DISPLAY")
+        and not os.environ.get("WAYLAND_DISPLAY")
     ):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -52,6 +54,9 @@ def run_gui(args: argparse.Namespace) -> int:
     window = MainWindow(model_spec=args.model, device=args.device, dtype=args.dtype)
     if args.prompt:
         window.prompt_panel.editor.setPlainText(args.prompt)
+    if args.window_size:
+        width, _, height = args.window_size.partition("x")
+        window.resize(int(width), int(height))
     window.show()
     if args.selftest:
         from desktop.selftest import SelfTest

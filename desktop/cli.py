@@ -21,6 +21,7 @@ def gui_parser() -> argparse.ArgumentParser:
     p.add_argument("--selftest", action="store_true", help="load, run a few tokens, check, exit")
     p.add_argument("--screenshot", default=None, metavar="PNG", help="with --selftest: save PNG")
     p.add_argument("--tokens", type=int, default=8, help="with --selftest: tokens to generate")
+    p.add_argument("--window-size", default=None, metavar="WxH", help="e.g. 1920x1080")
     return p
 
 

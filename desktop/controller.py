@@ -90,8 +90,10 @@ class Controller(QObject):
         w.sig_error.connect(self._on_error)
 
     # ----------------------------------------------------------------- requests
-    def request_load(self, spec: str | None = None, device: str = "auto", dtype: str = "auto") -> None:
-        self.request_stop()
+    def request_load(
+        self, spec: str | None = None, device: str = "auto", dtype: str = "auto"
+    ) -> None:
+        self.worker.cancel.set()  # a running generation ends first; the load queues behind it
         self._set_busy(True)
         self._load_requested.emit(spec, device, dtype)
 
@@ -115,7 +117,9 @@ class Controller(QObject):
         self._run_requested.emit(self.run_id, text, chat, params, config)
 
     def request_stop(self) -> None:
+        """Cancel the running generation (between steps) or model load (between stages)."""
         self.worker.cancel.set()
+        self.worker.load_cancel.set()
 
     def request_select(self, index: int) -> None:
         if not self.steps:
@@ -170,7 +174,11 @@ class Controller(QObject):
                 return analysis.prompt_lens(eng, run.prefill.hidden)
             if kind == "attention_map":
                 return analysis.attention_map(
-                    eng, run.cache, run.prefill.hidden, args["layer"], args["head"],
+                    eng,
+                    run.cache,
+                    run.prefill.hidden,
+                    args["layer"],
+                    args["head"],
                     args.get("max_size", 512),
                 )
             if kind == "attention_overview":
@@ -191,7 +199,13 @@ class Controller(QObject):
         self.sig_model_loaded.emit(info)
 
     def _reset(self) -> None:
-        self.steps, self.prompt, self.prefill, self.summary, self.selected = [], None, None, None, -1
+        self.steps, self.prompt, self.prefill, self.summary, self.selected = (
+            [],
+            None,
+            None,
+            None,
+            -1,
+        )
 
     def _on_run_started(self, run_id: int, prompt: Any) -> None:
         if run_id != self.run_id:

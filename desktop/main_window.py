@@ -32,8 +32,13 @@ def load_examples() -> list[dict[str, Any]]:
     try:
         return list(json.loads(path.read_text(encoding="utf-8"))["prompts"])
     except (OSError, ValueError, KeyError):
-        return [{"title": "The article's prompt", "text": "Explain transformers like I am 12",
-                 "chat": True}]
+        return [
+            {
+                "title": "The article's prompt",
+                "text": "Explain transformers like I am 12",
+                "chat": True,
+            }
+        ]
 
 
 def settings() -> QSettings:
@@ -56,8 +61,15 @@ def pane_classes() -> list[type]:
     from desktop.panes.tokens import TokensPane
 
     return [
-        TokensPane, EmbeddingsPane, PositionsPane, AttentionPane, LayerStackPane,
-        KVCachePane, LogitsPane, SamplingPane, TimingPane,
+        TokensPane,
+        EmbeddingsPane,
+        PositionsPane,
+        AttentionPane,
+        LayerStackPane,
+        KVCachePane,
+        LogitsPane,
+        SamplingPane,
+        TimingPane,
     ]
 
 
@@ -78,8 +90,13 @@ _PLACES = {
 class MainWindow(QMainWindow):
     """One window for the whole journey. Requests go through :class:`Controller`."""
 
-    def __init__(self, controller: Controller | None = None, model_spec: str | None = None,
-                 device: str = "auto", dtype: str = "auto") -> None:
+    def __init__(
+        self,
+        controller: Controller | None = None,
+        model_spec: str | None = None,
+        device: str = "auto",
+        dtype: str = "auto",
+    ) -> None:
         super().__init__()
         self.setWindowTitle("LLM Lens")
         self.controller = controller or Controller(self)
@@ -151,7 +168,9 @@ class MainWindow(QMainWindow):
         run_menu.addAction(self._action("&Stop", self.controller.request_stop, "Esc"))
         run_menu.addAction(self._action("&Previous step", lambda: panel.step_by(-1), "Alt+Left"))
         run_menu.addAction(self._action("&Next step", lambda: panel.step_by(1), "Alt+Right"))
-        run_menu.addAction(self._action("&First step (prefill)", lambda: panel.step_to(0), "Alt+Home"))
+        run_menu.addAction(
+            self._action("&First step (prefill)", lambda: panel.step_to(0), "Alt+Home")
+        )
         run_menu.addAction(self._action("&Last step", lambda: panel.step_to(-1), "Alt+End"))
         view = bar.addMenu("&View")
         for dock in self.docks.values():
@@ -210,6 +229,8 @@ class MainWindow(QMainWindow):
         self.progress.setVisible(False)
         if self.controller.info is None:
             self.model_label.setText("no model loaded")
+        else:
+            self._on_loaded(self.controller.info)
         self.prompt_panel.show_error(message)
 
     def _on_finished(self, summary: Any) -> None:
@@ -225,7 +246,9 @@ class MainWindow(QMainWindow):
         if not ok:
             return
         path, _ = QFileDialog.getSaveFileName(
-            self, f"Export {name}", f"{name.lower().replace(' ', '-')}.png",
+            self,
+            f"Export {name}",
+            f"{name.lower().replace(' ', '-')}.png",
             "PNG image (*.png);;SVG image (*.svg);;CSV data (*.csv)",
         )
         if path:
@@ -272,8 +295,12 @@ class MainWindow(QMainWindow):
                 versions.append(f"{mod} {__import__(mod).__version__}")
             except ImportError:
                 versions.append(f"{mod} missing")
-        QMessageBox.about(self, "About LLM Lens", "<b>LLM Lens</b> 0.1.0<br>Every number shown is "
-                          "what the loaded model computed.<br><br>" + "<br>".join(versions))
+        QMessageBox.about(
+            self,
+            "About LLM Lens",
+            "<b>LLM Lens</b> 0.1.0<br>Every number shown is "
+            "what the loaded model computed.<br><br>" + "<br>".join(versions),
+        )
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt name)
         s = settings()

@@ -44,6 +44,7 @@ class Worker(QObject):
         self.engine: Any = None
         self.runs: dict[int, Any] = {}
         self.cancel = threading.Event()
+        self.load_cancel = threading.Event()
         self.pending: queue.Queue[tuple[str, Any, Callable[[], Any]]] = queue.Queue()
 
     @Slot(object, str, str)
@@ -52,10 +53,12 @@ class Worker(QObject):
         from core.errors import LensError
         from core.loading import load_model
 
+        self.load_cancel.clear()
         try:
             loaded = load_model(
-                spec if isinstance(spec, str) else None, device, dtype, self.sig_loading.emit
+                spec if isinstance(spec, str) else None, device, dtype, self._progress
             )
+            self._progress(1.0, "ready")
             self.engine = Engine(loaded)
             self.runs.clear()
         except LensError as exc:
@@ -66,6 +69,15 @@ class Worker(QObject):
             self.sig_error.emit("load", f"could not load the model: {exc}")
             return
         self.sig_loaded.emit(loaded.info)
+
+    def _progress(self, fraction: float, message: str) -> None:
+        """Report load progress; between stages, honour a cancel request (the previous model
+        stays loaded)."""
+        from core.errors import Cancelled
+
+        if self.load_cancel.is_set():
+            raise Cancelled("loading cancelled: the previous model is still loaded")
+        self.sig_loading.emit(fraction, message)
 
     @Slot(int, str, bool, object, object)
     def run(self, run_id: int, text: str, chat: bool, params: object, config: object) -> None:

@@ -118,3 +118,16 @@ def test_layout_is_remembered(qtbot, tmp_path, monkeypatch):
     assert not second.docks["Timing"].isVisible()
     assert second.docks["Tokens"].isVisible()
     second.close()
+
+
+def test_cancelling_a_load_keeps_the_previous_model(qtbot, window):
+    ctl = window.controller
+    before = ctl.info
+    ctl.sig_model_loading.connect(lambda _f, _m: ctl.request_stop())
+    with qtbot.waitSignal(ctl.sig_error, timeout=60_000) as blocker:
+        window.load(None)
+    assert "cancelled" in blocker.args[0]
+    assert ctl.info is before and not ctl.busy
+    assert "SmolLM2" in window.model_label.text()
+    _run(qtbot, window, tokens=2)  # the previous model still runs
+    assert len(ctl.steps) == 2
