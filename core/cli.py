@@ -11,7 +11,7 @@ from typing import Any
 
 from core.errors import LensError
 
-COMMANDS = ("trace", "kv")
+COMMANDS = ("trace", "kv", "inspect", "compare")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,6 +36,7 @@ def trace_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--out", default=None, help="write the trace here (default: stdout)")
+    p.add_argument("--session", default=None, help="also save the run as a .llmlens session")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p
 
@@ -46,9 +47,17 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
     from core.sampling import GREEDY, SamplingParams
     from core.trace import run_dict
 
-    params = GREEDY if args.greedy else SamplingParams(
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-        repetition_penalty=args.repetition_penalty, seed=args.seed,
+    params = (
+        GREEDY
+        if args.greedy
+        else SamplingParams(
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            min_p=args.min_p,
+            repetition_penalty=args.repetition_penalty,
+            seed=args.seed,
+        )
     )
     config = RunConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop))
     say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
@@ -59,6 +68,10 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
             print(step.token.text, end="", file=sys.stderr, flush=True)
     if not args.quiet:
         print(file=sys.stderr)
+    if args.session:
+        from core.session_cli import write_trace_session
+
+        write_trace_session(run, engine.info, args.session)
     return run_dict(engine, run)
 
 
@@ -70,6 +83,14 @@ def main(argv: list[str] | None = None) -> int:
         from core.kvconfig import main_kv
 
         return main_kv(rest)
+    if command == "inspect":
+        from core.session_cli import main_inspect
+
+        return main_inspect(rest)
+    if command == "compare":
+        from core.compare_cli import main_compare
+
+        return main_compare(rest)
     try:
         args = trace_parser().parse_args(rest)
         data = run_trace(args)

@@ -12,7 +12,8 @@ def gui_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="llm-lens",
         description="Watch a language model turn a prompt into a response, step by step. "
-        "Headless: llm-lens trace PROMPT … | llm-lens kv --config CONFIG …",
+        "Headless: llm-lens trace PROMPT … | llm-lens compare PROMPT --config … | "
+        "llm-lens kv --config CONFIG … | llm-lens inspect FILE.llmlens",
     )
     p.add_argument("--model", default=None, help="folder, .gguf file or hub id (default: bundled)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "mps"))

@@ -1,0 +1,370 @@
+"""Sessions (``.llmlens``): runs saved whole, to reopen, replay and re-sample without the model.
+
+A session file is a zip of ``manifest.json`` and ``.npy`` arrays, readable from a notebook with
+zipfile, json and numpy alone (``docs/session-format.md``). A session file may come from anyone,
+so loading never unpickles and checks every size before it allocates. No torch is imported here:
+a saved session replays and re-samples on a machine without the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.errors import LensError
+from core.records import (
+    PrefillCapture,
+    PromptTokens,
+    StepRecord,
+    TokenInfo,
+    frozen,
+)
+
+FORMAT_NAME = "llm-lens-session"
+FORMAT_VERSION = 1
+FORMAT = f"{FORMAT_NAME}/{FORMAT_VERSION}"
+MANIFEST = "manifest.json"
+MAX_ARRAY_BYTES = 2 << 30  # one array
+MAX_TOTAL_BYTES = 4 << 30  # all arrays of a session, uncompressed
+MAX_MANIFEST_BYTES = 256 << 20
+PROMPT_ATTENTION_LIMIT = 256  # prompt maps (layers, heads, T, T) are kept only up to this T
+COMPRESS_LEVEL = 1  # float data deflates only ~9% at any level; 1 is the fastest
+DTYPES = frozenset(
+    {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"}
+)
+PARTS = ("attention", "logits", "hidden", "other")
+_HALF_MAX = float(np.finfo(np.float16).max)
+
+
+class SessionError(LensError):
+    """A session file cannot be read or written; the message says why in one line."""
+
+
+def app_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llm-lens")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class SessionRun:
+    """One run as saved: its prompt, settings, every step, and the prompt's per-position data."""
+
+    run_id: int
+    label: str
+    parent: tuple[int, int] | None  # (run_id, step index) it branched from; None for a root run
+    prompt: PromptTokens
+    params: dict[str, Any]  # the SamplingParams fields
+    finish_reason: str | None
+    steps: tuple[StepRecord, ...]
+    prefill: PrefillCapture | None = None  # hidden stored as float16, loaded as float32
+    prompt_attention: np.ndarray | None = None  # (layers, heads, T, T); float16 on disk
+
+    @property
+    def generated_ids(self) -> list[int]:
+        return [s.token.id for s in self.steps]
+
+    def output_text(self) -> str:
+        """The response, decoded from the bytes of its tokens (special tokens left out)."""
+        raw = b"".join(s.token.raw for s in self.steps if not s.token.special)
+        return raw.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class Session:
+    """Everything a session file holds: the model's identity and one or more runs."""
+
+    model: dict[str, Any]  # ModelInfo.as_dict(), with weights_id
+    runs: tuple[SessionRun, ...]
+    created: str = field(default_factory=_now)  # ISO 8601, UTC
+    app_version: str = field(default_factory=app_version)
+
+
+def session_from_run(
+    run: Any,
+    info: Any,
+    label: str | None = None,
+    parent: tuple[int, int] | None = None,
+    prompt_attention: np.ndarray | None = None,
+) -> SessionRun:
+    """A :class:`SessionRun` of a finished ``core.engine.Run`` (or anything with its fields).
+
+    ``prompt_attention`` is the (layers, heads, T, T) prompt maps, for prompts of at most
+    :data:`PROMPT_ATTENTION_LIMIT` tokens.
+    """
+    maps = None
+    if prompt_attention is not None:
+        t = len(run.prompt)
+        expected = (info.num_layers, info.num_heads, t, t)
+        if t > PROMPT_ATTENTION_LIMIT or tuple(prompt_attention.shape) != expected:
+            raise ValueError(
+                f"prompt attention must be {expected} with T ≤ {PROMPT_ATTENTION_LIMIT}; "
+                f"got {tuple(prompt_attention.shape)}"
+            )
+        maps = frozen(prompt_attention, np.float32)
+    params = run.params
+    if dataclasses.is_dataclass(params) and not isinstance(params, type):
+        params = dataclasses.asdict(params)
+    return SessionRun(
+        run_id=int(run.run_id),
+        label=f"run {run.run_id}" if label is None else label,
+        parent=parent,
+        prompt=run.prompt,
+        params=dict(params),
+        finish_reason=run.finish_reason,
+        steps=tuple(run.steps),
+        prefill=run.prefill,
+        prompt_attention=maps,
+    )
+
+
+# ---- Saving ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Member:
+    """One ``.npy`` member: known shape and dtype, built only when written (one at a time)."""
+
+    name: str
+    part: str
+    dtype: str
+    shape: tuple[int, ...]
+    build: Callable[[], np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+
+def _half_or_full(arrays: Sequence[np.ndarray]) -> str:
+    """float16 unless a value would overflow it (then float32, so nothing turns into inf)."""
+    fits = all(a.size == 0 or float(np.abs(a).max()) <= _HALF_MAX for a in arrays)
+    return "float16" if fits else "float32"
+
+
+# (field, part, stored dtype or "half", loaded dtype, getter)
+_STEP_ARRAYS: tuple[tuple[str, str, str, str, Callable[[StepRecord], np.ndarray]], ...] = (
+    ("logits", "logits", "float32", "float32", lambda s: s.logits),
+    ("top_ids", "other", "int64", "int64", lambda s: s.top_ids),
+    ("top_logits", "other", "float32", "float32", lambda s: s.top_logits),
+    ("top_probs", "other", "float32", "float32", lambda s: s.top_probs),
+    ("attention", "attention", "half", "float32", lambda s: s.attention),
+    ("hidden", "hidden", "float32", "float32", lambda s: s.hidden),
+    ("attn_update", "hidden", "float32", "float32", lambda s: s.attn_update),
+    ("kv_per_layer", "other", "int64", "int64", lambda s: s.kv.per_layer),
+    ("context_ids", "other", "int64", "int64", lambda s: s.context_ids),
+)
+_STAGE_ARRAYS = (("stage_top_ids", "int64", "top_ids"), ("stage_top_probs", "float32", "top_probs"))
+_STEP_SCALARS = ("run_id", "index", "position", "prob", "logprob", "rank", "entropy")
+_KV_SCALARS = (
+    "tokens", "bytes_total", "bytes_added", "formula_bytes", "mha_bytes", "device_allocated",
+    "device_reserved",
+)  # fmt: skip
+_TIMING = ("forward_ms", "sample_ms", "capture_ms")
+
+
+def _pack(
+    prefix: str, arrays: list[np.ndarray], part: str, dtype: str
+) -> tuple[dict[str, str], list[_Member]]:
+    """Stack arrays of one shape; otherwise keep the longest (``prefix`` layout: each is a
+    prefix of it) or concatenate along the last axis (``concat``), with a lengths array."""
+    data = f"{prefix}.npy"
+    dtype = _half_or_full(arrays) if dtype == "half" else dtype
+    shapes = [a.shape for a in arrays]
+    if len(set(shapes)) == 1:
+        stacked = _Member(data, part, dtype, (len(arrays), *shapes[0]), lambda: np.stack(arrays))
+        return {"layout": "stacked", "data": data}, [stacked]
+    if len({s[:-1] for s in shapes}) != 1:
+        raise ValueError(f"{prefix}: arrays of a run differ in more than their last axis")
+    lengths = frozen([s[-1] for s in shapes], np.int64)
+    longest = arrays[int(lengths.argmax())]
+    if longest.ndim == 1 and all(np.array_equal(a, longest[: len(a)]) for a in arrays):
+        member = _Member(data, part, dtype, longest.shape, lambda: longest)
+        layout = "prefix"
+    else:
+        shape = (*shapes[0][:-1], int(lengths.sum()))
+        member = _Member(data, part, dtype, shape, lambda: np.concatenate(arrays, axis=-1))
+        layout = "concat"
+    lens = _Member(f"{prefix}.lengths.npy", "other", "int64", lengths.shape, lambda: lengths)
+    return {"layout": layout, "data": data, "lengths": lens.name}, [member, lens]
+
+
+def _whole(name: str, part: str, dtype: str, array: np.ndarray) -> _Member:
+    dtype = _half_or_full([array]) if dtype == "half" else dtype
+    return _Member(name, part, dtype, tuple(array.shape), lambda: array)
+
+
+def _token_json(t: TokenInfo) -> dict[str, Any]:
+    return {
+        "id": t.id, "text": t.text, "raw": t.raw.hex(), "special": t.special, "start": t.start,
+        "end": t.end,
+    }  # fmt: skip
+
+
+def _prompt_json(p: PromptTokens) -> dict[str, Any]:
+    tokens = [_token_json(t) for t in p.tokens]
+    return {"text": p.text, "rendered": p.rendered, "chat": p.chat, "tokens": tokens}
+
+
+def _step_json(s: StepRecord) -> dict[str, Any]:
+    d: dict[str, Any] = {k: getattr(s, k) for k in _STEP_SCALARS}
+    d["token"] = _token_json(s.token)
+    d["top_texts"] = list(s.top_texts)
+    d["stages"] = [
+        {"name": g.name, "removed_mass": g.removed_mass, "kept": g.kept, "entropy": g.entropy}
+        for g in s.stages
+    ]
+    d["kv"] = {k: getattr(s.kv, k) for k in _KV_SCALARS}
+    d["timing"] = {k: getattr(s.timing, k) for k in _TIMING}
+    d["finish_reason"] = s.finish_reason
+    return d
+
+
+def _plan_arrays(prefix: str, run: SessionRun) -> tuple[dict[str, Any], list[_Member]]:
+    fields: dict[str, Any] = {}
+    members: list[_Member] = []
+    steps, stages = run.steps, [g for s in run.steps for g in s.stages]
+    columns = [(n, p, d, [get(s) for s in steps]) for n, p, d, _, get in _STEP_ARRAYS]
+    columns += [(n, "other", d, [getattr(g, a) for g in stages]) for n, d, a in _STAGE_ARRAYS]
+    for name, part, dtype, arrays in columns:
+        if arrays:
+            fields[name], new = _pack(f"{prefix}/{name}", arrays, part, dtype)
+            members += new
+    return fields, members
+
+
+def _plan_run(prefix: str, run: SessionRun) -> tuple[dict[str, Any], list[_Member]]:
+    fields, members = _plan_arrays(prefix, run)
+    prefill = None
+    if run.prefill is not None:
+        p = run.prefill
+        members += [
+            _whole(f"{prefix}/prefill_hidden.npy", "hidden", "half", p.hidden),
+            _whole(f"{prefix}/prefill_positions.npy", "other", "int64", p.positions),
+        ]
+        prefill = {"run_id": p.run_id, "hidden": members[-2].name, "positions": members[-1].name}
+        if p.prompt != run.prompt:
+            prefill["prompt"] = _prompt_json(p.prompt)
+    maps = None
+    if run.prompt_attention is not None:
+        members.append(
+            _whole(f"{prefix}/prompt_attention.npy", "attention", "half", run.prompt_attention)
+        )
+        maps = members[-1].name
+    return {
+        "run_id": run.run_id, "label": run.label,
+        "parent": list(run.parent) if run.parent is not None else None,
+        "prompt": _prompt_json(run.prompt), "params": run.params,
+        "finish_reason": run.finish_reason, "steps": [_step_json(s) for s in run.steps],
+        "arrays": fields, "prefill": prefill, "prompt_attention": maps,
+    }, members  # fmt: skip
+
+
+def _plan(session: Session) -> tuple[bytes, list[_Member]]:
+    """The manifest (encoded) and the members it lists, nothing built yet."""
+    runs, members = [], []
+    for i, run in enumerate(session.runs):
+        entry, new = _plan_run(f"runs/{i}", run)
+        runs.append(entry)
+        members += new
+    manifest = {
+        "format": FORMAT, "app_version": session.app_version, "created": session.created,
+        "model": session.model, "runs": runs,
+        "arrays": {
+            m.name: {"dtype": m.dtype, "shape": list(m.shape), "part": m.part} for m in members
+        },
+    }  # fmt: skip
+    return json.dumps(manifest, indent=1, default=_plain).encode("ascii"), members
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"a {type(value).__name__} cannot be saved in a session manifest")
+
+
+def estimate_size(session: Session) -> dict[str, int]:
+    """Uncompressed bytes per part (attention, logits, hidden, other) and ``total``."""
+    manifest, members = _plan(session)
+    sizes = dict.fromkeys(PARTS, 0)
+    sizes["other"] += len(manifest)
+    for m in members:
+        sizes[m.part] += m.nbytes
+    sizes["total"] = sum(sizes.values())
+    return sizes
+
+
+def save_session(path: str | os.PathLike[str], session: Session) -> int:
+    """Write ``session`` to ``path`` atomically (temporary file beside it, then a rename).
+
+    Returns the bytes written. On any failure the previous file is untouched and no temporary
+    file is left behind.
+    """
+    path = Path(path)
+    manifest, members = _plan(session)
+    try:
+        _check_limits([(m.name, m.nbytes) for m in members])
+    except SessionError as exc:
+        raise SessionError(f"{path}: cannot save, {exc}") from None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise SessionError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+    try:
+        with os.fdopen(fd, "wb") as f:
+            _write_zip(f, manifest, members)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)  # not mkstemp's 0600
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise SessionError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path.stat().st_size
+
+
+def _write_zip(f: Any, manifest: bytes, members: list[_Member]) -> None:
+    with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED, compresslevel=COMPRESS_LEVEL) as zf:
+        zf.writestr(MANIFEST, manifest)
+        for m in members:
+            big = m.nbytes + (1 << 16) >= zipfile.ZIP64_LIMIT
+            with zf.open(m.name, "w", force_zip64=big) as out:
+                np.save(out, np.asarray(m.build(), dtype=m.dtype), allow_pickle=False)
+
+
+def _check_limits(sizes: list[tuple[str, int]]) -> None:
+    for name, nbytes in sizes:
+        if nbytes > MAX_ARRAY_BYTES:
+            raise SessionError(
+                f"too large: array {name} needs {nbytes:,} bytes (limit {MAX_ARRAY_BYTES:,})"
+            )
+    total = sum(n for _, n in sizes)
+    if total > MAX_TOTAL_BYTES:
+        raise SessionError(f"too large: arrays need {total:,} bytes (limit {MAX_TOTAL_BYTES:,})")
+
+
+def load_session(path: str | os.PathLike[str]) -> Session:
+    """Open a session file; raises :class:`SessionError` with one clear line if it is bad."""
+    from core.session_read import read_session
+
+    return read_session(path)

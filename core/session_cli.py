@@ -1,0 +1,134 @@
+"""``llm-lens inspect FILE.llmlens`` and the trace command's ``--session FILE.llmlens`` output.
+
+Inspecting needs neither Qt nor torch nor the model: a session file holds everything it prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+from core.errors import LensError
+from core.session import (
+    FORMAT,
+    PARTS,
+    PROMPT_ATTENTION_LIMIT,
+    Session,
+    SessionRun,
+    estimate_size,
+    load_session,
+    save_session,
+    session_from_run,
+)
+
+TEXT_LIMIT = 400  # characters of a prompt or output shown by inspect
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise LensError(message)
+
+
+def inspect_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="llm-lens inspect", description="Summarize an LLM Lens session file.")
+    p.add_argument("file", help="a .llmlens session file")
+    return p
+
+
+def main_inspect(argv: list[str]) -> int:
+    """Print a session's summary; a bad file is one line on stderr and exit status 2."""
+    try:
+        args = inspect_parser().parse_args(argv)
+        session = load_session(args.file)
+        print(describe(session, os.path.getsize(args.file)))
+    except (LensError, OSError) as exc:
+        print(f"llm-lens inspect: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def describe(session: Session, file_size: int | None = None) -> str:
+    """A plain-text summary: model, then each run's prompt, steps, finish and output, then sizes."""
+    m = session.model
+    lines = [
+        f"session   {FORMAT}, saved by LLM Lens {session.app_version} at {session.created}",
+        f"model     {m.get('name')} (weights {m.get('weights_id')}; {m.get('num_layers')} layers,"
+        f" vocab {m.get('vocab_size')}, {m.get('dtype')})",
+        f"runs      {len(session.runs)}",
+    ]
+    for run in session.runs:
+        lines += _describe_run(run)
+    sizes = estimate_size(session)
+    parts = ", ".join(f"{p} {_bytes(sizes[p])}" for p in PARTS)
+    on_disk = f"{_bytes(file_size)} on disk; " if file_size is not None else ""
+    lines.append(f"size      {on_disk}uncompressed {_bytes(sizes['total'])}: {parts}")
+    return "\n".join(lines)
+
+
+def _describe_run(run: SessionRun) -> list[str]:
+    branch = f", branched from run {run.parent[0]} at step {run.parent[1]}" if run.parent else ""
+    kind = "chat" if run.prompt.chat else "raw"
+    return [
+        f"run {run.run_id}     {_quote(run.label)}: {len(run.steps)} steps, "
+        f"finish {run.finish_reason or 'none'}{branch}",
+        f"  prompt  {_quote(run.prompt.text)} ({kind}, {len(run.prompt)} tokens)",
+        f"  output  {_quote(run.output_text())}",
+        f"  sampler {_sampler(run.params)}",
+    ]
+
+
+def _sampler(params: dict[str, Any]) -> str:
+    if params.get("greedy") or params.get("temperature") == 0:
+        return "greedy"
+    return ", ".join(f"{k} {v}" for k, v in params.items() if k != "greedy")
+
+
+def _quote(text: str) -> str:
+    cut = text if len(text) <= TEXT_LIMIT else text[:TEXT_LIMIT] + "…"
+    return json.dumps(cut, ensure_ascii=False)
+
+
+def _bytes(n: int) -> str:
+    """Decimal units, as file managers show sizes."""
+    if n < 1000:
+        return f"{n} B"
+    size = float(n)
+    for unit in ("kB", "MB"):
+        size /= 1000
+        if size < 1000:
+            return f"{size:.1f} {unit}"
+    return f"{size / 1000:.1f} GB"
+
+
+def prompt_attention_maps(run: Any) -> np.ndarray | None:
+    """(layers, heads, T, T) float32 prompt maps of a finished run, recomputed from its prefill.
+
+    None when the prompt is longer than :data:`PROMPT_ATTENTION_LIMIT`, or the run has no cache
+    or did not read the whole prompt itself (it started from a cached prefix).
+    """
+    prefill, cache, engine = run.prefill, run.cache, run.engine
+    t = len(run.prompt)
+    if prefill is None or cache is None or t > PROMPT_ATTENTION_LIMIT:
+        return None
+    if prefill.hidden.shape[1] != t or int(prefill.positions[0]) != 0:
+        return None
+    from core.analysis import attention_map
+
+    info = engine.info
+    out = np.zeros((info.num_layers, info.num_heads, t, t), np.float32)  # (layers, heads, T, T)
+    for layer in range(info.num_layers):
+        for head in range(info.num_heads):
+            out[layer, head] = attention_map(engine, cache, prefill.hidden, layer, head, t).weights
+    return out
+
+
+def write_trace_session(run: Any, info: Any, path: str | os.PathLike[str]) -> int:
+    """Save a finished run as a one-run session (with prompt maps when T ≤ 256); bytes written."""
+    maps = prompt_attention_maps(run)
+    session_run = session_from_run(run, info, prompt_attention=maps)
+    return save_session(path, Session(model=info.as_dict(), runs=(session_run,)))

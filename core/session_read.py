@@ -1,0 +1,296 @@
+"""Reading ``.llmlens`` sessions safely: no unpickling, every size checked before allocation.
+
+Split from :mod:`core.session` (which writes them); ``core.session.load_session`` is the
+public entry point.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.lib import format as npformat
+
+from core.records import (
+    KVCacheStats,
+    PrefillCapture,
+    PromptTokens,
+    StageSummary,
+    StepRecord,
+    StepTiming,
+    TokenInfo,
+    frozen,
+)
+from core.session import (
+    _KV_SCALARS,
+    _STAGE_ARRAYS,
+    _STEP_ARRAYS,
+    _STEP_SCALARS,
+    _TIMING,
+    DTYPES,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST,
+    MAX_MANIFEST_BYTES,
+    Session,
+    SessionError,
+    SessionRun,
+    _check_limits,
+)
+
+
+def read_session(path: str | os.PathLike[str]) -> Session:
+    """Read a session file; any problem with it raises :class:`SessionError` with one line."""
+    path = Path(path)
+    try:
+        with _open_zip(path) as zf:
+            manifest = _read_manifest(zf)
+            arrays = _read_arrays(zf, manifest)
+        return _session(manifest, arrays)
+    except SessionError as exc:
+        raise SessionError(f"{path}: {exc}") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise SessionError(f"{path}: the file is damaged ({exc})") from None
+    except OSError as exc:
+        raise SessionError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError) as exc:
+        raise SessionError(
+            f"{path}: the manifest is damaged ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def _open_zip(path: Path) -> zipfile.ZipFile:
+    with path.open("rb") as f:
+        head = f.read(4)
+    try:
+        zf = zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        if head == b"PK\x03\x04":
+            raise SessionError("the file is truncated or damaged (no zip directory)") from None
+        raise SessionError("not an LLM Lens session (not a zip file)") from None
+    bad = [n for n in zf.namelist() if _unsafe_name(n)]
+    if bad:
+        zf.close()
+        raise SessionError(f"not an LLM Lens session: unsafe member name {bad[0]!r}")
+    return zf
+
+
+def _unsafe_name(name: str) -> bool:
+    parts = name.replace("\\", "/").split("/")
+    return not name or name.startswith("/") or ":" in name or ".." in parts
+
+
+def _read_manifest(zf: zipfile.ZipFile) -> dict[str, Any]:
+    try:
+        info = zf.getinfo(MANIFEST)
+    except KeyError:
+        raise SessionError("not an LLM Lens session (the zip has no manifest.json)") from None
+    if info.file_size > MAX_MANIFEST_BYTES:
+        raise SessionError(f"too large: manifest.json is {info.file_size:,} bytes")
+    with zf.open(info) as f:
+        raw = f.read(MAX_MANIFEST_BYTES + 1)
+    try:
+        manifest = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise SessionError("not an LLM Lens session (manifest.json is not JSON)") from None
+    if not isinstance(manifest, dict):
+        raise SessionError("not an LLM Lens session (manifest.json is not an object)")
+    fmt = manifest.get("format")
+    name, _, version = fmt.partition("/") if isinstance(fmt, str) else ("", "", "")
+    if name != FORMAT_NAME or not version.isdigit() or int(version) < 1:
+        raise SessionError(f"not an LLM Lens session (format {fmt!r})")
+    if int(version) > FORMAT_VERSION:
+        raise SessionError(
+            f"made by a newer LLM Lens (format {int(version)}); "
+            f"this version reads format {FORMAT_VERSION}"
+        )
+    return manifest
+
+
+def _read_arrays(zf: zipfile.ZipFile, manifest: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Every listed array, read only after all declared sizes passed the limits."""
+    entries = manifest.get("arrays")
+    if not isinstance(entries, dict):
+        raise SessionError("the manifest lists no arrays")
+    declared = {name: _declared(name, entry) for name, entry in entries.items()}
+    _check_limits([(name, nbytes) for name, (_, _, nbytes) in declared.items()])
+    return {name: _read_npy(zf, name, *spec) for name, spec in declared.items()}
+
+
+def _declared(name: str, entry: Any) -> tuple[np.dtype[Any], tuple[int, ...], int]:
+    """(dtype, shape, bytes) a manifest entry claims, checked against the whitelist."""
+    dtype, shape = (entry.get("dtype"), entry.get("shape")) if isinstance(entry, dict) else (0, 0)
+    if dtype not in DTYPES:
+        raise SessionError(f"array {name}: dtype {dtype!r} is not allowed")
+    if not isinstance(shape, list) or len(shape) > 32 or not all(_count(n) for n in shape):
+        raise SessionError(f"array {name}: bad shape {shape!r} in the manifest")
+    return np.dtype(dtype), tuple(shape), math.prod(shape) * np.dtype(dtype).itemsize
+
+
+def _check_member(zf: zipfile.ZipFile, name: str, dtype: Any, shape: Any, nbytes: int) -> None:
+    """The member exists and holds the declared bytes plus a .npy header (under 64 KiB)."""
+    try:
+        size = zf.getinfo(name).file_size
+    except KeyError:
+        raise SessionError(f"array {name} is listed in the manifest but missing") from None
+    if not nbytes < size <= nbytes + (1 << 16):
+        raise SessionError(
+            f"array {name}: the manifest says {dtype} {shape} ({nbytes:,} bytes), "
+            f"the member holds {size:,} bytes"
+        )
+
+
+def _count(n: Any) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
+
+
+def _read_npy(
+    zf: zipfile.ZipFile, name: str, dtype: np.dtype[Any], shape: tuple[int, ...], nbytes: int
+) -> np.ndarray:
+    """The array, read only after its .npy header matched the manifest (never unpickled)."""
+    _check_member(zf, name, dtype, shape, nbytes)
+    try:
+        with zf.open(name) as f:
+            version = npformat.read_magic(f)
+            if version not in ((1, 0), (2, 0)):
+                raise SessionError(f"array {name}: unsupported .npy version {version}")
+            read = (
+                npformat.read_array_header_1_0
+                if version == (1, 0)
+                else npformat.read_array_header_2_0
+            )
+            got_shape, fortran, got = read(f)
+            if got.name != dtype.name or got.hasobject or tuple(got_shape) != shape:
+                raise SessionError(
+                    f"array {name}: its .npy header says {got} {tuple(got_shape)}, "
+                    f"the manifest says {dtype} {shape}"
+                )
+            data = f.read(nbytes)
+            if len(data) != nbytes or f.read(1):  # reading to the end checks the CRC
+                raise SessionError(f"array {name}: the data does not match its shape")
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise SessionError(f"array {name} is damaged ({exc})") from None
+    except ValueError as exc:  # raised by numpy's header parser
+        raise SessionError(f"array {name} is not a valid .npy file ({exc})") from None
+    array = np.frombuffer(data, got).reshape(shape, order="F" if fortran else "C")
+    return array if got.isnative else array.astype(got.newbyteorder("="))
+
+
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise SessionError(message)
+
+
+def _array(arrays: dict[str, np.ndarray], name: Any) -> np.ndarray:
+    _need(isinstance(name, str) and name in arrays, f"array {name!r} is not in the file")
+    return arrays[name]
+
+
+def _unpack(
+    entry: Any, arrays: dict[str, np.ndarray], count: int, dtype: str, what: str
+) -> list[np.ndarray]:
+    """Per-step read-only arrays back out of a stacked, prefix or concat layout."""
+    if count == 0:
+        return []
+    _need(isinstance(entry, dict), f"the manifest has no {what} arrays")
+    data = _array(arrays, entry.get("data"))
+    layout = entry.get("layout")
+    if layout == "stacked":
+        _need(data.ndim >= 1 and data.shape[0] == count, f"{what}: shapes do not match the steps")
+        return [frozen(a, dtype) for a in data]
+    lengths = _array(arrays, entry.get("lengths"))
+    ok = lengths.shape == (count,) and data.ndim >= 1 and bool((lengths >= 0).all())
+    _need(ok, f"{what}: lengths do not match the steps")
+    if layout == "prefix":
+        _need(int(lengths.max()) <= data.shape[-1], f"{what}: lengths exceed the data")
+        return [frozen(data[..., :n], dtype) for n in lengths]
+    _need(layout == "concat", f"{what}: unknown layout {layout!r}")
+    _need(int(lengths.sum()) == data.shape[-1], f"{what}: lengths do not add up to the data")
+    return [frozen(a, dtype) for a in np.split(data, np.cumsum(lengths)[:-1], axis=-1)]
+
+
+def _token(d: dict[str, Any]) -> TokenInfo:
+    raw = bytes.fromhex(d["raw"])
+    return TokenInfo(int(d["id"]), str(d["text"]), raw, bool(d["special"]), d["start"], d["end"])
+
+
+def _prompt(d: dict[str, Any]) -> PromptTokens:
+    tokens = tuple(_token(t) for t in d["tokens"])
+    return PromptTokens(str(d["text"]), str(d["rendered"]), bool(d["chat"]), tokens)
+
+
+def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRecord:
+    scalars = {k: d[k] for k in _STEP_SCALARS}
+    kv = KVCacheStats(**{k: d["kv"][k] for k in _KV_SCALARS}, per_layer=arr["kv_per_layer"])
+    summaries = tuple(
+        StageSummary(g["name"], g["removed_mass"], g["kept"], g["entropy"], *next(stages))
+        for g in d["stages"]
+    )
+    return StepRecord(
+        **scalars,
+        token=_token(d["token"]),
+        logits=arr["logits"],
+        top_ids=arr["top_ids"],
+        top_logits=arr["top_logits"],
+        top_probs=arr["top_probs"],
+        attention=arr["attention"],
+        top_texts=tuple(str(t) for t in d["top_texts"]),
+        stages=summaries,
+        hidden=arr["hidden"],
+        attn_update=arr["attn_update"],
+        kv=kv,
+        timing=StepTiming(*(float(d["timing"][k]) for k in _TIMING)),
+        context_ids=arr["context_ids"],
+        finish_reason=d["finish_reason"],
+    )
+
+
+def _steps(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[StepRecord, ...]:
+    steps, fields = d["steps"], d["arrays"]
+    n, n_stages = len(steps), sum(len(s["stages"]) for s in steps)
+    per = {
+        name: _unpack(fields.get(name), arrays, n, dtype, name)
+        for name, _, _, dtype, _ in _STEP_ARRAYS
+    }
+    stage_columns = [_unpack(fields.get(f), arrays, n_stages, t, f) for f, t, _ in _STAGE_ARRAYS]
+    stages = zip(*stage_columns, strict=True)
+    return tuple(_step(s, {k: v[i] for k, v in per.items()}, stages) for i, s in enumerate(steps))
+
+
+def _run(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> SessionRun:
+    prompt = _prompt(d["prompt"])
+    prefill, p = None, d["prefill"]
+    if p is not None:
+        hidden = frozen(_array(arrays, p["hidden"]), np.float32)
+        positions = frozen(_array(arrays, p["positions"]), np.int64)
+        own = _prompt(p["prompt"]) if "prompt" in p else prompt
+        prefill = PrefillCapture(int(p["run_id"]), own, hidden, positions)
+    maps = d["prompt_attention"]
+    parent = d["parent"]
+    return SessionRun(
+        run_id=int(d["run_id"]),
+        label=str(d["label"]),
+        parent=(int(parent[0]), int(parent[1])) if parent is not None else None,
+        prompt=prompt,
+        params=dict(d["params"]),
+        finish_reason=d["finish_reason"],
+        steps=_steps(d, arrays),
+        prefill=prefill,
+        prompt_attention=None if maps is None else frozen(_array(arrays, maps), np.float32),
+    )
+
+
+def _session(m: dict[str, Any], arrays: dict[str, np.ndarray]) -> Session:
+    _need(isinstance(m.get("runs"), list), "the manifest lists no runs")
+    return Session(
+        model=dict(m["model"]),
+        runs=tuple(_run(r, arrays) for r in m["runs"]),
+        created=str(m["created"]),
+        app_version=str(m["app_version"]),
+    )

@@ -1,0 +1,473 @@
+"""Session files: a lossless round trip, an atomic save, hostile files refused, ``inspect``.
+
+The round trip uses the real 8-token greedy run; branches and ragged layouts use the tiny Llama.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from core.engine import RunConfig
+from core.sampling import GREEDY, SamplingParams, restage
+from core.session import (
+    PARTS,
+    Session,
+    SessionError,
+    estimate_size,
+    load_session,
+    save_session,
+    session_from_run,
+)
+from core.session_cli import main_inspect, prompt_attention_maps, write_trace_session
+
+ROOT = Path(__file__).resolve().parents[2]
+HALF = {
+    ("StepRecord", "attention"),
+    ("PrefillCapture", "hidden"),
+    ("SessionRun", "prompt_attention"),
+}
+
+
+def assert_same(a: Any, b: Any, where: str = "", half: bool = False) -> None:
+    """Equal field by field: arrays exactly (or within float16 rounding), and read-only."""
+    if isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and not b.flags.writeable, where
+        assert (b.dtype, b.shape) == (a.dtype, a.shape), where
+        if half:
+            np.testing.assert_allclose(b, a, rtol=1e-3, atol=1e-7, err_msg=where)
+        else:
+            assert np.array_equal(a, b), where
+    elif dataclasses.is_dataclass(a):
+        assert type(a) is type(b), where
+        for f in dataclasses.fields(a):
+            flag = half or (type(a).__name__, f.name) in HALF
+            assert_same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}", flag)
+    elif isinstance(a, tuple):
+        assert isinstance(b, tuple) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]", half)
+    else:
+        assert type(a) is type(b) and a == b, f"{where}: {a!r} != {b!r}"
+
+
+@pytest.fixture(scope="module")
+def greedy_session(greedy_run, engine) -> Session:
+    maps = prompt_attention_maps(greedy_run)
+    run = session_from_run(greedy_run, engine.info, label="greedy", prompt_attention=maps)
+    return Session(model=engine.info.as_dict(), runs=(run,))
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory, greedy_session) -> Path:
+    path = tmp_path_factory.mktemp("session") / "greedy.llmlens"
+    assert save_session(path, greedy_session) == path.stat().st_size
+    return path
+
+
+def test_round_trip_keeps_every_field(saved, greedy_session, greedy_run, engine):
+    loaded = load_session(saved)
+    assert loaded.model == engine.info.as_dict()
+    assert loaded.model["weights_id"] == engine.info.weights_id != ""
+    assert (loaded.created, loaded.app_version) == (
+        greedy_session.created,
+        greedy_session.app_version,
+    )
+    [run] = loaded.runs
+    assert (run.run_id, run.label, run.parent) == (greedy_run.run_id, "greedy", None)
+    assert (run.finish_reason, run.params) == ("length", dataclasses.asdict(GREEDY))
+    assert run.prompt == greedy_run.prompt and len(run.steps) == 8
+    for a, b in zip(greedy_run.steps, run.steps, strict=True):
+        assert_same(a, b, f"step {a.index}")
+    assert_same(greedy_run.prefill, run.prefill, "prefill")
+    assert_same(greedy_session.runs[0], run, "run")
+    assert run.output_text() == greedy_run.output_text()
+    with zipfile.ZipFile(saved) as z:
+        arrays = json.loads(z.read("manifest.json"))["arrays"]
+    assert arrays["runs/0/logits.npy"] == {
+        "dtype": "float32",
+        "shape": [8, 49152],
+        "part": "logits",
+    }
+    assert arrays["runs/0/attention.npy"]["dtype"] == "float16"
+
+
+def test_loaded_steps_resample_to_the_same_tokens(saved, greedy_run):
+    """Re-sampling needs only the saved logits and context: the greedy choice comes back."""
+    for step in load_session(saved).runs[0].steps:
+        logits, context = np.array(step.logits), np.array(step.context_ids)  # torch wants writable
+        raw = restage(logits, context, GREEDY, top_n=1)[0]
+        assert int(raw.top_ids[0]) == step.token.id
+
+
+def test_loading_needs_neither_the_model_nor_torch(saved, greedy_run):
+    code = (
+        "import json, sys\n"
+        "sys.modules['torch'] = None  # any import of torch now fails\n"
+        "from core.session import load_session\n"
+        "from core.session_cli import main_inspect\n"
+        "run = load_session(sys.argv[1]).runs[0]\n"
+        "assert main_inspect([sys.argv[1]]) == 0\n"
+        "print(json.dumps([len(run.steps), float(run.steps[3].logits.sum()), run.output_text()]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(saved)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    steps, total, text = json.loads(out.stdout.splitlines()[-1])
+    assert (steps, text) == (8, greedy_run.output_text())
+    assert total == float(greedy_run.steps[3].logits.sum())
+
+
+def test_branches_and_ragged_layouts_round_trip(tmp_path, tiny_engine):
+    eng = tiny_engine
+    prompt = eng.tokenize("Hello there", chat=False)
+    sampled = SamplingParams(
+        temperature=0.8, top_k=20, top_p=0.9, min_p=0.01, repetition_penalty=1.3, seed=3
+    )
+    root = eng.start(prompt, sampled, RunConfig(max_new_tokens=5))
+    one = eng.start(prompt, GREEDY, RunConfig(max_new_tokens=1))
+    empty = eng.start(prompt, GREEDY)  # never iterated: no steps, no prefill
+    root.run_all(), one.run_all()
+    assert len(root.steps[0].stages) == 6  # raw + five active stages
+    runs = (
+        session_from_run(root, eng.info, label="sampled"),
+        session_from_run(one, eng.info, label="branch", parent=(root.run_id, 2)),
+        session_from_run(empty, eng.info),
+    )
+    path = tmp_path / "three.llmlens"
+    save_session(path, Session(eng.info.as_dict(), runs))
+    loaded = load_session(path)
+    assert [r.label for r in loaded.runs] == ["sampled", "branch", f"run {empty.run_id}"]
+    assert loaded.runs[1].parent == (root.run_id, 2) and loaded.runs[2].steps == ()
+    assert loaded.runs[0].params == dataclasses.asdict(sampled)
+    for a, b in zip(runs, loaded.runs, strict=True):
+        assert_same(a, b, a.label)
+    with zipfile.ZipFile(path) as z:
+        fields = [r["arrays"] for r in json.loads(z.read("manifest.json"))["runs"]]
+    layouts = {k: fields[0][k]["layout"] for k in ("logits", "attention", "context_ids")}
+    assert layouts == {"logits": "stacked", "attention": "concat", "context_ids": "prefix"}
+    assert fields[1]["attention"]["layout"] == "stacked" and fields[2] == {}
+
+
+def test_prompt_attention_maps_match_the_prefill(greedy_run, engine):
+    maps = prompt_attention_maps(greedy_run)
+    t = len(greedy_run.prompt)
+    assert maps.shape == (30, 9, t, t)
+    np.testing.assert_allclose(maps[:, :, -1, :], greedy_run.steps[0].attention, atol=1e-5)
+    np.testing.assert_allclose(maps.sum(axis=-1), 1.0, atol=1e-5)
+    assert not np.triu(maps, k=1).any()  # causal: no query attends to a later key
+    with pytest.raises(ValueError, match="prompt attention"):
+        session_from_run(greedy_run, engine.info, prompt_attention=maps[:, :, :5, :5])
+    too_long = SimpleNamespace(prompt=[0] * 257)
+    one_layer = SimpleNamespace(num_layers=1, num_heads=1)
+    with pytest.raises(ValueError, match="T ≤ 256"):
+        session_from_run(too_long, one_layer, prompt_attention=np.zeros((1, 1, 257, 257)))
+
+
+def test_estimate_size_counts_each_part(saved, greedy_session, greedy_run):
+    sizes = estimate_size(greedy_session)
+    assert all(sizes[p] > 0 for p in PARTS) and sizes["total"] == sum(sizes[p] for p in PARTS)
+    rows = sum(s.attention.size for s in greedy_run.steps)
+    assert sizes["attention"] == 2 * (rows + greedy_session.runs[0].prompt_attention.size)
+    assert sizes["logits"] == 4 * 8 * 49152
+    t = len(greedy_run.prompt)
+    assert sizes["hidden"] == 8 * (31 + 30) * 576 * 4 + 31 * t * 576 * 2
+    assert saved.stat().st_size < sizes["total"]  # the zip compresses
+
+
+def test_write_trace_session(tmp_path, greedy_run, engine):
+    path = tmp_path / "trace.llmlens"
+    assert write_trace_session(greedy_run, engine.info, path) == path.stat().st_size
+    run = load_session(path).runs[0]
+    t = len(greedy_run.prompt)
+    assert run.prompt_attention.shape == (30, 9, t, t) and len(run.steps) == 8
+
+
+@pytest.mark.parametrize(
+    "error", [OSError(errno.ENOSPC, "No space left on device"), RuntimeError("boom")]
+)
+def test_failed_save_leaves_the_previous_file_and_no_temp(
+    tmp_path, monkeypatch, saved, greedy_session, error
+):
+    path = tmp_path / "s.llmlens"
+    shutil.copy(saved, path)
+    before = path.read_bytes()
+    real_save, calls = np.save, []
+
+    def failing_save(file: Any, array: Any, **kw: Any) -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise error
+        real_save(file, array, **kw)
+
+    monkeypatch.setattr(np, "save", failing_save)
+    expected = SessionError if isinstance(error, OSError) else RuntimeError
+    with pytest.raises(expected, match="No space left|boom"):
+        save_session(path, greedy_session)
+    assert len(calls) == 3
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["s.llmlens"]
+
+
+def test_save_keeps_an_existing_files_mode(tmp_path, greedy_session):
+    path = tmp_path / "s.llmlens"
+    save_session(path, greedy_session)
+    assert path.stat().st_mode & 0o777 == 0o644
+    path.chmod(0o600)
+    save_session(path, greedy_session)
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_save_into_a_missing_folder_is_a_session_error(tmp_path, greedy_session):
+    with pytest.raises(SessionError, match="cannot write"):
+        save_session(tmp_path / "no" / "such.llmlens", greedy_session)
+
+
+# ---- Hostile and damaged files ----------------------------------------------------------------
+
+
+class Payload:
+    """Unpickling this creates ``marker``: proof that a file's pickle ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.mkdir, (self.marker,))
+
+
+def pickled_npy(marker: Path) -> bytes:
+    out = io.BytesIO()
+    np.save(out, np.array([Payload(marker)], dtype=object), allow_pickle=True)
+    return out.getvalue()
+
+
+def rewrite(
+    src: Path,
+    dst: Path,
+    edit: Any = None,
+    members: dict[str, bytes] | None = None,
+    drop: tuple[str, ...] = (),
+    stored: bool = False,
+) -> Path:
+    """Copy a session zip, editing the manifest (a function) and replacing or adding members."""
+    members = dict(members or {})
+    with (
+        zipfile.ZipFile(src) as zin,
+        zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED) as zout,
+    ):
+        for name in zin.namelist():
+            data = members.pop(name, None) or zin.read(name)
+            if name == "manifest.json" and edit is not None:
+                manifest = json.loads(data)
+                edit(manifest)
+                data = json.dumps(manifest).encode()
+            if name not in drop:
+                zout.writestr(name, data)
+        for name, data in members.items():
+            zout.writestr(zipfile.ZipInfo(name), data)
+    return dst
+
+
+def flip_byte(path: Path, member: str) -> Path:
+    """Flip one byte in the middle of ``member``'s stored data, leaving the zip readable."""
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo(member)
+    raw = bytearray(path.read_bytes())
+    start = info.header_offset  # local header: 30 bytes, then the name and the extra field
+    name_len = int.from_bytes(raw[start + 26 : start + 28], "little")
+    extra_len = int.from_bytes(raw[start + 28 : start + 30], "little")
+    raw[start + 30 + name_len + extra_len + info.compress_size // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    return path
+
+
+def read_member(path: Path, name: str) -> bytes:
+    with zipfile.ZipFile(path) as z:
+        return z.read(name)
+
+
+def write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _arrays(edit: Any) -> Any:
+    return lambda m: edit(m["arrays"])
+
+
+def _set(table: dict[str, Any], key: str, value: Any) -> None:
+    table[key] = value
+
+
+LOGITS = "runs/0/logits.npy"
+BAD_FILES: dict[str, tuple[Any, str]] = {
+    "random bytes": (
+        lambda good, p: write(p, np.random.default_rng(0).bytes(5000)),
+        r"not an LLM Lens session \(not a zip file\)",
+    ),
+    "empty": (lambda good, p: write(p, b""), "not a zip file"),
+    "truncated": (lambda good, p: write(p, good.read_bytes()[:50_000]), "truncated"),
+    "truncated tail": (lambda good, p: write(p, good.read_bytes()[:-10]), "truncated"),
+    "no manifest": (lambda good, p: rewrite(good, p, drop=("manifest.json",)), "no manifest.json"),
+    "manifest not json": (
+        lambda good, p: rewrite(good, p, members={"manifest.json": b"{nope"}),
+        "not JSON",
+    ),
+    "foreign format": (
+        lambda good, p: rewrite(good, p, lambda m: _set(m, "format", "other/1")),
+        "not an LLM Lens session",
+    ),
+    "newer version": (
+        lambda good, p: rewrite(good, p, lambda m: _set(m, "format", "llm-lens-session/2")),
+        r"made by a newer LLM Lens \(format 2\); this version reads format 1",
+    ),
+    "huge shape": (
+        lambda good, p: rewrite(
+            good, p, _arrays(lambda a: _set(a[LOGITS], "shape", [10**9, 49152]))
+        ),
+        "too large: array runs/0/logits.npy",
+    ),
+    "huge total": (
+        lambda good, p: rewrite(
+            good, p, _arrays(lambda a: [_set(a[n], "shape", [2 * 10**8]) for n in a])
+        ),
+        "too large: arrays need",
+    ),
+    "member smaller than its shape": (
+        lambda good, p: rewrite(good, p, _arrays(lambda a: _set(a[LOGITS], "shape", [8, 50000]))),
+        "the member holds",
+    ),
+    "header disagrees": (
+        lambda good, p: rewrite(good, p, _arrays(lambda a: _set(a[LOGITS], "shape", [49152, 8]))),
+        r"\.npy header says",
+    ),
+    "trailing bytes": (
+        lambda good, p: rewrite(good, p, members={LOGITS: read_member(good, LOGITS) + b"junk"}),
+        "does not match its shape",
+    ),
+    "missing member": (lambda good, p: rewrite(good, p, drop=(LOGITS,)), "missing"),
+    "path traversal": (
+        lambda good, p: rewrite(good, p, members={"../evil.npy": b"x"}),
+        "unsafe member name '../evil.npy'",
+    ),
+    "flipped byte, stored": (
+        lambda good, p: flip_byte(rewrite(good, p, stored=True), LOGITS),
+        r"array runs/0/logits.npy is damaged \(Bad CRC-32",
+    ),
+    "flipped byte, deflated": (
+        lambda good, p: flip_byte(Path(shutil.copy(good, p)), "runs/0/hidden.npy"),
+        "array runs/0/hidden.npy is damaged",
+    ),
+    "unknown layout": (
+        lambda good, p: rewrite(
+            good, p, lambda m: _set(m["runs"][0]["arrays"]["attention"], "layout", "odd")
+        ),
+        "unknown layout 'odd'",
+    ),
+    "steps do not match arrays": (
+        lambda good, p: rewrite(good, p, lambda m: m["runs"][0]["steps"].pop()),
+        "shapes do not match the steps",
+    ),
+    "malformed step": (
+        lambda good, p: rewrite(good, p, lambda m: m["runs"][0]["steps"][0].pop("token")),
+        r"the manifest is damaged \(KeyError",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_bad_files_raise_one_clear_session_error(tmp_path, saved, case):
+    make, message = BAD_FILES[case]
+    path = make(saved, tmp_path / "bad.llmlens")
+    with pytest.raises(SessionError, match=message) as caught:
+        load_session(path)
+    text = str(caught.value)
+    assert text.startswith(str(path)) and "\n" not in text
+
+
+@pytest.mark.parametrize("claimed", ["object", "uint8"])
+def test_a_pickle_in_the_file_never_runs(tmp_path, saved, claimed):
+    """Whether the manifest admits the object dtype or disguises it, nothing is unpickled."""
+    marker = tmp_path / "marker"
+    payload = pickled_npy(marker)
+    header = len(payload) - len(payload.split(b"\n", 1)[1])  # magic + header, up to its newline
+    shape = [1] if claimed == "object" else [len(payload) - header]
+    path = rewrite(
+        saved,
+        tmp_path / "evil.llmlens",
+        _arrays(lambda a: a.update({LOGITS: {"dtype": claimed, "shape": shape}})),
+        members={LOGITS: payload},
+    )
+    message = "dtype 'object' is not allowed" if claimed == "object" else "header says object"
+    with pytest.raises(SessionError, match=message):
+        load_session(path)
+    assert not marker.exists()
+    # control: the payload is live, so the test above could fail
+    np.load(io.BytesIO(pickled_npy(tmp_path / "control")), allow_pickle=True)
+    assert (tmp_path / "control").exists()
+
+
+# ---- inspect and the documented example --------------------------------------------------------
+
+
+def test_inspect_prints_a_summary(saved, greedy_run, engine, capsys):
+    assert main_inspect([str(saved)]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    needles = [
+        "SmolLM2-135M-Instruct",
+        engine.info.weights_id,
+        "8 steps",
+        "finish length",
+        greedy_run.output_text(),
+        greedy_run.prompt.text,
+        "on disk",
+        "greedy",
+        *(f"{part} " for part in PARTS),
+    ]
+    for needle in needles:
+        assert needle in out, needle
+
+
+@pytest.mark.parametrize("argv", [["random"], ["missing.llmlens"], []])
+def test_inspect_a_bad_file_is_one_line_and_status_2(tmp_path, capsys, argv):
+    if argv == ["random"]:
+        argv = [str(tmp_path / "random.llmlens")]
+        Path(argv[0]).write_bytes(b"\x00garbage" * 50)
+    assert main_inspect(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert err.startswith("llm-lens inspect: error: ")
+
+
+def test_the_documented_notebook_example_runs(saved, greedy_run, capsys):
+    doc = (ROOT / "docs" / "session-format.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)```", doc, re.S).group(1)
+    imports = set(re.findall(r"^(?:import|from) ([\w., ]+)", code, re.M))
+    assert imports == {"io, json, zipfile", "numpy as np"}
+    namespace: dict[str, Any] = {}
+    exec(code.replace('"session.llmlens"', repr(str(saved))), namespace)
+    t = len(greedy_run.prompt)
+    assert np.array_equal(namespace["logits"][5], greedy_run.steps[5].logits)
+    assert [a.shape for a in namespace["attention"]] == [(30, 9, t + i) for i in range(8)]
+    assert namespace["tokens"] == [s.token.text for s in greedy_run.steps]
+    assert "SmolLM2-135M-Instruct" in capsys.readouterr().out
