@@ -58,8 +58,9 @@ def plain_loop(engine: Engine, ids: list[int], n: int) -> tuple[float, list[floa
 
 def capture_loop(engine: Engine, ids: list[int], n: int) -> tuple[float, list[float]]:
     prompt = engine.tokenize("x", chat=False)
-    prompt = type(prompt)(prompt.text, prompt.rendered, False,
-                          tuple(engine.texts.info(i) for i in ids))
+    prompt = type(prompt)(
+        prompt.text, prompt.rendered, False, tuple(engine.texts.info(i) for i in ids)
+    )
     run = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=n + 1))
     t_last = time.perf_counter()
     wall = []
@@ -71,12 +72,12 @@ def capture_loop(engine: Engine, ids: list[int], n: int) -> tuple[float, list[fl
 
 
 def generate_ms(engine: Engine, ids: list[int], n: int) -> float:
-    """Mean ms per token of model.generate() (prefill included, as generate() reports it)."""
+    """Total ms of model.generate() for ``n`` new tokens (prefill included)."""
     with torch.inference_mode():
         x = torch.tensor([ids])
         t0 = time.perf_counter()
         engine.model.generate(x, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        return (time.perf_counter() - t0) * 1e3 / n
+        return (time.perf_counter() - t0) * 1e3
 
 
 def bandwidth_gbs() -> float:
@@ -95,8 +96,10 @@ def main() -> None:
     parser.add_argument("--skip-load", action="store_true")
     args = parser.parse_args()
     threads = configure_threads()
-    print(f"torch {torch.__version__}, threads {threads}, OMP_WAIT_POLICY "
-          f"{os.environ.get('OMP_WAIT_POLICY')}, gguf {bundled_gguf().name}")
+    print(
+        f"torch {torch.__version__}, threads {threads}, OMP_WAIT_POLICY "
+        f"{os.environ.get('OMP_WAIT_POLICY')}, gguf {bundled_gguf().name}"
+    )
     if not args.skip_load:
         for k, v in time_loads().items():
             print(f"load  {k:40s} {v:7.2f} s")
@@ -105,19 +108,25 @@ def main() -> None:
     filler = engine.tokenize(" the quick brown fox jumps over the lazy dog." * 120, chat=False).ids
     weights = sum(p.numel() * p.element_size() for p in engine.model.parameters())
     bw = bandwidth_gbs()
-    print(f"weights {weights / 1e6:.0f} MB, memory copy bandwidth {bw:.1f} GB/s, "
-          f"floor {weights / bw / 1e6:.1f} ms/token")
+    print(
+        f"weights {weights / 1e6:.0f} MB, memory copy bandwidth {bw:.1f} GB/s, "
+        f"floor {weights / bw / 1e6:.1f} ms/token"
+    )
     plain_loop(engine, base, 4)  # warm-up
     for name, ids in (("40-token", (base * 8)[:40]), ("1000-token", filler[:1000])):
         p_pre, p_steps = plain_loop(engine, ids, args.tokens)
         c_pre, c_steps = capture_loop(engine, ids, args.tokens)
         gen = generate_ms(engine, ids, args.tokens)
         p_med, c_med = statistics.median(p_steps), statistics.median(c_steps)
-        print(f"{name:10s} prefill plain {p_pre:7.1f} ms  capture {c_pre:7.1f} ms  "
-              f"ratio {c_pre / p_pre:4.2f}")
-        print(f"{name:10s} decode  plain {p_med:7.1f} ms  capture {c_med:7.1f} ms  "
-              f"ratio {c_med / p_med:4.2f}   generate() {gen:6.1f} ms/token (incl. prefill)  "
-              f"plain/generate {statistics.mean(p_steps) / gen:4.2f}")
+        print(
+            f"{name:10s} prefill plain {p_pre:7.1f} ms  capture {c_pre:7.1f} ms  "
+            f"ratio {c_pre / p_pre:4.2f}"
+        )
+        print(
+            f"{name:10s} decode  plain {p_med:7.1f} ms  capture {c_med:7.1f} ms  "
+            f"ratio {c_med / p_med:4.2f}   generate() {gen:6.1f} ms/token (incl. prefill)  "
+            f"plain/generate {statistics.mean(p_steps) / gen:4.2f}"
+        )
 
 
 if __name__ == "__main__":

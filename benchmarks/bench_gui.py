@@ -68,15 +68,21 @@ def main() -> int:
     renders = [t for p in win.panes.values() for t in p.render_times_ms]
     print(f"window visible after launch        {visible_s * 1e3:8.0f} ms")
     print(f"first token after model loaded      {state['first_token'] * 1e3:8.0f} ms")
-    print(f"10 ms timer: ticks {len(gaps)}, longest gap {max(gaps):.0f} ms, "
-          f"p99 {sorted(gaps)[int(len(gaps) * 0.99)]:.0f} ms, median {statistics.median(gaps):.0f} ms")
-    print(f"pane repaints: {len(renders)}, median {statistics.median(renders):.1f} ms, "
-          f"max {max(renders):.1f} ms")
+    print(
+        f"10 ms timer: ticks {len(gaps)}, longest gap {max(gaps):.0f} ms, "
+        f"p99 {sorted(gaps)[int(len(gaps) * 0.99)]:.0f} ms, median {statistics.median(gaps):.0f} ms"
+    )
+    print(
+        f"pane repaints: {len(renders)}, median {statistics.median(renders):.1f} ms, "
+        f"max {max(renders):.1f} ms"
+    )
     for name, pane in win.panes.items():
         t = pane.render_times_ms
         if t:
-            print(f"  {name:12s} n={len(t):3d} median {statistics.median(t):6.1f} ms "
-                  f"max {max(t):6.1f} ms")
+            print(
+                f"  {name:12s} n={len(t):3d} median {statistics.median(t):6.1f} ms "
+                f"max {max(t):6.1f} ms"
+            )
     win.close()
     return 0
 

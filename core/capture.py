@@ -55,7 +55,7 @@ class Capture:
     def __init__(self, anatomy: Anatomy) -> None:
         self.anatomy = anatomy
         self.hidden: list[Any] = []  # layers + 1 tensors (1, seq, hidden)
-        self.attn_out: list[Any] = []  # layers tensors (1, seq, hidden)
+        self.attn_out: list[Any] = []  # layers tensors (hidden,): the last position
         self.attn_rows: list[Any] = []  # layers tensors (heads, kv_len) or None
         self._handles: list[Any] = []
 
@@ -77,15 +77,17 @@ class Capture:
         self.hidden.append(output[0] if isinstance(output, tuple) else output)
 
     def _on_attn(self, _module: Any, _inputs: Any, output: Any) -> None:
-        self.attn_out.append(output[0])
+        # copies, not views: a view of the prefill's (1, heads, T, T) weights would keep every
+        # layer's full map alive until the pass ends (30 × 36 MB at T = 1000)
+        self.attn_out.append(output[0][0, -1].clone())  # (hidden,)
         weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
         # (batch, heads, q, kv) -> the last query's row (heads, kv)
-        self.attn_rows.append(None if weights is None else weights[0, :, -1, :])
+        self.attn_rows.append(None if weights is None else weights[0, :, -1, :].clone())
 
     def last_position(self) -> tuple[Any, Any]:
         """(layers + 1, hidden) residual stream and (layers, hidden) attention updates."""
         hidden = torch.stack([h[0, -1] for h in self.hidden])
-        updates = torch.stack([o[0, -1] for o in self.attn_out])
+        updates = torch.stack(self.attn_out)
         return hidden, updates
 
     def all_positions(self) -> Any:
