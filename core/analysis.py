@@ -223,12 +223,20 @@ def embedding_projection(engine: Any) -> EmbeddingProjection:
 
 
 def hidden_paths(hidden: np.ndarray) -> HiddenPaths:
-    """Project (layers + 1, tokens, hidden) states with a PCA fitted on those states."""
+    """Project (layers + 1, tokens, hidden) states with a PCA fitted on those states.
+
+    States more than 10× the median norm (the first token's "attention sink" reaches ~6,000
+    against ~600 here) are left out of the fit, or they would take the first component alone;
+    they are still projected.
+    """
     layers, tokens, dim = hidden.shape
-    states = torch.from_numpy(np.array(hidden)).transpose(0, 1).reshape(-1, dim)  # (T*(L+1), h)
+    states = torch.from_numpy(np.array(hidden)).transpose(0, 1).reshape(-1, dim).float()
     if states.shape[0] < 3:
         return HiddenPaths(frozen(np.zeros((tokens, layers, 2), np.float32)), frozen(np.zeros(2)))
-    coords, _c, _m, explained = _pca2(states.float())
+    norms = states.norm(dim=-1)
+    typical = states[norms <= 10 * norms.median()]
+    _coords, comps, mean, explained = _pca2(typical if typical.shape[0] >= 3 else states)
+    coords = (states - mean) @ comps.T  # (tokens * (layers + 1), 2)
     return HiddenPaths(frozen(coords.reshape(tokens, layers, 2).numpy()), frozen(explained.numpy()))
 
 

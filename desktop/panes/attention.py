@@ -8,12 +8,12 @@ after i new tokens. Long contexts are max-pooled so the image never exceeds ~102
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QSignalBlocker
+from PySide6.QtCore import QSignalBlocker, Signal
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
 from desktop.controller import Controller
@@ -64,15 +64,21 @@ def gqa_note(info: Any, head: int) -> str:
 
 
 class _TileImage(pg.ImageItem):
-    """The overview image; a click reports the (row, column) pixel it landed on."""
+    """The overview image. A signal, not a stored callback: an item holding a bound method of
+    its pane makes a reference cycle whose garbage collection crashes PySide6.
 
-    def __init__(self, on_click: Callable[[float, float], None]) -> None:
+    Signals:
+        sig_clicked(float, float): image row and column (pixels) of a click.
+    """
+
+    sig_clicked = Signal(float, float)
+
+    def __init__(self) -> None:
         super().__init__(axisOrder="row-major")
-        self._on_click = on_click
 
     def mouseClickEvent(self, ev: Any) -> None:  # noqa: N802 (Qt override)
         pos = ev.pos()
-        self._on_click(float(pos.y()), float(pos.x()))
+        self.sig_clicked.emit(float(pos.y()), float(pos.x()))
         ev.accept()
 
 
@@ -122,7 +128,7 @@ class AttentionPane(Pane):
         self.map_plot.setLabel("bottom", "key")
         self.map_plot.invertY(True)
         self.map_plot.setMenuEnabled(False)
-        self.image = pg.ImageItem(axisOrder="row-major")
+        self.image = pg.ImageItem(axisOrder="row-major", nanPolicy="omit")
         self.map_plot.addItem(self.image)
         self.bar = pg.ColorBarItem(values=(0, 1), colorMap="viridis", interactive=False, width=12)
         self.bar.setImageItem(self.image, insert_in=self.map_plot)
@@ -132,7 +138,8 @@ class AttentionPane(Pane):
         self.grid_plot.setMouseEnabled(False, False)
         self.grid_plot.setLabel("left", "layer")
         self.grid_plot.setLabel("bottom", "head")
-        self.tiles = _TileImage(self.tile_clicked)
+        self.tiles = _TileImage()
+        self.tiles.sig_clicked.connect(self.tile_clicked)
         self.tiles.setColorMap(pg.colormap.get("viridis"))
         self.grid_plot.addItem(self.tiles)
         self.layer_lines = pg.PlotDataItem(connect="pairs", pen=pg.mkPen(60, 60, 60))
@@ -206,7 +213,9 @@ class AttentionPane(Pane):
         block = base * factor
         size = math.ceil(total / block)
         cap = min(math.ceil(size / BUCKET) * BUCKET, max(size, MAX_IMAGE))
-        image = np.zeros((cap, cap), np.float32)
+        content = math.ceil((n_prompt + step.index) / block)
+        image = np.full((cap, cap), np.nan, np.float32)  # not yet read: transparent
+        image[:content, :content] = 0.0
         prompt_part = pool_rows(amap.weights, factor)
         image[: prompt_part.shape[0], : prompt_part.shape[1]] = prompt_part
         for record in ctl.steps[1 : step.index + 1]:
@@ -214,13 +223,13 @@ class AttentionPane(Pane):
             pooled = pool_rows(row[None, :], block)[0] if block > 1 else row
             r = record.position // block
             image[r, : pooled.shape[0]] = np.maximum(image[r, : pooled.shape[0]], pooled)
-        content = math.ceil((n_prompt + step.index) / block)
         self.block = block
         self.matrix = image[:content, :content].copy()
         self.positions = np.arange(content, dtype=np.int64) * block
         texts = [t.text for t in ctl.prompt.tokens] + [s.token.text for s in ctl.steps]
         self.texts = [texts[p] for p in self.positions]
-        self.labels = [visible_text(t) for t in self.texts]
+        where = (lambda p: f"{p} ") if block > 1 else (lambda p: "")  # pooled: block start
+        self.labels = [where(p) + visible_text(texts[p]) for p in self.positions]
         return image, size
 
     def _levels(self) -> tuple[float, float]:

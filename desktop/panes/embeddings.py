@@ -13,17 +13,8 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6 import QtWidgets as qw
 from PySide6.QtCore import QPointF, Qt
-from PySide6.QtWidgets import (
-    QComboBox,
-    QHBoxLayout,
-    QLabel,
-    QListWidget,
-    QListWidgetItem,
-    QStackedWidget,
-    QVBoxLayout,
-    QWidget,
-)
 
 from desktop.controller import Controller
 from desktop.panes.attention import visible_text
@@ -39,12 +30,58 @@ def _distinct(ids: Sequence[int]) -> list[int]:
     return list(dict.fromkeys(int(i) for i in ids))
 
 
+class _Labels:
+    """A fixed pool of TextItems on one plot, placed greedily so that no two overlap.
+
+    Points come in priority order; one that would overlap an earlier label stays unlabelled
+    (its dot remains, and hovering names it). Zooming re-runs the placement.
+    """
+
+    def __init__(self, plot: Any) -> None:
+        self.plot = plot
+        self.points: list[tuple[Any, str]] = []
+        self.items = [pg.TextItem(anchor=(0, 1), color=(235, 235, 235)) for _ in range(MAX_LABELS)]
+        for item in self.items:
+            item.setVisible(False)
+            plot.addItem(item, ignoreBounds=True)
+        plot.getViewBox().sigRangeChanged.connect(self.place)
+
+    def set(self, points: Sequence[tuple[Any, str]]) -> None:
+        self.points = list(points[: 3 * MAX_LABELS])
+        self.place()
+
+    def place(self, *_: object) -> None:
+        pw, ph = self.plot.getViewBox().viewPixelSize()
+        sized = np.isfinite(pw) and np.isfinite(ph) and pw > 0 and ph > 0
+        boxes: list[tuple[float, float, float, float]] = []
+        for xy, text in self.points:
+            if len(boxes) == len(self.items):
+                break
+            if sized:
+                x, y = float(xy[0]) / pw, float(xy[1]) / ph
+                box = (x, y, x + 7 * len(text) + 6, y + 15)  # pixels: text above-right of xy
+                if any(
+                    box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
+                    for b in boxes
+                ):
+                    continue
+            else:
+                box = (0.0, 0.0, 0.0, 0.0)
+            item = self.items[len(boxes)]
+            boxes.append(box)
+            item.setText(text)
+            item.setPos(float(xy[0]), float(xy[1]))
+            item.setVisible(True)
+        for item in self.items[len(boxes) :]:
+            item.setVisible(False)
+
+
 class EmbeddingsPane(Pane):
     """Vocabulary map with highlighted prompt/response tokens, or per-token layer paths."""
 
     title = "Embeddings"
 
-    def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
+    def __init__(self, controller: Controller, parent: qw.QWidget | None = None) -> None:
         super().__init__(controller, parent)
         self.projection: Any = None
         self.paths: Any = None
@@ -62,27 +99,27 @@ class EmbeddingsPane(Pane):
 
     # ----------------------------------------------------------------- construction
     def _build_widgets(self) -> None:
-        self.mode = QComboBox()
+        self.mode = qw.QComboBox()
         self.mode.addItems(MODES)
         self.mode.currentIndexChanged.connect(self._mode_changed)
-        self.explained = QLabel()
-        self.hover = QLabel()
-        self.stack = QStackedWidget()
-        self.neighbour_title = QLabel("Click a token for its nearest neighbours")
+        self.explained = qw.QLabel()
+        self.hover = qw.QLabel()
+        self.stack = qw.QStackedWidget()
+        self.neighbour_title = qw.QLabel("Click a token for its nearest neighbours")
         self.neighbour_title.setWordWrap(True)
-        self.neighbour_list = QListWidget()
+        self.neighbour_list = qw.QListWidget()
         self.neighbour_list.itemActivated.connect(self._neighbour_activated)
-        top = QHBoxLayout()
-        top.addWidget(QLabel("Show"))
+        top = qw.QHBoxLayout()
+        top.addWidget(qw.QLabel("Show"))
         top.addWidget(self.mode)
         top.addWidget(self.explained, 1)
-        side = QVBoxLayout()
+        side = qw.QVBoxLayout()
         side.addWidget(self.neighbour_title)
         side.addWidget(self.neighbour_list, 1)
-        body = QHBoxLayout()
+        body = qw.QHBoxLayout()
         body.addWidget(self.stack, 4)
         body.addLayout(side, 1)
-        layout = QVBoxLayout(self)
+        layout = qw.QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addLayout(top)
         layout.addLayout(body, 1)
@@ -105,7 +142,7 @@ class EmbeddingsPane(Pane):
         self.neighbour_dots = pg.ScatterPlotItem(size=10, symbol="x", pen=None, brush="m")
         for item in (self.vocab, self.prompt_dots, self.response_dots, self.neighbour_dots):
             plot.addItem(item)
-        self.vocab_labels = self._label_pool(plot)
+        self.vocab_labels = _Labels(plot)
         self._hover_proxy = pg.SignalProxy(
             plot.scene().sigMouseMoved, rateLimit=30, slot=lambda args: self._on_hover(args[0])
         )
@@ -124,22 +161,11 @@ class EmbeddingsPane(Pane):
         self.end_dots = pg.ScatterPlotItem(size=9, symbol="t", pen=pg.mkPen("w"), brush="y")
         plot.addItem(self.start_dots)
         plot.addItem(self.end_dots)
-        self.path_labels = self._label_pool(plot)
+        self.path_labels = _Labels(plot)
         self.depth_bar = pg.ColorBarItem(
             values=(0, 1), colorMap=self.cmap, interactive=False, width=10, label="layer"
         )
         self.depth_bar.setImageItem([], insert_in=plot)
-
-    @staticmethod
-    def _label_pool(plot: Any) -> list[pg.TextItem]:
-        """TextItems made once and reused: each render only moves, retexts and shows them."""
-        pool = []
-        for _ in range(MAX_LABELS):
-            item = pg.TextItem(anchor=(0, 1), color=(235, 235, 235))
-            item.setVisible(False)
-            plot.addItem(item, ignoreBounds=True)
-            pool.append(item)
-        return pool
 
     # ----------------------------------------------------------------- events
     def _mode_changed(self, _index: int) -> None:
@@ -191,7 +217,7 @@ class EmbeddingsPane(Pane):
         if token is not None:
             self.select_token(token)
 
-    def _neighbour_activated(self, item: QListWidgetItem) -> None:
+    def _neighbour_activated(self, item: qw.QListWidgetItem) -> None:
         self.select_token(int(item.data(Qt.ItemDataRole.UserRole)))
 
     def select_token(self, token_id: int) -> None:
@@ -210,7 +236,7 @@ class EmbeddingsPane(Pane):
         self.neighbour_list.clear()
         for tid, text, sim in zip(result.ids, result.texts, result.similarities, strict=True):
             self._texts.setdefault(int(tid), text)
-            item = QListWidgetItem(f"{sim:.3f}  {visible_text(text, 24)}  ({int(tid)})")
+            item = qw.QListWidgetItem(f"{sim:.3f}  {visible_text(text, 24)}  ({int(tid)})")
             item.setData(Qt.ItemDataRole.UserRole, int(tid))
             item.setData(Qt.ItemDataRole.UserRole + 1, float(sim))
             self.neighbour_list.addItem(item)
@@ -272,18 +298,10 @@ class EmbeddingsPane(Pane):
         self.response_ids = _distinct(r.token.id for r in upto)
         self.prompt_dots.setData(pos=coords[np.array(self.prompt_ids, np.int64)].reshape(-1, 2))
         self.response_dots.setData(pos=coords[np.array(self.response_ids, np.int64)].reshape(-1, 2))
-        labelled = _distinct(self.response_ids[::-1] + self.prompt_ids)[:MAX_LABELS]
-        points = [(coords[i], visible_text(self._texts.get(i, str(i)), 12)) for i in labelled]
-        self._place_labels(self.vocab_labels, points)
-
-    @staticmethod
-    def _place_labels(pool: list[pg.TextItem], points: Sequence[tuple[Any, str]]) -> None:
-        for item, (xy, text) in zip(pool, points, strict=False):
-            item.setText(text)
-            item.setPos(float(xy[0]), float(xy[1]))
-            item.setVisible(True)
-        for item in pool[len(points) :]:
-            item.setVisible(False)
+        labelled = _distinct(self.response_ids[::-1] + self.prompt_ids)
+        self.vocab_labels.set(
+            [(coords[i], visible_text(self._texts.get(i, str(i)), 12)) for i in labelled]
+        )
 
     def _render_paths(self) -> None:
         ctl = self.controller
@@ -296,10 +314,14 @@ class EmbeddingsPane(Pane):
         self.paths, self._paths_run = paths, ctl.run_id
         self._draw_paths(paths.coords, ctl.prompt.tokens)
         ex = paths.explained
-        self.explained.setText(
-            f"PCA of the prompt's residual states: PC1 {ex[0]:.1%}, PC2 {ex[1]:.1%} of the variance"
-        )
-        self.paths_plot.getViewBox().autoRange(padding=0.05)
+        note = f"PCA of the prompt's residual states: PC1 {ex[0]:.1%}, PC2 {ex[1]:.1%}"
+        far = self._fit_view(paths.coords)
+        if far:
+            names = ", ".join(
+                f"{p} {visible_text(ctl.prompt.tokens[p].text, 12)!r}" for p in far[:3]
+            )
+            note += f"; off-scale (zoom out): {names}"
+        self.explained.setText(note)
 
     def _draw_paths(self, coords: np.ndarray, tokens: Sequence[Any]) -> None:
         """One PlotDataItem per layer transition (all tokens, connect='pairs'), depth colours."""
@@ -310,11 +332,23 @@ class EmbeddingsPane(Pane):
             item.setData(pairs[:, 0], pairs[:, 1])
         self.start_dots.setData(pos=coords[:, 0])
         self.end_dots.setData(pos=coords[:, -1])
-        every = max(1, -(-len(tokens) // MAX_LABELS))
-        points = [
-            (coords[i, -1], visible_text(tokens[i].text, 12)) for i in range(0, len(tokens), every)
-        ]
-        self._place_labels(self.path_labels, points)
+        self.path_labels.set(
+            [(coords[i, -1], visible_text(t.text, 12)) for i, t in enumerate(tokens)]
+        )
+
+    def _fit_view(self, coords: np.ndarray) -> list[int]:
+        """Range over the typical paths; returns the far-off tokens left out (attention sinks).
+
+        A sink token's residual can be ten times longer than the others', which would
+        squeeze every other path into a corner.
+        """
+        centre = np.median(coords.reshape(-1, 2), axis=0)
+        reach = np.linalg.norm(coords - centre, axis=-1).max(axis=1)  # (tokens,)
+        far = reach > 5 * max(float(np.median(reach)), 1e-6)
+        pts = coords[~far].reshape(-1, 2) if (~far).any() else coords.reshape(-1, 2)
+        (x0, y0), (x1, y1) = pts.min(axis=0).tolist(), pts.max(axis=0).tolist()
+        self.paths_plot.setRange(xRange=(x0, x1), yRange=(y0, y1), padding=0.05)
+        return [int(i) for i in np.flatnonzero(far)]
 
     def _ensure_segments(self, layers: int) -> None:
         """Per-layer segment items, rebuilt only when a model with another depth arrives."""
@@ -347,8 +381,8 @@ class EmbeddingsPane(Pane):
             *self.segments,
         ):
             item.setData([], [])
-        for item in self.vocab_labels + self.path_labels:
-            item.setVisible(False)
+        self.vocab_labels.set([])
+        self.path_labels.set([])
         self.paths, self._paths_run, self._seen_steps = None, -1, 0
         self.neighbour_list.clear()
 

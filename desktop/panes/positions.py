@@ -51,8 +51,11 @@ class PositionsPane(Pane):
         self.angle_plot.setLabel("bottom", "dimension pair")
         self.angle_plot.setMenuEnabled(False)
         self.angles = pg.ImageItem(axisOrder="row-major")
-        self.angles.setColorMap(pg.colormap.get("CET-C1"))
         self.angle_plot.addItem(self.angles)
+        bar = pg.ColorBarItem(
+            values=(0, 2 * math.pi), colorMap="CET-C1", interactive=False, width=10
+        )
+        bar.setImageItem(self.angles, insert_in=self.angle_plot)
         self.freq_plot = g.addPlot(row=0, col=1, title="rotation frequency (rad / token)")
         self.freq_plot.setLogMode(False, True)
         self.freq_plot.setLabel("bottom", "dimension pair")
