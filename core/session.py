@@ -77,6 +77,9 @@ class SessionRun:
     steps: tuple[StepRecord, ...]
     prefill: PrefillCapture | None = None  # hidden stored as float16, loaded as float32
     prompt_attention: np.ndarray | None = None  # (layers, heads, T, T); float16 on disk
+    # derived views recorded with the model so panes work without it (core.session_analysis)
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
+    extras_json: dict[str, Any] = field(default_factory=dict)
 
     @property
     def generated_ids(self) -> list[int]:
@@ -269,12 +272,18 @@ def _plan_run(prefix: str, run: SessionRun) -> tuple[dict[str, Any], list[_Membe
             _whole(f"{prefix}/prompt_attention.npy", "attention", "half", run.prompt_attention)
         )
         maps = members[-1].name
+    extras = {}
+    for name, array in sorted(run.extras.items()):
+        dtype = "int64" if np.issubdtype(array.dtype, np.integer) else "float32"
+        members.append(_whole(f"{prefix}/extra_{name}.npy", "other", dtype, array))
+        extras[name] = members[-1].name
     return {
         "run_id": run.run_id, "label": run.label,
         "parent": list(run.parent) if run.parent is not None else None,
         "prompt": _prompt_json(run.prompt), "params": run.params,
         "finish_reason": run.finish_reason, "steps": [_step_json(s) for s in run.steps],
         "arrays": fields, "prefill": prefill, "prompt_attention": maps,
+        "extras": extras, "extras_json": run.extras_json,
     }, members  # fmt: skip
 
 

@@ -11,19 +11,15 @@ import os
 import sys
 from typing import Any
 
-import numpy as np
-
 from core.errors import LensError
 from core.session import (
     FORMAT,
     PARTS,
-    PROMPT_ATTENTION_LIMIT,
     Session,
     SessionRun,
     estimate_size,
     load_session,
     save_session,
-    session_from_run,
 )
 
 TEXT_LIMIT = 400  # characters of a prompt or output shown by inspect
@@ -105,30 +101,8 @@ def _bytes(n: int) -> str:
     return f"{size / 1000:.1f} GB"
 
 
-def prompt_attention_maps(run: Any) -> np.ndarray | None:
-    """(layers, heads, T, T) float32 prompt maps of a finished run, recomputed from its prefill.
-
-    None when the prompt is longer than :data:`PROMPT_ATTENTION_LIMIT`, or the run has no cache
-    or did not read the whole prompt itself (it started from a cached prefix).
-    """
-    prefill, cache, engine = run.prefill, run.cache, run.engine
-    t = len(run.prompt)
-    if prefill is None or cache is None or t > PROMPT_ATTENTION_LIMIT:
-        return None
-    if prefill.hidden.shape[1] != t or int(prefill.positions[0]) != 0:
-        return None
-    from core.analysis import attention_map
-
-    info = engine.info
-    out = np.zeros((info.num_layers, info.num_heads, t, t), np.float32)  # (layers, heads, T, T)
-    for layer in range(info.num_layers):
-        for head in range(info.num_heads):
-            out[layer, head] = attention_map(engine, cache, prefill.hidden, layer, head, t).weights
-    return out
-
-
 def write_trace_session(run: Any, info: Any, path: str | os.PathLike[str]) -> int:
     """Save a finished run as a one-run session (with prompt maps when T ≤ 256); bytes written."""
-    maps = prompt_attention_maps(run)
-    session_run = session_from_run(run, info, prompt_attention=maps)
-    return save_session(path, Session(model=info.as_dict(), runs=(session_run,)))
+    from core.session_analysis import recorded_run
+
+    return save_session(path, Session(model=info.as_dict(), runs=(recorded_run(run),)))

@@ -283,7 +283,14 @@ def _run(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> SessionRun:
         steps=_steps(d, arrays),
         prefill=prefill,
         prompt_attention=None if maps is None else frozen(_array(arrays, maps), np.float32),
+        extras={str(k): _array(arrays, v) for k, v in _mapping(d.get("extras")).items()},
+        extras_json=_mapping(d.get("extras_json")),
     )
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    _need(value is None or isinstance(value, dict), "malformed run extras")
+    return dict(value or {})
 
 
 def _session(m: dict[str, Any], arrays: dict[str, np.ndarray]) -> Session:

@@ -33,7 +33,8 @@ from core.session import (
     save_session,
     session_from_run,
 )
-from core.session_cli import main_inspect, prompt_attention_maps, write_trace_session
+from core.session_analysis import prompt_attention_maps
+from core.session_cli import main_inspect, write_trace_session
 
 ROOT = Path(__file__).resolve().parents[2]
 HALF = {
@@ -471,3 +472,29 @@ def test_the_documented_notebook_example_runs(saved, greedy_run, capsys):
     assert [a.shape for a in namespace["attention"]] == [(30, 9, t + i) for i in range(8)]
     assert namespace["tokens"] == [s.token.text for s in greedy_run.steps]
     assert "SmolLM2-135M-Instruct" in capsys.readouterr().out
+
+
+def test_recorded_analysis_answers_like_the_model(greedy_run, engine, tmp_path):
+    """A reopened session answers the panes' requests with what the model computed."""
+    from core import analysis
+    from core.session_analysis import RecordedAnalysis, recorded_run
+
+    path = tmp_path / "rec.llmlens"
+    save_session(path, Session(model=engine.info.as_dict(), runs=(recorded_run(greedy_run),)))
+    recorded = RecordedAnalysis(load_session(path).runs[0])
+    for step in (0, 3):
+        live = analysis.logit_lens(engine, greedy_run.steps[step], 5)
+        got = recorded.get("lens", {"step": step, "k": 5})
+        assert np.array_equal(got.top_ids, live.top_ids) and got.top_texts == live.top_texts
+        np.testing.assert_allclose(got.top_probs, live.top_probs, rtol=1e-6)
+    live_map = analysis.attention_map(
+        engine, greedy_run.cache, greedy_run.prefill.hidden, 4, 2, max_size=256
+    )
+    got_map = recorded.get("attention_map", {"layer": 4, "head": 2, "max_size": 256})
+    np.testing.assert_allclose(got_map.weights, live_map.weights, atol=1e-3)  # float16 on disk
+    live_pl = analysis.prompt_lens(engine, greedy_run.prefill.hidden)
+    assert np.array_equal(recorded.get("prompt_lens", {}).top1_ids, live_pl.top1_ids)
+    proj = recorded.get("embedding_projection", {})
+    assert proj.coords.shape == (engine.info.vocab_size, 2)
+    assert recorded.get("neighbours", {"token_id": 5}) is None  # needs the model
+    assert recorded.get("attention_overview", {}).shape == (30, 9, 32, 32)

@@ -1,0 +1,143 @@
+"""Derived views recorded into a session, so every pane works from the file without the model.
+
+At save time (with the model) the logit lens of every step, the prompt lens and the vocabulary
+projection are computed once and stored as a run's ``extras``. When the file is reopened,
+:class:`RecordedAnalysis` answers the panes' analysis requests from those arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from core.analysis import (
+    AttentionMap,
+    EmbeddingProjection,
+    LensResult,
+    PromptLens,
+    _pool,
+    attention_map,
+    embedding_projection,
+    hidden_paths,
+    logit_lens,
+    prompt_lens,
+)
+from core.records import frozen
+from core.session import PROMPT_ATTENTION_LIMIT, SessionRun, session_from_run
+
+LENS_K = 5
+
+
+def record_analysis(engine: Any, run: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """(arrays, json) of the lens per step, the prompt lens and the vocabulary projection."""
+    lenses = [logit_lens(engine, s, LENS_K) for s in run.steps]
+    arrays: dict[str, np.ndarray] = {}
+    texts: dict[str, Any] = {}
+    if lenses:
+        arrays["lens_top_ids"] = np.stack([x.top_ids for x in lenses])  # (steps, L+1, k)
+        arrays["lens_top_probs"] = np.stack([x.top_probs for x in lenses])
+        texts["lens_top_texts"] = [[list(row) for row in x.top_texts] for x in lenses]
+    if run.prefill is not None:
+        pl = prompt_lens(engine, run.prefill.hidden)
+        arrays["prompt_lens_ids"], arrays["prompt_lens_probs"] = pl.top1_ids, pl.top1_probs
+        texts["prompt_lens_texts"] = [list(row) for row in pl.top1_texts]
+    projection = embedding_projection(engine)
+    arrays["embedding_coords"] = projection.coords
+    arrays["embedding_components"] = projection.components
+    arrays["embedding_mean"] = projection.mean
+    arrays["embedding_explained"] = projection.explained
+    return arrays, texts
+
+
+def prompt_attention_maps(run: Any) -> np.ndarray | None:
+    """(layers, heads, T, T) float32 prompt maps of a finished run, recomputed from its prefill.
+
+    None when the prompt is longer than :data:`PROMPT_ATTENTION_LIMIT`, or the run has no cache
+    or did not read the whole prompt itself (it started from a cached prefix).
+    """
+    prefill, cache, engine = run.prefill, run.cache, run.engine
+    t = len(run.prompt)
+    if prefill is None or cache is None or t > PROMPT_ATTENTION_LIMIT:
+        return None
+    if prefill.hidden.shape[1] != t or int(prefill.positions[0]) != 0:
+        return None
+    info = engine.info
+    out = np.zeros((info.num_layers, info.num_heads, t, t), np.float32)  # (layers, heads, T, T)
+    for layer in range(info.num_layers):
+        for head in range(info.num_heads):
+            out[layer, head] = attention_map(engine, cache, prefill.hidden, layer, head, t).weights
+    return out
+
+
+def recorded_run(run: Any, label: str | None = None, parent: tuple[int, int] | None = None
+                 ) -> SessionRun:  # fmt: skip
+    """A finished ``core.engine.Run`` with its prompt maps and derived views, ready to save."""
+    arrays, texts = record_analysis(run.engine, run)
+    base = session_from_run(run, run.engine.info, label, parent, prompt_attention_maps(run))
+    return dataclasses.replace(base, extras=arrays, extras_json=texts)
+
+
+class RecordedAnalysis:
+    """Answers ``Controller.request_analysis`` kinds from a saved run (None where not stored)."""
+
+    def __init__(self, run: SessionRun) -> None:
+        self.run = run
+        self.extras = run.extras
+        self.texts = run.extras_json
+
+    def get(self, kind: str, args: dict[str, Any]) -> Any:
+        handler = getattr(self, f"_{kind}", None)
+        return None if handler is None else handler(**args)
+
+    def _lens(self, step: int, k: int = LENS_K) -> LensResult | None:
+        ids, probs = self.extras.get("lens_top_ids"), self.extras.get("lens_top_probs")
+        if ids is None or probs is None or not 0 <= step < ids.shape[0]:
+            return None
+        texts = tuple(tuple(row[:k]) for row in self.texts["lens_top_texts"][step])
+        final = int(self.run.steps[step].top_ids[0])
+        return LensResult(frozen(ids[step, :, :k]), frozen(probs[step, :, :k]), texts, final)
+
+    def _prompt_lens(self) -> PromptLens | None:
+        ids, probs = self.extras.get("prompt_lens_ids"), self.extras.get("prompt_lens_probs")
+        if ids is None or probs is None:
+            return None
+        texts = tuple(tuple(row) for row in self.texts["prompt_lens_texts"])
+        return PromptLens(frozen(ids), frozen(probs), texts)
+
+    def _attention_map(self, layer: int, head: int, max_size: int = 512) -> AttentionMap | None:
+        maps = self.run.prompt_attention
+        if maps is None:
+            return None
+        t = maps.shape[-1]
+        block = max(1, -(-t // max_size))
+        weights = _pool(np.array(maps[layer, head], np.float32), block)
+        positions = np.arange(0, t, block)
+        return AttentionMap(layer, head, frozen(weights), frozen(positions), frozen(positions),
+                            block > 1)  # fmt: skip
+
+    def _attention_overview(self, size: int = 32) -> np.ndarray | None:
+        maps = self.run.prompt_attention
+        if maps is None:
+            return None
+        layers, heads, t, _ = maps.shape
+        block = max(1, -(-t // min(size, t)))
+        out = np.zeros((layers, heads, size, size), np.float32)
+        for layer in range(layers):
+            for head in range(heads):
+                m = _pool(np.array(maps[layer, head], np.float32), block)[:size, :size]
+                out[layer, head, : m.shape[0], : m.shape[1]] = m
+        return frozen(out)
+
+    def _embedding_projection(self) -> EmbeddingProjection | None:
+        e = self.extras
+        if "embedding_coords" not in e:
+            return None
+        return EmbeddingProjection(
+            frozen(e["embedding_coords"]), frozen(e["embedding_components"]),
+            frozen(e["embedding_mean"]), frozen(e["embedding_explained"]),
+        )  # fmt: skip
+
+    def _hidden_paths(self) -> Any:
+        return None if self.run.prefill is None else hidden_paths(self.run.prefill.hidden)
