@@ -88,6 +88,36 @@ class Engine:
         """A run ready to iterate; nothing is computed until the first ``next()``."""
         return Run(self, prompt, params, config or RunConfig(), cancel or threading.Event())
 
+    def start_from(
+        self,
+        prompt: PromptTokens,
+        params: SamplingParams,
+        start: RunStart,
+        config: RunConfig | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Run:
+        """A run that begins from ``start`` (a cache holding a prefix of ``prompt``, and perhaps
+        the prompt's logits) instead of an empty cache. The run owns and extends that cache."""
+        cached = start.cached_tokens
+        fits = cached == len(prompt) if start.is_full else cached < len(prompt)
+        if not fits:
+            raise PromptError(
+                f"the start holds {cached} tokens, which does not fit a prompt of {len(prompt)}"
+            )
+        run_config, event = config or RunConfig(), cancel or threading.Event()
+        return Run(self, prompt, params, run_config, event, start=start)
+
+    def prefill(self, prompt: PromptTokens) -> RunStart:
+        """Read the whole prompt once, captured exactly as a run's step 0 would be.
+
+        The result's cache is never extended: :meth:`RunStart.fork` gives each run its own copy.
+        """
+        cache = self.new_cache()
+        ids = torch.tensor([prompt.ids], device=self.device)  # (1, prompt_len)
+        with torch.inference_mode():
+            cap, logits, ms = captured_forward(self, ids, cache, len(prompt) <= EAGER_PREFILL_LIMIT)
+        return RunStart(cache, logits, cap, ms)
+
     def new_cache(self) -> Any:
         from transformers import DynamicCache
 
@@ -100,6 +130,52 @@ class Engine:
             self.model.set_attn_implementation(impl)
         out = self.model(ids, use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
         return out.logits[0, -1]  # (vocab,)
+
+
+def captured_forward(
+    engine: Engine, ids: Any, cache: Any, eager: bool
+) -> tuple[Capture, Any, float]:
+    """One hooked forward pass: the capture, the last logits (vocab,) and its wall time in ms."""
+    t0 = time.perf_counter()
+    with Capture(engine.anatomy) as cap:
+        logits = engine.forward(ids, cache, eager)
+        synchronize(engine.device)
+    return cap, logits, (time.perf_counter() - t0) * 1e3
+
+
+@dataclass
+class RunStart:
+    """Where a run begins when not from an empty cache.
+
+    ``cache`` already holds the first ``cached_tokens`` tokens of the prompt; the run prefills only
+    the rest. With ``logits`` (and ``capture``) the whole prompt has been read already: step 0
+    makes no forward pass and samples from these logits, ``forward_ms`` being what they cost.
+    """
+
+    cache: Any
+    logits: Any | None = None  # (vocab,) torch tensor: the prompt's last-position logits
+    capture: Capture | None = None
+    forward_ms: float = 0.0
+
+    @property
+    def cached_tokens(self) -> int:
+        return int(self.cache.get_seq_length())
+
+    @property
+    def is_full(self) -> bool:
+        """True when the whole prompt is read: step 0 reuses ``logits`` and ``capture``."""
+        return self.logits is not None and self.capture is not None
+
+    def fork(self) -> RunStart:
+        """The same start with a cache of its own (a deep copy), so runs never share one."""
+        return RunStart(copy_cache(self.cache), self.logits, self.capture, self.forward_ms)
+
+
+def copy_cache(cache: Any) -> Any:
+    """A deep copy of a transformers cache: the copy can be cropped or extended independently."""
+    import copy
+
+    return copy.deepcopy(cache)
 
 
 @dataclass
@@ -116,6 +192,7 @@ class Run:
     prefill: PrefillCapture | None = None
     finish_reason: str | None = None
     cache: Any = None
+    start: RunStart | None = None  # set by Engine.start_from: begin from this cache and logits
 
     def __iter__(self) -> Iterator[StepRecord]:
         with torch.inference_mode():
@@ -128,8 +205,9 @@ class Run:
 
     def _loop(self) -> Iterator[StepRecord]:
         eng = self.engine
-        self.cache = eng.new_cache()
-        ids = torch.tensor([self.prompt.ids], device=eng.device)  # (1, prompt_len)
+        self.cache = eng.new_cache() if self.start is None else self.start.cache
+        cached = 0 if self.start is None else self.start.cached_tokens
+        ids = torch.tensor([self.prompt.ids[cached:]], device=eng.device)  # (1, uncached)
         context = list(self.prompt.ids)
         generator = sampling.make_generator(self.params, "cpu")
         kv_before = 0
@@ -152,10 +230,11 @@ class Run:
         prefill = not self.steps
         position = len(context) - 1
         eager = not prefill or ids.shape[1] <= EAGER_PREFILL_LIMIT
-        t0 = time.perf_counter()
-        with Capture(eng.anatomy) as cap:
-            logits = eng.forward(ids, self.cache, eager)
-            synchronize(eng.device)
+        start = self.start if prefill else None
+        if start is not None and start.capture is not None and start.logits is not None:
+            cap, logits, forward_ms = start.capture, start.logits, start.forward_ms
+        else:
+            cap, logits, forward_ms = captured_forward(eng, ids, self.cache, eager)
         t1 = time.perf_counter()
         stages = sampling.run_stages(logits, [context], self.params)
         token_id = sampling.choose(stages[-1], self.params, generator)
@@ -164,16 +243,17 @@ class Run:
             self._keep_prefill(cap)
         record = self._record(cap, logits, stages, token_id, position, context, kv_before)
         t3 = time.perf_counter()
-        timing = StepTiming((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
+        timing = StepTiming(forward_ms, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
         return _replace(record, timing=timing)
 
     def _keep_prefill(self, cap: Capture) -> None:
         hidden = cap.all_positions().float().cpu().numpy()  # (layers + 1, T, hidden)
+        first = len(self.prompt) - hidden.shape[1]  # > 0 when a start's cache held a prefix
         self.prefill = PrefillCapture(
             run_id=self.run_id,
             prompt=self.prompt,
             hidden=frozen(hidden),
-            positions=frozen(np.arange(len(self.prompt)), np.int64),
+            positions=frozen(np.arange(first, len(self.prompt)), np.int64),
         )
 
     def _attention_row(self, cap: Capture, position: int) -> np.ndarray:

@@ -6,6 +6,7 @@ record for as long as it likes while the model goes on mutating its KV cache.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,3 +203,23 @@ class RunSummary:
     mean_itl_ms: float
     tokens_per_s: float
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls, run_id: int, prompt: PromptTokens, steps: Sequence[StepRecord], finish: str | None
+    ) -> RunSummary:
+        """TTFT is the prefill step's whole time; inter-token latency averages decode steps."""
+        ttft = steps[0].timing.total_ms if steps else 0.0
+        itl = [s.timing.total_ms for s in steps[1:]]
+        total_s = sum(s.timing.total_ms for s in steps) / 1e3
+        raw = b"".join(s.token.raw for s in steps if not s.token.special)
+        return cls(
+            run_id=run_id,
+            prompt=prompt,
+            generated_ids=tuple(s.token.id for s in steps),
+            output_text=raw.decode("utf-8", errors="replace"),
+            finish_reason=finish or "running",
+            ttft_ms=ttft,
+            mean_itl_ms=float(np.mean(itl)) if itl else 0.0,
+            tokens_per_s=len(steps) / total_s if total_s > 0 else 0.0,
+        )

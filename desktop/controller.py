@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
@@ -32,6 +31,8 @@ class Controller(QObject):
         sig_result(str, object, object): an analysis result (kind, key, record) arrived.
         sig_error(str): a message for the user.
         sig_busy_changed(bool): a load or a run started (True) or ended (False).
+        sig_session_changed(): a session was opened, or the shown run became a live one.
+        sig_saved(str, int): a session was written (path, bytes).
     """
 
     sig_model_loading = Signal(float, str)
@@ -44,6 +45,8 @@ class Controller(QObject):
     sig_result = Signal(str, object, object)
     sig_error = Signal(str)
     sig_busy_changed = Signal(bool)
+    sig_session_changed = Signal()
+    sig_saved = Signal(str, int)
 
     _load_requested = Signal(object, str, str)
     _run_requested = Signal(int, str, bool, object, object)
@@ -53,7 +56,12 @@ class Controller(QObject):
         super().__init__(parent)
         from core.sampling import SamplingParams
 
-        self.info: Any = None
+        self.info: Any = None  # the model of what is shown (a recorded run's model, or live)
+        self.model_info: Any = None  # the model loaded on the worker
+        self.recorded: Any = None  # RecordedAnalysis while a session's run is shown
+        self.session: Any = None
+        self.session_path: str | None = None
+        self.dirty = False  # a live run not saved yet
         self.prompt: Any = None
         self.prefill: Any = None
         self.summary: Any = None
@@ -102,7 +110,7 @@ class Controller(QObject):
         from core.engine import RunConfig
         from core.errors import LensError
 
-        if self.info is None:
+        if self.model_info is None:
             self.sig_error.emit("no model is loaded yet")
             return
         try:
@@ -142,56 +150,115 @@ class Controller(QObject):
 
         Kinds: ``lens`` (step), ``prompt_lens``, ``attention_map`` (layer, head),
         ``attention_overview``, ``embedding_projection``, ``hidden_paths``, ``neighbours``
-        (token_id). The result arrives later through ``sig_result(kind, key, result)``.
+        (token_id). The result arrives later through ``sig_result(kind, key, result)``. A run
+        reopened from a session answers from its recording, or from the model when it matches.
         """
-        run_scoped = kind != "embedding_projection" and kind != "neighbours"
-        key = (kind, self.run_id if run_scoped else 0, *sorted(args.items()))
+        run_scoped = kind not in ("embedding_projection", "neighbours")
+        scope = self.run_id if run_scoped else getattr(self.info, "weights_id", "")
+        key = (kind, scope, *sorted(args.items()))
         if key in self._results:
             return self._results[key]
-        if key not in self._asked and self.info is not None:
+        if self.recorded is not None:
+            stored = self.recorded.get(kind, args)
+            if stored is not None or not self._model_matches():
+                return stored
+        if key not in self._asked and self.model_info is not None:
             self._asked.add(key)
-            self.worker.submit(kind, key, self._job(kind, key[1], args))
+            run_id, recorded = self.run_id, self.recorded
+
+            def job() -> Any:
+                from core.analysis import compute
+
+                run = recorded.run if recorded is not None else self.worker.runs.get(run_id)
+                return compute(kind, self.worker.engine, run, args)
+
+            self.worker.submit(kind, key, job)
             self._serve_requested.emit()
         return None
 
-    def _job(self, kind: str, run_id: int, args: dict[str, Any]) -> Callable[[], Any]:
-        from core import analysis
+    def _model_matches(self) -> bool:
+        """Whether the loaded model is the one a recorded run was made with."""
+        live, shown = self.model_info, self.info
+        return live is not None and shown is not None and live.weights_id == shown.weights_id
 
-        w = self.worker
+    # ----------------------------------------------------------------- sessions
+    def show_session(self, session: Any, path: str | None = None, index: int = -1) -> None:
+        """Show a run of a loaded ``Session`` in every pane, marked as recorded."""
+        from core.records import ModelInfo, RunSummary
+        from core.session_analysis import RecordedAnalysis
+
+        run = session.runs[index]
+        self.request_stop()
+        self.run_id = next(self._ids)  # late records of a live run are dropped from now on
+        info = ModelInfo(**session.model)
+        if self.info is None or info != self.info:
+            self.info = info
+            self.sig_model_loaded.emit(info)
+        self._reset()
+        self.session, self.session_path, self.dirty = session, path, False
+        self.recorded = RecordedAnalysis(run)
+        self.prompt, self.prefill, self.steps = run.prompt, run.prefill, list(run.steps)
+        self.summary = RunSummary.of(self.run_id, run.prompt, run.steps, run.finish_reason)
+        self.follow_live = True
+        self.sig_run_started.emit(run.prompt)
+        self._emit_steps()
+        self.sig_run_finished.emit(self.summary)
+        self.sig_session_changed.emit()
+
+    def request_save_session(self, path: str, with_views: bool = True) -> None:
+        """Save the run shown on the worker; ``sig_saved`` follows.
+
+        ``with_views`` also records the lens, prompt lens, prompt maps and vocabulary
+        projection (a few seconds of model time) so the file works without the model.
+        """
+        from core.session import Session, save_session
+
+        recorded, run_id, info = self.session if self.recorded else None, self.run_id, self.info
 
         def job() -> Any:
-            eng = w.engine
-            run = w.runs.get(run_id)
-            if kind == "embedding_projection":
-                return analysis.embedding_projection(eng)
-            if kind == "neighbours":
-                return analysis.neighbours(eng, args["token_id"], args.get("k", 10))
-            if run is None or run.prefill is None:
-                return None
-            if kind == "lens":
-                return analysis.logit_lens(eng, run.steps[args["step"]], args.get("k", 5))
-            if kind == "prompt_lens":
-                return analysis.prompt_lens(eng, run.prefill.hidden)
-            if kind == "attention_map":
-                return analysis.attention_map(
-                    eng,
-                    run.cache,
-                    run.prefill.hidden,
-                    args["layer"],
-                    args["head"],
-                    args.get("max_size", 512),
-                )
-            if kind == "attention_overview":
-                return analysis.attention_overview(eng, run.cache, run.prefill.hidden)
-            if kind == "hidden_paths":
-                return analysis.hidden_paths(run.prefill.hidden)
-            raise ValueError(f"unknown analysis {kind!r}")
+            from core.session import session_from_run
+            from core.session_analysis import recorded_run
 
-        return job
+            session = recorded
+            if session is None:
+                run = self.worker.runs.get(run_id)
+                if run is None:
+                    raise ValueError("there is no run to save")
+                saved = recorded_run(run) if with_views else session_from_run(run, info)
+                session = Session(model=info.as_dict(), runs=(saved,))
+            return path, save_session(path, session), session
+
+        self.worker.submit("save_session", ("save_session", path), job)
+        self._serve_requested.emit()
+
+    @staticmethod
+    def _autosave_path() -> str:
+        from core.loading import cache_root
+
+        return str(cache_root() / "autosave.llmlens")
+
+    def request_autosave(self) -> None:
+        """Save the shown live run to the cache folder (offered back after a crash)."""
+        if self.dirty and self.recorded is None:
+            path = self._autosave_path()
+            import os
+
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self.request_save_session(path, with_views=False)
+
+    def request_open_session(self, path: str) -> None:
+        """Read a session file on the worker; it is shown when read (errors: ``sig_error``)."""
+        from core.session import load_session
+
+        self.worker.submit(
+            "open_session", ("open_session", path), lambda: (path, load_session(path))
+        )
+        self._serve_requested.emit()
 
     # ----------------------------------------------------------------- worker events
     def _on_loaded(self, info: Any) -> None:
-        self.info = info
+        self.info = self.model_info = info
+        self.recorded = self.session = self.session_path = None
         self._reset()
         self._results.clear()
         self._asked.clear()
@@ -210,11 +277,17 @@ class Controller(QObject):
     def _on_run_started(self, run_id: int, prompt: Any) -> None:
         if run_id != self.run_id:
             return
+        if self.info != self.model_info:  # a recorded run of another model was shown
+            self.info = self.model_info
+            self.sig_model_loaded.emit(self.model_info)
+        self.recorded = self.session = self.session_path = None
         self._reset()
-        self._results = OrderedDict((k, v) for k, v in self._results.items() if k[1] == 0)
-        self._asked = {k for k in self._asked if k[1] == 0}
+        model_wide = {k: v for k, v in self._results.items() if isinstance(k[1], str)}
+        self._results = OrderedDict(model_wide)
+        self._asked = {k for k in self._asked if isinstance(k[1], str)}
         self.prompt = prompt
         self.sig_run_started.emit(prompt)
+        self.sig_session_changed.emit()
 
     def _on_prefill(self, run_id: int, prefill: Any) -> None:
         if run_id == self.run_id:
@@ -239,11 +312,21 @@ class Controller(QObject):
         self._flush.stop()
         self._emit_steps()
         self.summary = summary
+        self.dirty = True
         self._set_busy(False)
         self.sig_run_finished.emit(summary)
 
     def _on_result(self, kind: str, key: Any, result: Any) -> None:
         self._asked.discard(key)
+        if kind == "open_session":
+            self.show_session(result[1], result[0])
+            return
+        if kind == "save_session":
+            path, size, session = result
+            if key[1] != self._autosave_path():
+                self.session, self.session_path, self.dirty = session, path, False
+            self.sig_saved.emit(path, size)
+            return
         if result is None:
             return
         self._results[key] = result

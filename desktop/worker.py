@@ -117,6 +117,8 @@ class Worker(QObject):
     def _serve_pending(self) -> None:
         import torch
 
+        from core.errors import LensError
+
         while True:
             try:
                 kind, key, job = self.pending.get_nowait()
@@ -125,6 +127,9 @@ class Worker(QObject):
             try:
                 with torch.inference_mode():
                     result = job()
+            except (LensError, OSError, ValueError) as exc:  # bad file, full disk, no run
+                self.sig_error.emit("analysis", f"{kind.replace('_', ' ')}: {exc}")
+                continue
             except Exception as exc:
                 traceback.print_exc()
                 self.sig_error.emit("analysis", f"{kind}: {exc}")

@@ -1,0 +1,170 @@
+"""``llm-lens compare``: 2–4 sampling configurations run side by side from one shared prefill,
+written as JSON (one ``llm-lens-trace/1`` trace per configuration plus the comparison's numbers).
+
+A configuration is a comma-separated list of presets and ``key=value`` settings, applied left to
+right over neutral settings (temperature 1, no top-k, top-p 1, min-p 0, no repetition penalty,
+seed 0), so ``temperature=0.2`` changes the temperature and nothing else. No Qt is imported here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from core.errors import LensError, SamplingError
+from core.sampling import SamplingParams
+
+SCHEMA = "llm-lens-compare/1"
+NEUTRAL: dict[str, Any] = {
+    "temperature": 1.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "seed": 0,
+    "greedy": False,
+}
+PRESETS: dict[str, dict[str, Any]] = {
+    "factual": {"temperature": 0.2, "top_p": 0.95},
+    "creative": {"temperature": 0.9, "top_p": 0.9},
+    "wild": {"temperature": 1.2},
+    "greedy": {"greedy": True, "temperature": 0.0},
+}
+KEYS: dict[str, type] = {
+    "temperature": float,
+    "top_k": int,
+    "top_p": float,
+    "min_p": float,
+    "repetition_penalty": float,
+    "seed": int,
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise LensError(message)
+
+
+def parse_config(spec: str) -> SamplingParams:
+    """``"temperature=0.2,top_p=0.95,seed=1"``, ``"greedy"``, ``"creative,seed=3"`` → settings.
+
+    Raises :class:`SamplingError` naming the bad part (unknown key or preset, not a number, out
+    of range).
+    """
+    values = dict(NEUTRAL)
+    items = [item.strip() for item in spec.split(",") if item.strip()]
+    if not items:
+        raise SamplingError(f"configuration {spec!r} is empty")
+    for item in items:
+        if "=" not in item:
+            if item not in PRESETS:
+                names = ", ".join(PRESETS)
+                raise SamplingError(f"unknown preset {item!r} in {spec!r}: choose one of {names}")
+            values.update(PRESETS[item])
+            continue
+        key, _, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if key not in KEYS:
+            raise SamplingError(f"unknown key {key!r} in {spec!r}: choose from {', '.join(KEYS)}")
+        try:
+            values[key] = KEYS[key](raw.strip())
+        except ValueError:
+            kind = "a whole number" if KEYS[key] is int else "a number"
+            raise SamplingError(f"{key} must be {kind}; got {raw.strip()!r}") from None
+    return SamplingParams(**values)
+
+
+def compare_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="llm-lens compare",
+        description="Run 2–4 sampling configurations from one shared prefill; write JSON.",
+    )
+    p.add_argument("prompt")
+    p.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="e.g. 'temperature=0.2,top_p=0.95,seed=1' or a preset: factual, creative, greedy, "
+        "wild (repeat 2–4 times)",
+    )
+    p.add_argument("--model", default=None, help="folder, .gguf file or hub id (default: bundled)")
+    p.add_argument("--raw", action="store_true", help="skip the chat template")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--out", default=None, help="write the JSON here (default: stdout)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return p
+
+
+def parse_configs(specs: list[str]) -> list[SamplingParams]:
+    from core.compare import MAX_CONFIGS
+
+    if len(specs) > MAX_CONFIGS:
+        raise SamplingError(f"at most four configurations can be compared; got {len(specs)}")
+    if len(specs) < 2:
+        raise SamplingError(f"give at least two --config options; got {len(specs)}")
+    return [parse_config(s) for s in specs]
+
+
+def config_dict(spec: str, params: SamplingParams) -> dict[str, Any]:
+    keys = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed")
+    return {"spec": spec} | {k: getattr(params, k) for k in keys} | {"greedy": params.is_greedy}
+
+
+def run_compare(args: argparse.Namespace) -> dict[str, Any]:
+    """Load the model, run the comparison, return the JSON-able result."""
+    from core.compare import compare
+    from core.engine import Engine, RunConfig
+    from core.loading import load_model
+    from core.trace import model_dict, run_dict
+
+    configs = parse_configs(args.config)
+    run_config = RunConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop))
+    say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
+    engine = Engine(load_model(args.model, args.device, args.dtype, say))
+    comparison = compare(
+        engine, engine.tokenize(args.prompt, chat=not args.raw), configs, run_config
+    )
+    if not args.quiet:
+        for spec, run in zip(args.config, comparison.runs, strict=True):
+            print(f"[{spec}] {run.output_text()}", file=sys.stderr)
+    return {
+        "schema": SCHEMA,
+        "model": model_dict(engine.info),
+        "configs": [config_dict(s, p) for s, p in zip(args.config, configs, strict=True)],
+        "traces": [run_dict(engine, run) for run in comparison.runs],
+        "columns": [asdict(c) for c in comparison.columns()],
+        "divergence_step": comparison.divergence_step,
+        "kl_per_step": comparison.kl_per_step,
+        "overlap_per_step": comparison.overlap_per_step,
+        "shared_prefill_ms": comparison.shared_prefill_ms,
+        "prefill_saved_ms": comparison.prefill_saved_ms,
+    }
+
+
+def main_compare(argv: list[str] | None = None) -> int:
+    """Entry of ``llm-lens compare`` (``argv`` without the word ``compare``); errors are one line
+    on stderr and exit status 2."""
+    try:
+        args = compare_parser().parse_args(sys.argv[1:] if argv is None else argv)
+        parse_configs(args.config)  # refuse bad configurations before loading the model
+        data = run_compare(args)
+        if args.out:
+            from core.trace import write_json
+
+            write_json(data, args.out)
+        else:
+            json.dump(data, sys.stdout, ensure_ascii=False, indent=1)
+            print()
+    except (LensError, OSError) as exc:
+        print(f"llm-lens compare: error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+    return 0
