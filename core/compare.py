@@ -1,10 +1,9 @@
-"""Side-by-side runs that share one prefill, token branching, and prompt-prefix reuse.
+"""Side-by-side runs that share one prefill, and how their distributions differ.
 
 :func:`compare` reads the prompt once and forks its KV cache for every sampling configuration,
 so each column samples from the very same step-0 logits; with the same seeds the tokens equal
-those of separate :meth:`~core.engine.Engine.start` runs. :func:`branch` continues a finished run
-from one of its steps with another token, cropping a copy of its cache instead of recomputing it.
-:class:`PrefixCache` lets an edited prompt prefill only what changed.
+those of separate :meth:`~core.engine.Engine.start` runs. Branching and prefix reuse live in
+:mod:`core.branching`.
 """
 
 from __future__ import annotations
@@ -13,16 +12,15 @@ import itertools
 import math
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from core import sampling
-from core.engine import Engine, Run, RunConfig, RunStart, copy_cache
-from core.errors import PromptError, SamplingError
-from core.records import PromptTokens, StepRecord, TokenInfo
+from core.engine import Engine, Run, RunConfig
+from core.errors import SamplingError
+from core.records import PromptTokens, StepRecord
 from core.sampling import SamplingParams
 
 MAX_CONFIGS = 4
@@ -204,239 +202,3 @@ def samples(
         raise SamplingError(f"samples must be between 1 and {MAX_SAMPLES}; got {k}")
     configs = [params.with_(seed=seed0 + i) for i in range(k)]
     return start_shared(engine, prompt, configs, run_config, cancel).run_all()
-
-
-# --- branching -----------------------------------------------------------------------------------
-
-
-def crop_to(cache: Any, length: int) -> None:
-    """Cut a cache back to its first ``length`` tokens (``crop`` takes how many to remove)."""
-    remove = int(cache.get_seq_length()) - length
-    if remove < 0:
-        raise PromptError(f"the cache holds {length - remove} tokens, fewer than {length}")
-    if remove:
-        cache.crop(-remove)
-
-
-def extend_prompt(engine: Engine, prompt: PromptTokens, extra: Sequence[int]) -> PromptTokens:
-    """``prompt`` followed by ``extra`` tokens (generated ones: no character offsets)."""
-    tokens = tuple(engine.texts.info(int(i)) for i in extra)
-    rendered = prompt.rendered + "".join(t.text for t in tokens)
-    return PromptTokens(prompt.text, rendered, prompt.chat, prompt.tokens + tokens)
-
-
-def branch(
-    engine: Engine,
-    run: Run,
-    step_index: int,
-    token_id: int,
-    params: SamplingParams,
-    run_config: RunConfig,
-    cancel: threading.Event | None = None,
-) -> Run:
-    """A run continuing ``run`` as if step ``step_index`` had chosen ``token_id``.
-
-    The new run's prompt is the old prompt, the tokens generated before that step and the forced
-    token; it starts from a cropped copy of ``run``'s cache (``run`` stays usable), so its step 0
-    reads only the forced token. ``run_config.max_new_tokens`` counts tokens after the forced one.
-    Nothing is computed until the returned run is iterated.
-    """
-    if not 0 <= step_index < len(run.steps):
-        raise PromptError(f"branch step {step_index} is outside the run's {len(run.steps)} steps")
-    if not 0 <= token_id < engine.info.vocab_size:
-        raise PromptError(f"token id {token_id} is outside the vocabulary")
-    if run.cache is None:
-        raise PromptError("the run has no cache to branch from: run it first")
-    prefix = [int(i) for i in run.steps[step_index].context_ids]  # prompt + generated[:step]
-    cache = copy_cache(run.cache)
-    crop_to(cache, len(prefix))
-    prompt = extend_prompt(engine, run.prompt, [*prefix[len(run.prompt) :], token_id])
-    return engine.start_from(prompt, params, RunStart(cache), run_config, cancel)
-
-
-@dataclass(frozen=True)
-class Alternative:
-    """A token the branch UI offers at a step."""
-
-    token_id: int
-    text: str
-    prob: float  # raw distribution
-    final_prob: float | None  # after the last sampling stage; None when the record cannot tell
-    chosen: bool
-
-
-def alternatives(
-    step: StepRecord, k: int, params: SamplingParams | None = None
-) -> list[Alternative]:
-    """The raw top-k tokens of ``step`` (k ≤ the record's top-N) with their final probabilities.
-
-    With ``params`` the final distribution is recomputed exactly; without, it is read from the
-    recorded final-stage summary (None for a token outside it that may still have mass).
-    """
-    k = max(0, min(k, len(step.top_ids)))
-    exact = final_probs(step, params) if params is not None else None
-    last = step.stages[-1]
-    listed = {int(i): float(p) for i, p in zip(last.top_ids, last.top_probs, strict=True)}
-    complete = last.kept <= len(last.top_ids)  # every token with mass is in the summary
-    out = []
-    for i in range(k):
-        tid = int(step.top_ids[i])
-        final = listed.get(tid, 0.0 if complete else None)
-        if exact is not None:
-            final = float(exact[tid])
-        out.append(
-            Alternative(
-                tid, step.top_texts[i], float(step.top_probs[i]), final, tid == step.token.id
-            )
-        )
-    return out
-
-
-@dataclass(frozen=True)
-class BranchNode:
-    """One run in a branch tree, for a tree view."""
-
-    run_id: int
-    parent_run_id: int | None
-    branch_step: int | None  # the parent's step whose token was replaced
-    forced_token: TokenInfo | None
-    depth: int
-    offset: int  # generated tokens (from the root's prompt) before this run's step 0
-    cumulative_logprob: float  # raw log-prob of every generated token from the root to the end
-    text: str  # this run's own output
-
-
-@dataclass
-class _Edge:
-    run: Run
-    parent: Run | None = None
-    step: int | None = None
-    token: int | None = None
-    children: list[int] = field(default_factory=list)
-
-
-class BranchTree:
-    """A root run and the branches grown from it (and from them). Nodes are read live."""
-
-    def __init__(self, root: Run) -> None:
-        self.root = root.run_id
-        self._edges: dict[int, _Edge] = {root.run_id: _Edge(root)}
-
-    def add(self, parent: Run, step_index: int, token_id: int, child: Run) -> None:
-        if parent.run_id not in self._edges:
-            raise PromptError(f"run {parent.run_id} is not in this tree")
-        self._edges[child.run_id] = _Edge(child, parent, step_index, token_id)
-        self._edges[parent.run_id].children.append(child.run_id)
-
-    def branch(
-        self,
-        engine: Engine,
-        parent: Run,
-        step_index: int,
-        token_id: int,
-        params: SamplingParams,
-        run_config: RunConfig,
-    ) -> Run:
-        """:func:`branch` and :meth:`add` in one call; the child still has to be iterated."""
-        child = branch(engine, parent, step_index, token_id, params, run_config)
-        self.add(parent, step_index, token_id, child)
-        return child
-
-    def _base(self, run_id: int) -> tuple[float, int]:
-        """(log-prob of every generated token before the run's step 0, how many there are)."""
-        edge = self._edges[run_id]
-        if edge.parent is None or edge.step is None or edge.token is None:
-            return 0.0, 0
-        logp, offset = self._base(edge.parent.run_id)
-        before = sum(s.logprob for s in edge.parent.steps[: edge.step])
-        logits = np.asarray(edge.parent.steps[edge.step].logits, np.float64)
-        forced = logits[edge.token] - np.logaddexp.reduce(logits)
-        return logp + before + float(forced), offset + edge.step + 1
-
-    def nodes(self) -> list[BranchNode]:
-        """Every run, depth first, children in the order they were added."""
-        out: list[BranchNode] = []
-        stack = [(self.root, 0)]
-        while stack:
-            run_id, depth = stack.pop()
-            edge = self._edges[run_id]
-            logp, offset = self._base(run_id)
-            token = None if edge.token is None else edge.run.engine.texts.info(edge.token)
-            out.append(
-                BranchNode(
-                    run_id,
-                    None if edge.parent is None else edge.parent.run_id,
-                    edge.step,
-                    token,
-                    depth,
-                    offset,
-                    logp + sum(s.logprob for s in edge.run.steps),
-                    edge.run.output_text(),
-                )
-            )
-            stack.extend((c, depth + 1) for c in reversed(edge.children))
-        return out
-
-
-# --- prefix reuse --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PrefixReuse:
-    """How much of a prompt came from the previous run's cache."""
-
-    tokens_reused: int
-    prompt_tokens: int
-
-    @property
-    def suffix_tokens(self) -> int:
-        return self.prompt_tokens - self.tokens_reused
-
-
-def ttft_saved_ms(full: Run, reused: Run) -> float:
-    """Measured: the full prompt's prefill time minus the suffix-only prefill time."""
-    return full.steps[0].timing.forward_ms - reused.steps[0].timing.forward_ms
-
-
-class PrefixCache:
-    """The last finished run's context ids and KV cache, so an edited prompt reads only its new
-    suffix. The stored cache is never extended: :meth:`reuse` hands out cropped copies."""
-
-    def __init__(self) -> None:
-        self.ids: list[int] = []
-        self.cache: Any = None
-
-    def remember(self, run: Run) -> None:
-        """Keep a finished run's cache: it holds the prompt and every generated token but the
-        last (which was chosen, never read)."""
-        if not run.steps or run.cache is None:
-            return
-        self.ids = [int(i) for i in run.steps[-1].context_ids]
-        self.cache = run.cache
-
-    def reuse(self, prompt_ids: Sequence[int]) -> tuple[int, Any]:
-        """(longest common prefix, cropped cache copy or None). At least one token is left to
-        read, since the prefill's logits are those of the prompt's last token."""
-        n = 0
-        limit = min(len(self.ids), len(prompt_ids) - 1)
-        while n < limit and self.ids[n] == prompt_ids[n]:
-            n += 1
-        if n == 0 or self.cache is None:
-            return 0, None
-        cache = copy_cache(self.cache)
-        crop_to(cache, n)
-        return n, cache
-
-    def start(
-        self,
-        engine: Engine,
-        prompt: PromptTokens,
-        params: SamplingParams,
-        run_config: RunConfig,
-        cancel: threading.Event | None = None,
-    ) -> tuple[Run, PrefixReuse]:
-        """A run of ``prompt`` that prefills only what the cache does not already hold."""
-        n, cache = self.reuse(prompt.ids)
-        start = RunStart(engine.new_cache() if cache is None else cache)
-        run = engine.start_from(prompt, params, start, run_config, cancel)
-        return run, PrefixReuse(n, len(prompt))

@@ -74,7 +74,9 @@ class TokenText:
             raw = bytes([int(match.group(1), 16)])
         elif self.byte_level:
             table = _byte_decoder()
-            raw = bytes(table[c] for c in piece) if all(c in table for c in piece) else piece.encode()
+            raw = (
+                bytes(table[c] for c in piece) if all(c in table for c in piece) else piece.encode()
+            )
         else:
             raw = piece.replace("\u2581", " ").encode()
         return raw.decode("utf-8", errors="replace"), raw

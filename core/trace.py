@@ -19,8 +19,19 @@ SCHEMA = "llm-lens-trace/1"
 
 def model_dict(info: Any) -> dict[str, Any]:
     keys = (
-        "name", "source", "architecture", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-        "hidden_size", "vocab_size", "context_length", "dtype", "device", "num_parameters",
+        "name",
+        "source",
+        "architecture",
+        "num_layers",
+        "num_heads",
+        "num_kv_heads",
+        "head_dim",
+        "hidden_size",
+        "vocab_size",
+        "context_length",
+        "dtype",
+        "device",
+        "num_parameters",
         "weights_id",
     )
     return {k: getattr(info, k) for k in keys}

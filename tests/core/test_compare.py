@@ -15,20 +15,16 @@ import pytest
 import torch
 
 from core.beam import BeamSearch, beam_search
+from core.branching import BranchTree, PrefixCache, alternatives, branch, ttft_saved_ms
 from core.compare import (
     KL_EPS,
-    BranchTree,
     Comparison,
-    PrefixCache,
-    alternatives,
-    branch,
     compare,
     divergence_step,
     kl_divergence,
     mean_overlap,
     mean_pairwise_kl,
     samples,
-    ttft_saved_ms,
 )
 from core.compare_cli import main_compare, parse_config
 from core.engine import RunConfig, RunStart
