@@ -25,8 +25,9 @@ from desktop.controller import Controller
 class PromptPanel(QWidget):
     """Prompt editing and the run/step controls. Writes back only through the controller."""
 
-    def __init__(self, controller: Controller, examples: list[dict[str, Any]],
-                 parent: QWidget | None = None) -> None:
+    def __init__(
+        self, controller: Controller, examples: list[dict[str, Any]], parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.controller = controller
         self.examples = examples
@@ -40,8 +41,9 @@ class PromptPanel(QWidget):
         self.examples_box.addItems([e["title"] for e in self.examples])
         self.chat_box = QCheckBox("Chat template", checked=True)
         self.chat_box.setToolTip("Off: raw mode, the model reads exactly the text you typed")
-        self.max_tokens = QSpinBox(minimum=1, maximum=4096, value=48, prefix="max ",
-                                   suffix=" tokens")
+        self.max_tokens = QSpinBox(
+            minimum=1, maximum=4096, value=48, prefix="max ", suffix=" tokens"
+        )
         self.run_button = QPushButton("Run  (Ctrl+Enter)")
         self.stop_button = QPushButton("Stop  (Esc)")
         top = QHBoxLayout()
@@ -93,7 +95,9 @@ class PromptPanel(QWidget):
     def run(self) -> None:
         self.error.setVisible(False)
         self.controller.request_run(
-            self.editor.toPlainText(), self.chat_box.isChecked(), self.controller.params,
+            self.editor.toPlainText(),
+            self.chat_box.isChecked(),
+            self.controller.params,
             self.max_tokens.value(),
         )
 
@@ -137,6 +141,5 @@ class PromptPanel(QWidget):
         step = steps[index]
         kind = "prefill" if index == 0 else "decode"
         self.step_label.setText(
-            f"{index} / {len(steps) - 1} · {kind} · chose {step.token.text!r} "
-            f"(p={step.prob:.3f})"
+            f"{index} / {len(steps) - 1} · {kind} · chose {step.token.text!r} (p={step.prob:.3f})"
         )

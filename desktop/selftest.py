@@ -35,8 +35,10 @@ class SelfTest:
         )
 
     def _on_finished(self, summary: Any) -> None:
-        print(f"selftest: generated {summary.output_text!r} (TTFT {summary.ttft_ms:.0f} ms)",
-              file=sys.stderr)
+        print(
+            f"selftest: generated {summary.output_text!r} (TTFT {summary.ttft_ms:.0f} ms)",
+            file=sys.stderr,
+        )
         self.window.controller.request_select(len(self.window.controller.steps) - 1)
         QTimer.singleShot(4000, self._check)  # let panes ask for and draw their analyses
 

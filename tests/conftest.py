@@ -51,9 +51,16 @@ def make_tiny(loaded_tokenizer, **overrides):
     from core.loading import LoadedModel, describe
 
     cfg = dict(
-        vocab_size=len(loaded_tokenizer), hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=256, eos_token_id=2, bos_token_id=1, tie_word_embeddings=True,
+        vocab_size=len(loaded_tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        eos_token_id=2,
+        bos_token_id=1,
+        tie_word_embeddings=True,
     )
     cfg.update(overrides)
     torch.manual_seed(0)

@@ -19,8 +19,9 @@ def _trace(tmp_path, *args):
 
 
 def test_trace_writes_the_documented_schema(tmp_path, loaded):
-    data = _trace(tmp_path, "Explain transformers like I am 12", "--greedy",
-                  "--max-new-tokens", "4")
+    data = _trace(
+        tmp_path, "Explain transformers like I am 12", "--greedy", "--max-new-tokens", "4"
+    )
     assert data["schema"] == "llm-lens-trace/1"
     model = data["model"]
     assert (model["num_layers"], model["num_heads"], model["num_kv_heads"]) == (30, 9, 3)
@@ -29,8 +30,18 @@ def test_trace_writes_the_documented_schema(tmp_path, loaded):
     assert len(data["prompt"]["token_ids"]) == len(data["prompt"]["tokens"])
     assert len(data["steps"]) == 4
     first = data["steps"][0]
-    for key in ("token_id", "token_text", "prob", "logprob", "rank", "top", "entropy",
-                "elapsed_ms", "kv_cache_bytes", "logit_lens"):
+    for key in (
+        "token_id",
+        "token_text",
+        "prob",
+        "logprob",
+        "rank",
+        "top",
+        "entropy",
+        "elapsed_ms",
+        "kv_cache_bytes",
+        "logit_lens",
+    ):
         assert key in first
     assert first["rank"] == 0  # greedy picks the top token
     assert first["top"][0]["id"] == first["token_id"]
@@ -45,8 +56,17 @@ def test_trace_writes_the_documented_schema(tmp_path, loaded):
 
 
 def test_trace_is_reproducible_with_a_seed(tmp_path, loaded):
-    args = ("Write a word.", "--temperature", "1.0", "--top-p", "0.9", "--seed", "7",
-            "--max-new-tokens", "6")
+    args = (
+        "Write a word.",
+        "--temperature",
+        "1.0",
+        "--top-p",
+        "0.9",
+        "--seed",
+        "7",
+        "--max-new-tokens",
+        "6",
+    )
     a = _trace(tmp_path, *args)
     b = _trace(tmp_path, *args)
     assert [s["token_id"] for s in a["steps"]] == [s["token_id"] for s in b["steps"]]
@@ -72,17 +92,26 @@ def test_trace_errors_are_one_clear_line(args, needle, capsys):
 
 def test_entry_point_dispatches_kv_without_qt(tmp_path):
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({
-        "model_type": "llama", "num_hidden_layers": 30, "num_attention_heads": 9,
-        "num_key_value_heads": 3, "hidden_size": 576, "max_position_embeddings": 8192,
-    }))
+    config.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "num_hidden_layers": 30,
+                "num_attention_heads": 9,
+                "num_key_value_heads": 3,
+                "hidden_size": 576,
+                "max_position_embeddings": 8192,
+            }
+        )
+    )
     code = (
         "import sys; from desktop.cli import main; rc = main(['kv', '--config', sys.argv[1], "
         "'--tokens', '10', '--dtype', 'float32', '--json']); "
         "assert 'PySide6' not in sys.modules; sys.exit(rc)"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(config)], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(config)], capture_output=True, text=True, check=True
+    )
     data = json.loads(out.stdout)
     assert data["bytes_per_token"] == 46080 and data["total_bytes"] == 460800
     assert data["mha_bytes_per_token"] == 138240

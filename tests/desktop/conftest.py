@@ -32,6 +32,8 @@ def wait_result(qtbot, controller, kind, **args):
     """Ask for an analysis and wait until it is cached; returns it."""
     result = controller.request_analysis(kind, **args)
     if result is None:
-        qtbot.waitUntil(lambda: controller.request_analysis(kind, **args) is not None, timeout=60_000)
+        qtbot.waitUntil(
+            lambda: controller.request_analysis(kind, **args) is not None, timeout=60_000
+        )
         result = controller.request_analysis(kind, **args)
     return result

@@ -12,23 +12,23 @@ import sys
 PROBE = r"""
 import os, sys
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-from PySide6.QtCore import QCoreApplication, QObject, QTimer
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QApplication
 
 class Ticker(QObject):
     ticks = 0
     def timerEvent(self, event):
         self.ticks += 1
-        if self.ticks == 50:
-            self.before = sys.getrefcount(None)
-        if self.ticks == 1050:
-            print(sys.getrefcount(None) - self.before, self.ticks - 50)
-            QCoreApplication.quit()
 
-app = QCoreApplication([])
-t = Ticker()
-t.startTimer(0)
-QTimer.singleShot(30_000, app.quit)
-app.exec()
+app = QApplication([])
+ticker = Ticker()
+ticker.startTimer(0)
+for _ in range(50):
+    app.processEvents()
+before, start = sys.getrefcount(None), ticker.ticks
+while ticker.ticks < start + 1000:
+    app.processEvents()
+print(sys.getrefcount(None) - before, ticker.ticks - start)
 """
 
 
@@ -37,6 +37,6 @@ def test_no_none_refcount_drift_over_a_thousand_timer_events():
         [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60, check=True
     )
     drift, calls = (int(x) for x in out.stdout.split())
-    assert calls == 1000
+    assert calls >= 1000
     # a leaking binding loses one reference per call (about −1,000 here)
     assert abs(drift) < 50, f"None refcount drifted by {drift} over {calls} virtual calls"
