@@ -6,39 +6,31 @@ The schema is documented in ``docs/trace-format.md``; bump :data:`SCHEMA` on any
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from core.analysis import logit_lens
-from core.records import StepRecord
+from core.analysis import LensResult, logit_lens
+from core.fileio import atomic_write_text
+from core.records import PromptTokens, RunSummary, StepRecord
 
 SCHEMA = "llm-lens-trace/1"
 
 
+MODEL_FIELDS = (
+    "name", "source", "architecture", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+    "hidden_size", "vocab_size", "context_length", "dtype", "device", "num_parameters",
+    "weights_id",
+)  # fmt: skip
+PARAM_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed")
+
+
 def model_dict(info: Any) -> dict[str, Any]:
-    keys = (
-        "name",
-        "source",
-        "architecture",
-        "num_layers",
-        "num_heads",
-        "num_kv_heads",
-        "head_dim",
-        "hidden_size",
-        "vocab_size",
-        "context_length",
-        "dtype",
-        "device",
-        "num_parameters",
-        "weights_id",
-    )
-    return {k: getattr(info, k) for k in keys}
+    return {k: getattr(info, k) for k in MODEL_FIELDS}
 
 
-def step_dict(engine: Any, step: StepRecord, lens_k: int = 1) -> dict[str, Any]:
-    lens = logit_lens(engine, step, k=lens_k)
+def step_dict(step: StepRecord, lens: LensResult | None) -> dict[str, Any]:
+    """One step of the trace; ``lens`` None writes an empty ``logit_lens`` list."""
     return {
         "index": step.index,
         "position": step.position,
@@ -63,31 +55,47 @@ def step_dict(engine: Any, step: StepRecord, lens_k: int = 1) -> dict[str, Any]:
         "forward_ms": step.timing.forward_ms,
         "kv_cache_bytes": step.kv.bytes_total,
         "kv_formula_bytes": step.kv.formula_bytes,
-        "logit_lens": [
-            {
-                "layer": layer,
-                "top_id": int(lens.top_ids[layer, 0]),
-                "top_text": lens.top_texts[layer][0],
-                "prob": float(lens.top_probs[layer, 0]),
-            }
-            for layer in range(lens.top_ids.shape[0])
-        ],
+        "logit_lens": [] if lens is None else lens_rows(lens),
         "finish_reason": step.finish_reason,
     }
 
 
+def lens_rows(lens: LensResult) -> list[dict[str, Any]]:
+    return [
+        {
+            "layer": layer,
+            "top_id": int(lens.top_ids[layer, 0]),
+            "top_text": lens.top_texts[layer][0],
+            "prob": float(lens.top_probs[layer, 0]),
+        }
+        for layer in range(lens.top_ids.shape[0])
+    ]
+
+
 def run_dict(engine: Any, run: Any) -> dict[str, Any]:
-    """The whole trace of a finished run as plain JSON-able data."""
-    summary = run.summary()
-    prompt = run.prompt
+    """The whole trace of a finished run as plain JSON-able data (the lens computed now)."""
+    lenses = [logit_lens(engine, s, k=1) for s in run.steps]
+    params = {f: getattr(run.params, f) for f in PARAM_FIELDS}
+    return trace_dict(
+        model_dict(engine.info), run.prompt, params, run.steps, lenses, run.finish_reason
+    )
+
+
+def trace_dict(
+    model: dict[str, Any],
+    prompt: PromptTokens,
+    params: dict[str, Any],
+    steps: Sequence[StepRecord],
+    lenses: Sequence[LensResult | None],
+    finish_reason: str | None,
+) -> dict[str, Any]:
+    """A trace from records alone: a live run, or one reopened from a session file."""
+    summary = RunSummary.of(0, prompt, steps, finish_reason)
+    greedy = bool(params.get("greedy")) or params.get("temperature") == 0
     return {
         "schema": SCHEMA,
-        "model": model_dict(engine.info),
-        "sampling": {
-            k: getattr(run.params, k)
-            for k in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed")
-        }
-        | {"greedy": run.params.is_greedy},
+        "model": {k: model.get(k) for k in MODEL_FIELDS},
+        "sampling": {f: params.get(f) for f in PARAM_FIELDS} | {"greedy": greedy},
         "prompt": {
             "text": prompt.text,
             "chat": prompt.chat,
@@ -95,7 +103,7 @@ def run_dict(engine: Any, run: Any) -> dict[str, Any]:
             "token_ids": prompt.ids,
             "tokens": [t.text for t in prompt.tokens],
         },
-        "steps": [step_dict(engine, s) for s in run.steps],
+        "steps": [step_dict(s, lens) for s, lens in zip(steps, lenses, strict=True)],
         "timing": {
             "ttft_ms": summary.ttft_ms,
             "mean_itl_ms": summary.mean_itl_ms,
@@ -107,13 +115,5 @@ def run_dict(engine: Any, run: Any) -> dict[str, Any]:
 
 
 def write_json(data: Any, path: str | Path) -> None:
-    """Write JSON atomically: a temporary file beside the target, then a rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, ensure_ascii=False, indent=1)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """Write JSON atomically."""
+    atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=1))

@@ -61,9 +61,15 @@ def run_gui(args: argparse.Namespace) -> int:
     if args.selftest:
         from desktop.selftest import SelfTest
 
+        window.sessions.confirm_close = False
         test = SelfTest(window, args.tokens, args.screenshot)
         window.load(args.model)
         app.exec()
         return test.exit_code
+    crashed = window.sessions.start()
     window.load(args.model)
+    if args.session:
+        window.sessions.open(args.session)
+    elif crashed:
+        window.offer_recovery(crashed)
     return int(app.exec())

@@ -15,6 +15,7 @@ def gui_parser() -> argparse.ArgumentParser:
         "Headless: llm-lens trace PROMPT … | llm-lens compare PROMPT --config … | "
         "llm-lens kv --config CONFIG … | llm-lens inspect FILE.llmlens",
     )
+    p.add_argument("session", nargs="?", default=None, help="a .llmlens session file to open")
     p.add_argument("--model", default=None, help="folder, .gguf file or hub id (default: bundled)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "mps"))
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))

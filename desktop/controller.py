@@ -7,6 +7,7 @@ Panes subscribe to the controller, never to the worker, and write back only thro
 from __future__ import annotations
 
 import itertools
+import os
 from collections import OrderedDict
 from typing import Any
 
@@ -70,6 +71,7 @@ class Controller(QObject):
         self.follow_live = True
         self.busy = False
         self.params = SamplingParams()
+        self.run_params = self.params  # the settings of the run shown
         self.run_id = 0
         self._ids = itertools.count(1)
         self._results: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
@@ -120,6 +122,7 @@ class Controller(QObject):
             return
         self.request_stop()
         self.run_id = next(self._ids)
+        self.run_params = params
         self.follow_live = True
         self._set_busy(True)
         self._run_requested.emit(self.run_id, text, chat, params, config)
@@ -231,6 +234,38 @@ class Controller(QObject):
         self.worker.submit("save_session", ("save_session", path), job)
         self._serve_requested.emit()
 
+    def request_export(self, kind: str, path: str) -> None:
+        """Write the shown run as a JSON trace (``trace``) or HTML report (``report``)."""
+        import dataclasses
+
+        if not self.steps:
+            self.sig_error.emit("nothing to export yet: run a prompt first")
+            return
+        steps, prompt, info, recorded = list(self.steps), self.prompt, self.info, self.recorded
+        params = dict(recorded.run.params) if recorded else dataclasses.asdict(self.run_params)
+        finish = self.summary.finish_reason if self.summary else None
+
+        def job() -> Any:
+            from core import trace
+            from core.analysis import logit_lens
+            from core.records import RunSummary
+            from core.report import html_report, write_report
+
+            if kind == "report":
+                summary = RunSummary.of(0, prompt, steps, finish)
+                write_report(path, html_report(info.as_dict(), prompt, steps, summary))
+            else:
+                lenses = [
+                    recorded.get("lens", {"step": s.index, "k": 1}) if recorded
+                    else logit_lens(self.worker.engine, s, 1) for s in steps
+                ]  # fmt: skip
+                data = trace.trace_dict(info.as_dict(), prompt, params, steps, lenses, finish)
+                trace.write_json(data, path)
+            return path, os.path.getsize(path), None
+
+        self.worker.submit("export", ("export", path), job)
+        self._serve_requested.emit()
+
     @staticmethod
     def _autosave_path() -> str:
         from core.loading import cache_root
@@ -241,8 +276,6 @@ class Controller(QObject):
         """Save the shown live run to the cache folder (offered back after a crash)."""
         if self.dirty and self.recorded is None:
             path = self._autosave_path()
-            import os
-
             os.makedirs(os.path.dirname(path), exist_ok=True)
             self.request_save_session(path, with_views=False)
 
@@ -320,6 +353,9 @@ class Controller(QObject):
         self._asked.discard(key)
         if kind == "open_session":
             self.show_session(result[1], result[0])
+            return
+        if kind == "export":
+            self.sig_saved.emit(result[0], result[1])
             return
         if kind == "save_session":
             path, size, session = result

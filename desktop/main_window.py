@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
@@ -105,11 +105,15 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.prompt_panel)
         self.panes: dict[str, Any] = {}
         self.docks: dict[str, QDockWidget] = {}
+        from desktop.session_actions import SessionActions
+
+        self.sessions = SessionActions(self, settings())
         self._build_docks()
         self._build_status()
         self._build_menus()
         self._wire()
         self._restore()
+        self.setAcceptDrops(True)
 
     def _build_docks(self) -> None:
         self.setDockNestingEnabled(True)
@@ -140,6 +144,10 @@ class MainWindow(QMainWindow):
 
     def _build_status(self) -> None:
         self.model_label = QLabel("no model loaded")
+        self.recorded_label = QLabel(" recorded ", visible=False)
+        self.recorded_label.setToolTip("The run shown was opened from a session file")
+        self.recorded_label.setStyleSheet("QLabel { background: #8e5b00; color: white; }")
+        self.statusBar().addPermanentWidget(self.recorded_label)
         self.progress = QProgressBar(maximumWidth=220, maximum=100, visible=False)
         self.statusBar().addPermanentWidget(self.progress)
         self.statusBar().addPermanentWidget(self.model_label)
@@ -154,7 +162,9 @@ class MainWindow(QMainWindow):
     def _build_menus(self) -> None:
         bar = self.menuBar()
         file_menu = bar.addMenu("&File")
-        file_menu.addAction(self._action("Open model &folder…", self._open_folder, "Ctrl+O"))
+        self.sessions.add_to(file_menu)
+        file_menu.addSeparator()
+        file_menu.addAction(self._action("Open model &folder…", self._open_folder, "Ctrl+Shift+O"))
         file_menu.addAction(self._action("Open &GGUF file…", self._open_gguf))
         file_menu.addAction(self._action("Open &hub model id…", self._open_hub))
         file_menu.addAction(self._action("Load the &bundled model", lambda: self.load(None)))
@@ -302,10 +312,39 @@ class MainWindow(QMainWindow):
             "what the loaded model computed.<br><br>" + "<br>".join(versions),
         )
 
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 (Qt name)
+        from desktop.session_actions import is_session_url
+
+        if is_session_url(event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 (Qt name)
+        from desktop.session_actions import is_session_url
+
+        path = is_session_url(event.mimeData().urls())
+        if path:
+            self.sessions.open(path)
+            event.acceptProposedAction()
+
+    def offer_recovery(self, autosave: str) -> None:
+        """After a crash: say so, and reopen the autosaved run if the user wants it."""
+        buttons = QMessageBox.StandardButton
+        answer = QMessageBox.question(
+            self, "Recover the last run?",
+            "LLM Lens did not close cleanly last time. Reopen the run it saved automatically?",
+            buttons.Yes | buttons.No, buttons.Yes,
+        )  # fmt: skip
+        if answer == buttons.Yes:
+            self.sessions.open(autosave)
+
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt name)
+        if not self.sessions.may_close():
+            event.ignore()
+            return
         s = settings()
         s.setValue("geometry", self.saveGeometry())
         s.setValue("windowState", self.saveState(STATE_VERSION))
         s.sync()
         self.controller.shutdown()
+        self.sessions.stop()
         super().closeEvent(event)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import csv
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,22 +10,8 @@ from typing import Any
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QWidget
 
+from core.fileio import atomic_write
 from desktop.controller import REPAINT_MS, Controller
-
-
-def atomic_write(path: str | Path, write: Any, suffix: str = "") -> None:
-    """Write via ``write(tmp_path)`` into a temporary file beside ``path``, then rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{path.name}.", suffix=suffix or path.suffix, dir=path.parent
-    )
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 class Pane(QWidget):

@@ -15,6 +15,7 @@ def window(qtbot, tmp_path, monkeypatch):
     from desktop.main_window import MainWindow
 
     win = MainWindow()
+    win.sessions.confirm_close = False
     qtbot.addWidget(win)
     win.show()
     with qtbot.waitSignal(win.controller.sig_model_loaded, timeout=120_000):

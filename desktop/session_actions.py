@@ -1,0 +1,183 @@
+"""Session files in the window: open/save, recent files, drag-and-drop, autosave and crash
+recovery, unsaved-changes prompt, and exports of the shown run (JSON trace, HTML report).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox
+
+SUFFIX = ".llmlens"
+FILTER = "LLM Lens session (*.llmlens)"
+MAX_RECENT = 8
+
+
+def _lock_path() -> Path:
+    from core.loading import cache_root
+
+    return cache_root() / "session.lock"
+
+
+class SessionActions(QObject):
+    """Owns the File-menu actions about sessions; the window forwards drops and close to it."""
+
+    def __init__(self, window: Any, settings: Any) -> None:
+        super().__init__(window)
+        self.window = window
+        self.controller = window.controller
+        self.settings = settings
+        self.confirm_close = True
+        self.recent_menu = QMenu("Open &recent")
+        c = self.controller
+        c.sig_saved.connect(self._on_saved)
+        c.sig_run_finished.connect(lambda _s: c.request_autosave())
+        c.sig_session_changed.connect(self._update_title)
+        self._refresh_recent()
+
+    # ----------------------------------------------------------------- menu
+    def add_to(self, menu: QMenu) -> None:
+        w = self.window
+        menu.addAction(w._action("&Open session…", self.open_dialog, QKeySequence.StandardKey.Open))
+        menu.addMenu(self.recent_menu)
+        menu.addAction(w._action("&Save session", self.save, QKeySequence.StandardKey.Save))
+        menu.addAction(w._action("Save session &as…", self.save_as, "Ctrl+Shift+S"))
+        menu.addSeparator()
+        menu.addAction(w._action("Export run as JSON &trace…", self.export_trace))
+        menu.addAction(w._action("Export run as HTML &report…", self.export_report))
+
+    def _refresh_recent(self) -> None:
+        self.recent_menu.clear()
+        for path in self.recent():
+            action = QAction(path, self.recent_menu)
+            action.triggered.connect(lambda _=False, p=path: self.open(p))
+            self.recent_menu.addAction(action)
+        self.recent_menu.setEnabled(bool(self.recent()))
+
+    def recent(self) -> list[str]:
+        value = self.settings.value("recentSessions", [])
+        items = [value] if isinstance(value, str) else list(value or [])
+        return [p for p in items if isinstance(p, str)]
+
+    def _remember(self, path: str) -> None:
+        items = [path] + [p for p in self.recent() if p != path]
+        self.settings.setValue("recentSessions", items[:MAX_RECENT])
+        self._refresh_recent()
+
+    # ----------------------------------------------------------------- open / save
+    def open_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.window, "Open session", "", FILTER)
+        if path:
+            self.open(path)
+
+    def open(self, path: str) -> None:
+        self.window.statusBar().showMessage(f"opening {path}…")
+        self.controller.request_open_session(path)
+        if os.path.isfile(path):
+            self._remember(os.path.abspath(path))
+
+    def save(self) -> None:
+        path = self.controller.session_path
+        if path and self.controller.recorded is None and not self.controller.dirty:
+            return
+        self.save_as(path)
+
+    def save_as(self, path: str | None = None) -> None:
+        if not self.controller.steps:
+            self.window.prompt_panel.show_error("nothing to save yet: run a prompt first")
+            return
+        if not path:
+            path, _ = QFileDialog.getSaveFileName(
+                self.window, "Save session", "run.llmlens", FILTER
+            )
+        if path:
+            path = path if path.endswith(SUFFIX) else path + SUFFIX
+            self.window.statusBar().showMessage(f"saving {path} ({self.size_text()})…")
+            self.controller.request_save_session(path)
+
+    def size_text(self) -> str:
+        """Estimated size of the run as a session (before compression)."""
+        steps, info = self.controller.steps, self.controller.info
+        if not steps or info is None:
+            return "empty"
+        logits = len(steps) * info.vocab_size * 4
+        hidden = len(steps) * (2 * info.num_layers + 1) * info.hidden_size * 4
+        attention = sum(s.attention.size for s in steps) * 2
+        prompt = len(self.controller.prompt or ())
+        if prompt <= 256:
+            attention += info.num_layers * info.num_heads * prompt * prompt * 2
+        total = logits + hidden + attention
+        return (f"≈ {total / 2**20:.1f} MiB: logits {logits / 2**20:.1f}, attention (float16) "
+                f"{attention / 2**20:.1f}, hidden states {hidden / 2**20:.1f}")  # fmt: skip
+
+    def _on_saved(self, path: str, size: int) -> None:
+        if Path(path).name == "autosave.llmlens":
+            return
+        self._remember(os.path.abspath(path))
+        self.window.statusBar().showMessage(f"saved {path} ({size / 2**20:.1f} MiB)", 8000)
+        self._update_title()
+
+    def _update_title(self) -> None:
+        c = self.controller
+        name = Path(c.session_path).name if c.session_path else None
+        mark = " (recorded)" if c.recorded is not None else ""
+        self.window.setWindowTitle(f"LLM Lens — {name}{mark}" if name else "LLM Lens")
+        self.window.recorded_label.setVisible(c.recorded is not None)
+
+    # ----------------------------------------------------------------- exports
+    def export_trace(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self.window, "Export JSON trace", "trace.json",
+                                              "JSON (*.json)")  # fmt: skip
+        if path:
+            self.controller.request_export("trace", path)
+
+    def export_report(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self.window, "Export HTML report", "report.html",
+                                              "HTML (*.html)")  # fmt: skip
+        if path:
+            self.controller.request_export("report", path)
+
+    # ----------------------------------------------------------------- close, crash recovery
+    def may_close(self) -> bool:
+        """Ask about an unsaved run; False cancels the close."""
+        if not (self.confirm_close and self.controller.dirty):
+            return True
+        buttons = QMessageBox.StandardButton
+        answer = QMessageBox.question(
+            self.window, "Unsaved run", "Save this run as a session before closing?",
+            buttons.Save | buttons.Discard | buttons.Cancel, buttons.Save,
+        )  # fmt: skip
+        if answer == buttons.Cancel:
+            return False
+        if answer == buttons.Save:
+            self.save_as()
+            return False  # closes after the user saved; the save is asynchronous
+        return True
+
+    def start(self) -> str | None:
+        """Mark this process as running; return the autosave path if the last one crashed."""
+        lock = _lock_path()
+        autosave = lock.parent / "autosave.llmlens"
+        crashed = lock.exists() and autosave.exists()
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.write_text(str(os.getpid()))
+        return str(autosave) if crashed else None
+
+    def stop(self) -> None:
+        """A clean exit: forget the lock and the autosave."""
+        lock = _lock_path()
+        for path in (lock, lock.parent / "autosave.llmlens"):
+            path.unlink(missing_ok=True)
+
+
+def is_session_url(urls: list[Any]) -> str | None:
+    """The first local ``.llmlens`` path among dropped URLs."""
+    for url in urls:
+        path = url.toLocalFile()
+        if path.endswith(SUFFIX):
+            return str(path)
+    return None
