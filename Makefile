@@ -22,14 +22,26 @@ run: setup
 
 test: setup
 	$(BIN)/python -m ruff check core desktop tests benchmarks
+	$(BIN)/python -m ruff format --check core desktop tests benchmarks
 	$(BIN)/lint-imports
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py
 
+# The README's screenshot: the real window mid-exploration, on the bundled model.
 screenshot: setup
-	$(BIN)/python packaging/screenshot.py docs/screenshot.png
+	LLM_LENS_CONFIG_DIR=$$(mktemp -d) $(BIN)/llm-lens --selftest --tokens 24 \
+		--window-size 1920x1200 --screenshot docs/screenshot.png
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
+
+# The standalone Linux package, built in its own venv (build/venv): see docs/packaging.md.
+package:
+	bash packaging/build.sh
+
+# Installs the package with apt-get, runs it as a normal user, removes it (root, Debian/Ubuntu).
+package-test: package setup
+	$(BIN)/python -m pytest -m package tests/packaging -q
