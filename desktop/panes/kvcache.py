@@ -30,15 +30,43 @@ def human_bytes(n: float) -> str:
     return f"{int(value)} bytes" if unit == 0 else f"{value:.3g} {UNITS[unit]}"
 
 
+class ByteAxis(pg.AxisItem):
+    """A y axis over data in bytes, ticked and labelled in one binary unit (KiB, MiB…).
+
+    Formatting the ticks here (rather than ``AxisItem.setScale``) keeps the labels right
+    however the plot is re-laid out; the plotted data stay in bytes.
+    """
+
+    def __init__(self, orientation: str = "left") -> None:
+        super().__init__(orientation)
+        self.enableAutoSIPrefix(False)
+        self.power = 0
+
+    def set_largest(self, largest: float) -> None:
+        power = 0
+        while largest >= 1024 ** (power + 1) and power < len(UNITS) - 1:
+            power += 1
+        if power != self.power:
+            self.power = power
+            self.picture = None
+            self.update()
+        self.setLabel(UNITS[power])
+
+    def tickValues(self, minVal: float, maxVal: float, size: float) -> list:  # noqa: N802
+        unit = 1024.0**self.power
+        levels = super().tickValues(minVal / unit, maxVal / unit, size)
+        return [(spacing * unit, [v * unit for v in values]) for spacing, values in levels]
+
+    def tickStrings(self, values: list, scale: float, spacing: float) -> list[str]:  # noqa: N802
+        unit = 1024.0**self.power
+        return super().tickStrings([v / unit for v in values], scale, spacing / unit)
+
+
 def byte_axis(plot: pg.PlotItem, largest: float) -> None:
     """Label a plot's y axis in the binary unit that suits ``largest``; the data stay in bytes."""
-    power = 0
-    while largest >= 1024 ** (power + 1) and power < len(UNITS) - 1:
-        power += 1
     axis = plot.getAxis("left")
-    axis.enableAutoSIPrefix(False)
-    axis.setScale(1 / 1024**power)
-    axis.setLabel(UNITS[power])
+    assert isinstance(axis, ByteAxis)
+    axis.set_largest(largest)
 
 
 class KVCachePane(Pane):
@@ -62,7 +90,9 @@ class KVCachePane(Pane):
 
     def _build_growth(self) -> None:
         """Bytes vs tokens: measured points, formula line, full-MHA dashed line, prefill jump."""
-        plot = self.growth_plot = self.view.addPlot(row=0, col=0, title="KV cache memory")
+        plot = self.growth_plot = self.view.addPlot(
+            row=0, col=0, title="KV cache memory", axisItems={"left": ByteAxis()}
+        )
         plot.setLabel("bottom", "tokens in the cache")
         plot.addLegend(offset=(5, 5), labelTextSize="8pt")
         self.mha_curve = plot.plot(
@@ -85,7 +115,9 @@ class KVCachePane(Pane):
 
     def _build_layers(self) -> None:
         """Per-layer bars of key and value bytes for the selected step."""
-        plot = self.layer_plot = self.view.addPlot(row=0, col=1, title="per layer (selected step)")
+        plot = self.layer_plot = self.view.addPlot(
+            row=0, col=1, title="per layer (selected step)", axisItems={"left": ByteAxis()}
+        )
         plot.setLabel("bottom", "layer")
         plot.addLegend(offset=(5, 5), labelTextSize="8pt", colCount=2)
         # stacked: keys at the bottom, values on top of them

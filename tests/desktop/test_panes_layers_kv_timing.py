@@ -217,3 +217,19 @@ def test_svg_export(qtbot, ran, tmp_path):
         path = tmp_path / f"{cls.__name__}.svg"
         pane.export_image(path)
         assert ET.parse(path).getroot().tag.endswith("svg")
+
+
+def test_byte_axis_ticks_in_binary_units(qtbot):
+    import pyqtgraph as pg
+
+    from desktop.panes.kvcache import ByteAxis, byte_axis
+
+    widget = pg.PlotWidget(axisItems={"left": ByteAxis()})
+    qtbot.addWidget(widget)
+    plot = widget.getPlotItem()
+    byte_axis(plot, 5.5 * 2**20)
+    axis = plot.getAxis("left")
+    levels = axis.tickValues(0, 6 * 2**20, 300)
+    assert levels[0][1][:3] == [0.0, 2 * 2**20, 4 * 2**20]  # whole MiB, in bytes
+    assert axis.tickStrings([2 * 2**20, 4 * 2**20], 1.0, 2 * 2**20) == ["2", "4"]
+    assert axis.labelText == "MiB"
