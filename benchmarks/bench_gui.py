@@ -24,6 +24,7 @@ def main() -> int:
 
     apply_theme(app)
     win = MainWindow()
+    win.sessions.confirm_close = False
     win.resize(1600, 1000)
     win.show()
     app.processEvents()

@@ -28,6 +28,10 @@ class Worker(QObject):
         sig_run_finished(int, object): run id and its ``RunSummary``.
         sig_result(str, object, object): analysis kind, request key, result record.
         sig_error(str, str): where it happened ("load", "run", "analysis") and the message.
+        sig_stream_item(int, str, object): job id, tag and payload of a streaming job's item
+            (tag "error": the job failed, payload is the message).
+        sig_prefix_reused(int, int, float): run id, prompt tokens read from the previous run's
+            cache, and the TTFT saved (ms, estimated from the last full prefill).
     """
 
     sig_loading = Signal(float, str)
@@ -38,6 +42,8 @@ class Worker(QObject):
     sig_run_finished = Signal(int, object)
     sig_result = Signal(str, object, object)
     sig_error = Signal(str, str)
+    sig_stream_item = Signal(int, str, object)
+    sig_prefix_reused = Signal(int, int, float)
 
     def __init__(self) -> None:
         super().__init__()
@@ -46,6 +52,11 @@ class Worker(QObject):
         self.cancel = threading.Event()
         self.load_cancel = threading.Event()
         self.pending: queue.Queue[tuple[str, Any, Callable[[], Any]]] = queue.Queue()
+        self.kept_runs: dict[int, Any] = {}  # comparison columns and branches, by run id
+        self.reuse_prefix = False  # runs read only the prompt suffix the last run did not hold
+        self._prefix: Any = None  # core.branching.PrefixCache of the last finished run
+        self._last_run: Any = None
+        self._full_prefill: tuple[float, int] = (0.0, 0)  # (ms, tokens) of the last full one
 
     @Slot(object, str, str)
     def load(self, spec: object, device: str, dtype: str) -> None:
@@ -61,6 +72,11 @@ class Worker(QObject):
             self._progress(1.0, "ready")
             self.engine = Engine(loaded)
             self.runs.clear()
+            from core.tokens import cl100k
+
+            cl100k("warm-up")  # load the cl100k_base table here, not on the GUI's first render
+            self.kept_runs.clear()
+            self._prefix = self._last_run = None
         except LensError as exc:
             self.sig_error.emit("load", str(exc))
             return
@@ -89,21 +105,92 @@ class Worker(QObject):
         self.cancel.clear()
         try:
             prompt = self.engine.tokenize(text, chat)
-            run = self.engine.start(prompt, params, config, self.cancel)
+            run, reused = self._start(prompt, params, config)
             run.run_id = run_id
             self.runs = {run_id: run}
             self.sig_run_started.emit(run_id, prompt)
             for record in run:
                 if record.index == 0:
+                    self._after_prefill(run, reused)
                     self.sig_prefill.emit(run_id, run.prefill)
                 self.sig_step.emit(run_id, record)
                 self._serve_pending()
             self.sig_run_finished.emit(run_id, run.summary())
+            self._remember(run)
         except LensError as exc:
             self.sig_error.emit("run", str(exc))
         except Exception as exc:
             traceback.print_exc()
             self.sig_error.emit("run", f"the run failed: {exc}")
+
+    def _start(self, prompt: Any, params: Any, config: Any) -> tuple[Any, int]:
+        """A run of ``prompt`` and how many prompt tokens it takes from the last run's cache
+        (always 0 unless ``reuse_prefix`` is on)."""
+        if not self.reuse_prefix or self._prefix is None:
+            return self.engine.start(prompt, params, config, self.cancel), 0
+        run, reuse = self._prefix.start(self.engine, prompt, params, config, self.cancel)
+        return run, reuse.tokens_reused
+
+    def _after_prefill(self, run: Any, reused: int) -> None:
+        """Complete a reusing run's prefill capture and report what the reuse saved."""
+        forward_ms = run.steps[0].timing.forward_ms
+        if not reused:
+            self._full_prefill = (forward_ms, len(run.prompt))
+        if not self.reuse_prefix:
+            return
+        from desktop.compare_jobs import joined_prefill
+
+        run.prefill = joined_prefill(self._last_run, run, reused)
+        ms, tokens = self._full_prefill
+        saved = ms * len(run.prompt) / tokens - forward_ms if reused and tokens else 0.0
+        self.sig_prefix_reused.emit(run.run_id, reused, max(0.0, saved))
+
+    def _remember(self, run: Any) -> None:
+        """Keep the finished run's cache for the next run's prefix reuse."""
+        from core.branching import PrefixCache
+
+        if run.prefill is None or run.prefill.hidden.shape[1] != len(run.prompt):
+            return  # its hidden states do not cover the prompt: a later join could not either
+        self._prefix = self._prefix or PrefixCache()
+        self._prefix.remember(run)
+        self._last_run = run
+
+    @Slot(int, object)
+    def stream(self, job_id: int, job: Any) -> None:
+        """Run a streaming job on this thread: ``job(worker)`` yields (tag, payload) pairs.
+
+        Tags ``run_started``, ``prefill``, ``step`` and ``run_finished`` leave as the normal run
+        signals with ``job_id`` as the run id (a branch streams like a run); any other tag as
+        ``sig_stream_item``. Queued analyses are served between items; ``cancel`` stops it.
+        """
+        import torch
+
+        from core.errors import LensError
+
+        if self.engine is None:
+            self.sig_stream_item.emit(job_id, "error", "no model is loaded yet")
+            return
+        self.cancel.clear()
+        as_run = {
+            "run_started": self.sig_run_started,
+            "prefill": self.sig_prefill,
+            "step": self.sig_step,
+            "run_finished": self.sig_run_finished,
+        }
+        try:
+            with torch.inference_mode():  # outermost: the jobs interleave generators
+                for tag, payload in job(self):
+                    signal = as_run.get(tag)
+                    if signal is not None:
+                        signal.emit(job_id, payload)
+                    else:
+                        self.sig_stream_item.emit(job_id, tag, payload)
+                    self._serve_pending()
+        except LensError as exc:
+            self.sig_stream_item.emit(job_id, "error", str(exc))
+        except Exception as exc:
+            traceback.print_exc()
+            self.sig_stream_item.emit(job_id, "error", f"it failed: {exc}")
 
     def submit(self, kind: str, key: Any, job: Callable[[], Any]) -> None:
         """Queue an analysis job (any thread); it runs between steps or when idle."""

@@ -52,6 +52,7 @@ class Pane(QWidget):
 
     def _on_model_loaded(self, _info: object) -> None:
         self.clear()
+        self.schedule()  # panes may prepare model-wide views (the vocabulary scatter) now
 
     def render(self, step: Any) -> None:
         raise NotImplementedError

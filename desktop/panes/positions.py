@@ -14,7 +14,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from core.analysis import RopeView, rope_view
+from core.rope import RopeView, rope_view
 from desktop.controller import Controller
 from desktop.panes.attention import visible_text
 from desktop.panes.base import Pane
