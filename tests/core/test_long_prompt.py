@@ -1,0 +1,71 @@
+"""Long prompts: nothing of size T² is kept; attention map windows come on demand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from core import analysis, kvcache
+from core.engine import EAGER_PREFILL_LIMIT, Engine, RunConfig
+from core.records import PromptTokens
+from core.sampling import GREEDY
+from tests.conftest import make_tiny
+
+T = 3000
+
+
+@pytest.fixture(scope="module")
+def long_run(loaded):
+    engine = Engine(make_tiny(loaded.tokenizer, max_position_embeddings=4096))
+    ids = torch.randint(3, 1000, (T,), generator=torch.Generator().manual_seed(0)).tolist()
+    prompt = PromptTokens("x", "x", False, tuple(engine.texts.info(i) for i in ids))
+    run = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=3))
+    run.run_all()
+    return engine, run
+
+
+def _retained_arrays(run):
+    for step in run.steps:
+        yield from (step.logits, step.attention, step.hidden, step.attn_update, step.context_ids)
+    yield run.prefill.hidden
+
+
+def test_a_long_run_keeps_no_quadratic_array(long_run):
+    engine, run = long_run
+    assert T > EAGER_PREFILL_LIMIT  # this prefill took the SDPA path
+    biggest = max(a.size for a in _retained_arrays(run))
+    assert biggest < T * T // 10
+    kept = sum(a.nbytes for a in _retained_arrays(run))
+    cache = sum(k.nbytes + v.nbytes for k, v in kvcache.cache_tensors(run.cache))
+    info = engine.info
+    # what a linear-memory design holds: hidden states per position and layer, the KV cache,
+    # one attention row per step; a full set of maps would be layers × heads × T² floats
+    linear = 4 * T * (info.num_layers + 1) * info.hidden_size + cache + 4 * 3 * info.vocab_size
+    full_maps = 4 * info.num_layers * info.num_heads * T * T
+    assert kept < 2 * linear < full_maps / 20
+    assert run.steps[0].attention.shape == (info.num_layers, info.num_heads, T)
+
+
+def test_on_demand_window_is_bounded_and_equals_the_full_map(long_run):
+    engine, run = long_run
+    hidden = run.prefill.hidden
+    m = analysis.attention_map(engine, run.cache, hidden, 1, 3, max_size=256)
+    assert m.pooled and m.weights.shape[0] <= 256 and m.weights.shape[1] <= 256
+    # reference: the eager map of that layer, max-pooled the same way
+    with torch.inference_mode():
+        layer = engine.anatomy.layers[1]
+        attn = engine.anatomy.attn[1]
+        h = torch.from_numpy(np.array(hidden[1]))[None]
+        pos = torch.arange(T)[None]
+        cos, sin = engine.anatomy.rotary(h, pos)
+        out = attn(layer.input_layernorm(h), position_embeddings=(cos, sin),
+                   attention_mask=_causal(T))[1]  # fmt: skip
+    full = out[0, 3].float().numpy()
+    block = -(-T // 256)
+    assert np.allclose(m.weights, analysis._pool(full, block), atol=1e-5)
+
+
+def _causal(t):
+    mask = torch.full((t, t), float("-inf")).triu(1)
+    return mask[None, None]
