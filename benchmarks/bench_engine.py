@@ -80,6 +80,51 @@ def generate_ms(engine: Engine, ids: list[int], n: int) -> float:
         return (time.perf_counter() - t0) * 1e3
 
 
+def long_prompt(engine: Engine, filler: list[int], tokens: int = 4000) -> None:
+    """A 4,000-token prompt: prefill time, resident memory above the weights, a pane's window."""
+    import resource
+
+    from core import analysis
+
+    ids = (filler * (tokens // len(filler) + 1))[:tokens]
+    prompt = engine.tokenize("x", chat=False)
+    prompt = type(prompt)(prompt.text, prompt.rendered, False,
+                          tuple(engine.texts.info(i) for i in ids))  # fmt: skip
+    rss0 = _rss_mb()
+    run = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=4))
+    t0 = time.perf_counter()
+    run.run_all()
+    total = (time.perf_counter() - t0) * 1e3
+    t0 = time.perf_counter()
+    analysis.attention_map(engine, run.cache, run.prefill.hidden, 12, 4, max_size=256)
+    window = (time.perf_counter() - t0) * 1e3
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"{tokens}-token prompt: prefill {run.steps[0].timing.total_ms:.0f} ms, 4 tokens in "
+        f"{total:.0f} ms; RSS now {_rss_mb() - rss0:+.0f} MB over the loaded model, "
+        f"peak RSS {peak:.0f} MB; one pooled 256² attention window {window:.0f} ms"
+    )
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def decode_variants(engine: Engine, ids: list[int], n: int) -> None:
+    """What else might speed decode up: thread counts and bfloat16 weights (same process)."""
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        _, steps = plain_loop(engine, ids, n)
+        print(f"decode with {threads} thread(s): {statistics.median(steps):6.1f} ms/token")
+    torch.set_num_threads(configure_threads())
+    engine.model.to(torch.bfloat16)
+    plain_loop(engine, ids, 2)
+    _, steps = plain_loop(engine, ids, n)
+    print(f"decode in bfloat16 weights:  {statistics.median(steps):6.1f} ms/token")
+    engine.model.to(torch.float32)
+
+
 def bandwidth_gbs() -> float:
     a = np.ones(256 * 1024 * 1024 // 8)
     b = np.empty_like(a)
@@ -94,6 +139,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--skip-load", action="store_true")
+    parser.add_argument("--long", type=int, default=4000, help="long prompt length (0: skip)")
     args = parser.parse_args()
     threads = configure_threads()
     print(
