@@ -44,4 +44,4 @@ package:
 
 # Installs the package with apt-get, runs it as a normal user, removes it (root, Debian/Ubuntu).
 package-test: package setup
-	$(BIN)/python -m pytest -m package tests/packaging -q
+	LLM_LENS_PACKAGE_BUILT=1 $(BIN)/python -m pytest -m package tests/packaging -q

@@ -41,6 +41,20 @@ def apply_theme(app: Any) -> None:
     hints.colorSchemeChanged.connect(follow)
 
 
+def set_icon(app: Any) -> None:
+    """The app's icon from resources/icons (every size the desktop may ask for)."""
+    from pathlib import Path
+
+    from PySide6.QtGui import QIcon
+
+    folder = Path(os.environ.get("LLM_LENS_RESOURCES", Path(__file__).parent.parent / "resources"))
+    icon = QIcon()
+    for png in sorted((folder / "icons").glob("llm-lens-*.png")):
+        icon.addFile(str(png))
+    if not icon.isNull():
+        app.setWindowIcon(icon)
+
+
 def run_gui(args: argparse.Namespace) -> int:
     _prepare_environment()
     from PySide6.QtWidgets import QApplication
@@ -48,6 +62,8 @@ def run_gui(args: argparse.Namespace) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("LLM Lens")
     app.setOrganizationName("llm-lens")
+    app.setDesktopFileName("llm-lens")  # lets Wayland match the window to its menu entry
+    set_icon(app)
     apply_theme(app)
     from desktop.main_window import MainWindow
 
