@@ -35,7 +35,8 @@ from core.runtime import synchronize
 from core.sampling import SamplingParams
 from core.tokens import TokenText, tokenize_prompt
 
-EAGER_PREFILL_LIMIT = 1024  # longer prompts prefill with SDPA: eager maps would be 9 × T² a layer
+EAGER_PREFILL_LIMIT = 256  # longer prompts prefill with SDPA: faster (3.0 s vs 5.2 s at 1,000
+# tokens here), and eager would materialise 9 × T² attention floats a layer
 _run_ids = itertools.count(1)
 
 

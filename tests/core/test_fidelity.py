@@ -213,9 +213,9 @@ def test_prompt_lens_agrees_with_step_lens_and_real_predictions(loaded, engine, 
 
 @pytest.fixture(scope="module")
 def long_run(engine):
-    text = "The quick brown fox jumps over the lazy dog while the cat sleeps. " * 73
+    text = "The quick brown fox jumps over the lazy dog while the cat sleeps. " * 24
     prompt = engine.tokenize(text, chat=False)
-    assert EAGER_PREFILL_LIMIT < len(prompt) < 1200
+    assert EAGER_PREFILL_LIMIT < len(prompt) < 400
     run = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=2))
     calls = []
     original = engine.forward
@@ -271,9 +271,9 @@ def test_long_prompt_maps_equal_the_eager_maps(loaded, engine, long_run):
         full = analysis.attention_map(engine, long_run.cache, hidden, layer, head, max_size=2048)
         assert not full.pooled and full.weights.shape == (tokens, tokens)
         np.testing.assert_allclose(full.weights, ref, atol=1e-5)
-        np.testing.assert_allclose(full.weights[-80:, 900:], ref[-80:, 900:], atol=1e-5)
-        pooled = analysis.attention_map(engine, long_run.cache, hidden, layer, head)
-        block = -(-tokens // 512)
+        np.testing.assert_allclose(full.weights[-80:, 300:], ref[-80:, 300:], atol=1e-5)
+        pooled = analysis.attention_map(engine, long_run.cache, hidden, layer, head, max_size=128)
+        block = -(-tokens // 128)
         assert pooled.pooled and pooled.weights.shape == (-(-tokens // block),) * 2
         np.testing.assert_array_equal(pooled.q_positions, np.arange(0, tokens, block))
         np.testing.assert_allclose(pooled.weights, max_pool(ref, block), atol=1e-5)
