@@ -7,18 +7,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QWidget
 
 from core.fileio import atomic_write
-from desktop.controller import REPAINT_MS, Controller
+from desktop.controller import Controller
 
 
 class Pane(QWidget):
     """Base of all panes. Subclasses implement :meth:`render` and :meth:`clear`.
 
     ``render(step)`` is called with the selected ``StepRecord`` (or None) at most ~30 times a
-    second; ``on_result`` receives analysis results the pane asked for with
+    second, one pane per event-loop turn (:mod:`desktop.panes.scheduler`); ``on_result``
+    receives analysis results the pane asked for with
     ``controller.request_analysis``. ``title`` names the dock.
     """
 
@@ -28,8 +28,6 @@ class Pane(QWidget):
         super().__init__(parent)
         self.controller = controller
         self.render_times_ms: list[float] = []
-        self._timer = QTimer(self, singleShot=True, interval=REPAINT_MS)
-        self._timer.timeout.connect(self._render_now)
         controller.sig_selection_changed.connect(self.schedule)
         controller.sig_steps_changed.connect(self.schedule)
         controller.sig_run_started.connect(self._on_run_started)
@@ -37,10 +35,13 @@ class Pane(QWidget):
         controller.sig_result.connect(self.on_result)
 
     def schedule(self, *_: object) -> None:
-        if not self._timer.isActive():
-            self._timer.start()
+        """Ask for a render; the scheduler runs it soon, never in the same turn as another pane."""
+        from desktop.panes.scheduler import scheduler
 
-    def _render_now(self) -> None:
+        scheduler().request(self)
+
+    def render_and_paint(self) -> None:
+        """Render the selected step, then paint now if shown (the scheduler's one unit of work)."""
         import time
 
         t0 = time.perf_counter()
