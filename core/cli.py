@@ -5,7 +5,6 @@ computes KV-cache sizes from a config. No Qt is imported here.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -94,13 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = trace_parser().parse_args(rest)
         data = run_trace(args)
-        if args.out:
-            from core.trace import write_json
+        from core.trace import emit_json
 
-            write_json(data, args.out)
-        else:
-            json.dump(data, sys.stdout, ensure_ascii=False, indent=1)
-            print()
+        emit_json(data, args.out)
     except LensError as exc:
         print(f"llm-lens {command}: error: {exc}", file=sys.stderr)
         return 2

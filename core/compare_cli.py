@@ -9,7 +9,6 @@ seed 0), so ``temperature=0.2`` changes the temperature and nothing else. No Qt 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import asdict
 from typing import Any
@@ -155,13 +154,9 @@ def main_compare(argv: list[str] | None = None) -> int:
         args = compare_parser().parse_args(sys.argv[1:] if argv is None else argv)
         parse_configs(args.config)  # refuse bad configurations before loading the model
         data = run_compare(args)
-        if args.out:
-            from core.trace import write_json
+        from core.trace import emit_json
 
-            write_json(data, args.out)
-        else:
-            json.dump(data, sys.stdout, ensure_ascii=False, indent=1)
-            print()
+        emit_json(data, args.out)
     except (LensError, OSError) as exc:
         print(f"llm-lens compare: error: {exc}", file=sys.stderr)
         return 2

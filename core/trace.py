@@ -114,6 +114,14 @@ def trace_dict(
     }
 
 
+def emit_json(data: Any, out: str | None) -> None:
+    """A command's JSON result: to the ``--out`` file (atomically), else to stdout."""
+    if out:
+        write_json(data, out)
+    else:
+        print(json.dumps(data, ensure_ascii=False, indent=1))
+
+
 def write_json(data: Any, path: str | Path) -> None:
     """Write JSON atomically."""
     atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=1))
