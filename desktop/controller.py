@@ -34,6 +34,9 @@ class Controller(QObject):
         sig_busy_changed(bool): a load or a run started (True) or ended (False).
         sig_session_changed(): a session was opened, or the shown run became a live one.
         sig_saved(str, int): a session was written (path, bytes).
+
+    ``compare`` (:class:`~desktop.compare_controller.CompareController`) runs comparisons,
+    beam searches and branches.
     """
 
     sig_model_loading = Signal(float, str)
@@ -52,6 +55,7 @@ class Controller(QObject):
     _load_requested = Signal(object, str, str)
     _run_requested = Signal(int, str, bool, object, object)
     _serve_requested = Signal()
+    _stream_requested = Signal(int, object)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -83,6 +87,13 @@ class Controller(QObject):
         self._wire()
         self._flush = QTimer(self, singleShot=True, interval=REPAINT_MS)
         self._flush.timeout.connect(self._emit_steps)
+        self._stream_requested.connect(self.worker.stream)
+        from desktop.compare_controller import CompareController
+        from desktop.gui_gc import GuiThreadCollector
+
+        self._collector = GuiThreadCollector(self)  # never collect on the model thread
+
+        self.compare = CompareController(self)
         self._thread.start()
 
     def _wire(self) -> None:
@@ -183,6 +194,52 @@ class Controller(QObject):
         """Whether the loaded model is the one a recorded run was made with."""
         live, shown = self.model_info, self.info
         return live is not None and shown is not None and live.weights_id == shown.weights_id
+
+    # ----------------------------------------------------------------- other runs
+    def new_run_id(self) -> int:
+        """A fresh id (run ids and job ids share one counter)."""
+        return next(self._ids)
+
+    def request_stream(self, job_id: int, job: Any) -> None:
+        """Run a streaming job on the worker (see ``Worker.stream``)."""
+        self._stream_requested.emit(job_id, job)
+
+    def request_serve(self) -> None:
+        """Let the worker run the jobs queued with ``worker.submit``."""
+        self._serve_requested.emit()
+
+    def set_busy(self, busy: bool) -> None:
+        self._set_busy(busy)
+
+    def adopt_run(self, run_id: int, params: Any) -> None:
+        """Make ``run_id`` the shown live run before a job streams it (a branch)."""
+        self.request_stop()
+        self.run_id = run_id
+        self.run_params = params
+        self.follow_live = True
+        self._set_busy(True)
+
+    def show_run(
+        self, run_id: int, prompt: Any, prefill: Any, steps: Any, summary: Any, params: Any = None
+    ) -> None:
+        """Show a finished run made on the worker (a comparison column, a branch) in every pane
+        as if it had just run live; analyses read ``worker.runs[run_id]``."""
+        if self.busy:  # the live run's late records and end are dropped from now on
+            self.request_stop()
+            self._set_busy(False)
+        self.run_id = run_id
+        if self.info != self.model_info:
+            self.info = self.model_info
+            self.sig_model_loaded.emit(self.model_info)
+        self.recorded = self.session = self.session_path = None
+        self._reset()
+        self.prompt, self.prefill, self.steps, self.summary = prompt, prefill, list(steps), summary
+        self.run_params = params if params is not None else self.run_params
+        self.follow_live, self.dirty = True, True
+        self.sig_run_started.emit(prompt)
+        self.sig_session_changed.emit()
+        self._emit_steps()
+        self.sig_run_finished.emit(summary)
 
     # ----------------------------------------------------------------- sessions
     def show_session(self, session: Any, path: str | None = None, index: int = -1) -> None:
@@ -385,3 +442,4 @@ class Controller(QObject):
         self.request_stop()
         self._thread.quit()
         self._thread.wait(timeout_ms)
+        self._collector.stop()

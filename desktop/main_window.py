@@ -105,6 +105,8 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.prompt_panel)
         self.panes: dict[str, Any] = {}
         self.docks: dict[str, QDockWidget] = {}
+        self.views: dict[str, Any] = {}  # the Compare menu's views, made when first opened
+        self.view_docks: dict[str, QDockWidget] = {}
         from desktop.session_actions import SessionActions
 
         self.sessions = SessionActions(self, settings())
@@ -148,6 +150,9 @@ class MainWindow(QMainWindow):
         self.recorded_label.setToolTip("The run shown was opened from a session file")
         self.recorded_label.setStyleSheet("QLabel { background: #8e5b00; color: white; }")
         self.statusBar().addPermanentWidget(self.recorded_label)
+        self.reuse_label = QLabel(visible=False)
+        self.reuse_label.setToolTip("Prompt tokens read from the previous run's KV cache")
+        self.statusBar().addPermanentWidget(self.reuse_label)
         self.progress = QProgressBar(maximumWidth=220, maximum=100, visible=False)
         self.statusBar().addPermanentWidget(self.progress)
         self.statusBar().addPermanentWidget(self.model_label)
@@ -182,6 +187,10 @@ class MainWindow(QMainWindow):
             self._action("&First step (prefill)", lambda: panel.step_to(0), "Alt+Home")
         )
         run_menu.addAction(self._action("&Last step", lambda: panel.step_to(-1), "Alt+End"))
+        compare = bar.addMenu("&Compare")
+        compare.addAction(self._action("&Compare samplers…", self.open_compare, "Ctrl+Shift+C"))
+        compare.addAction(self._action("&Branch from this step…", self.open_branch, "Ctrl+B"))
+        compare.addAction(self._action("Beam &search…", self.open_beam, "Ctrl+Shift+B"))
         view = bar.addMenu("&View")
         for dock in self.docks.values():
             view.addAction(dock.toggleViewAction())
@@ -196,6 +205,8 @@ class MainWindow(QMainWindow):
         c.sig_model_loaded.connect(self._on_loaded)
         c.sig_error.connect(self._on_error)
         c.sig_run_finished.connect(self._on_finished)
+        c.compare.sig_prefix_reused.connect(self._on_prefix_reused)
+        c.sig_run_started.connect(lambda _p: self.reuse_label.setVisible(False))
 
     # ----------------------------------------------------------------- model
     def load(self, spec: str | None) -> None:
@@ -248,6 +259,42 @@ class MainWindow(QMainWindow):
             f"{len(summary.generated_ids)} tokens · stopped: {summary.finish_reason} · "
             f"TTFT {summary.ttft_ms:.0f} ms · {summary.tokens_per_s:.1f} tokens/s"
         )
+
+    # ----------------------------------------------------------------- compare
+    def open_view(self, title: str) -> Any:
+        """Show (creating it the first time) the dock of a Compare-menu view; returns the view."""
+        if title not in self.views:
+            from desktop.beam_view import BeamView
+            from desktop.branch_view import BranchView
+            from desktop.compare_view import CompareView
+
+            panel, c = self.prompt_panel, self.controller
+            source = lambda: (panel.editor.toPlainText(), panel.chat_box.isChecked())  # noqa: E731
+            kinds = {"Compare": CompareView, "Beam search": BeamView}
+            view = kinds[title](c, source) if title in kinds else BranchView(c)
+            dock = self.view_docks[title] = QDockWidget(title, self, objectName=f"dock-{title}")
+            dock.setWidget(view)
+            self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
+            self.tabifyDockWidget(self.docks["Attention"], dock)
+            self.views[title] = view
+        self.view_docks[title].setVisible(True)
+        self.view_docks[title].raise_()
+        return self.views[title]
+
+    def open_compare(self) -> Any:
+        return self.open_view("Compare")
+
+    def open_branch(self) -> Any:
+        view = self.open_view("Branches")
+        view.refresh()
+        return view
+
+    def open_beam(self) -> Any:
+        return self.open_view("Beam search")
+
+    def _on_prefix_reused(self, tokens: int, saved_ms: float) -> None:
+        self.reuse_label.setText(f"reused {tokens} tokens, TTFT saved {saved_ms:.0f} ms")
+        self.reuse_label.setVisible(True)
 
     # ----------------------------------------------------------------- export
     def _export_pane(self) -> None:

@@ -1,0 +1,257 @@
+"""Comparisons, beam search and branching for the views, run on the worker as streaming jobs.
+
+Owned by the :class:`~desktop.controller.Controller` as ``controller.compare``. The jobs
+(:mod:`desktop.compare_jobs`) run on the model thread through ``Worker.stream``; their items come
+back here and leave as this object's signals. A branch streams into the panes like a live run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from desktop.compare_jobs import (
+    BranchBook,
+    CompareStart,
+    ShownRun,
+    beam_job,
+    compare_job,
+    forget,
+    register_job,
+)
+
+MIN_COLUMNS, MAX_COLUMNS = 2, 4
+MIN_SAMPLES, MAX_SAMPLES = 2, 16
+
+
+class CompareController(QObject):
+    """State of the comparison, beam and branch views, and their requests.
+
+    Signals:
+        sig_compare_started(object): ``CompareStart`` (prompt, settings, run ids, prefill ms).
+        sig_compare_step(int, object): a column index and its new ``StepRecord``.
+        sig_compare_finished(object): ``CompareOutcome`` of the comparison.
+        sig_beam_started(object): ``PromptTokens`` of the beam search.
+        sig_beam_step(object): ``BeamFrame`` (a ``BeamStep`` and the live beams' texts).
+        sig_beam_finished(object): ``BeamResult``.
+        sig_tree_changed(object): tuple of ``BranchNode`` of the branch tree.
+        sig_prefix_reused(int, float): prompt tokens the last run reused, TTFT saved (ms).
+        sig_error(str, str): the view it concerns ("compare", "beam", "branch") and a message.
+    """
+
+    sig_compare_started = Signal(object)
+    sig_compare_step = Signal(int, object)
+    sig_compare_finished = Signal(object)
+    sig_beam_started = Signal(object)
+    sig_beam_step = Signal(object)
+    sig_beam_finished = Signal(object)
+    sig_tree_changed = Signal(object)
+    sig_prefix_reused = Signal(int, float)
+    sig_error = Signal(str, str)
+
+    def __init__(self, controller: Any) -> None:
+        super().__init__(controller)
+        self.ctl = controller
+        self.start: CompareStart | None = None
+        self.columns: list[list[Any]] = []  # each column's step records
+        self.outcome: Any = None
+        self.beam_frames: list[Any] = []
+        self.beam_result: Any = None
+        self.nodes: tuple[Any, ...] = ()
+        self.shown: dict[int, ShownRun] = {}  # branch-tree runs by run id
+        self.running: dict[str, int] = {}  # view → job id of its running job
+        self._kinds: dict[int, str] = {}
+        self._owner = -1  # controller.run_id when a job set busy
+        self._book = BranchBook()  # touched only by jobs, on the worker thread
+        worker = controller.worker
+        worker.sig_stream_item.connect(self._on_item)
+        worker.sig_prefix_reused.connect(self._on_prefix_reused)
+        worker.sig_loaded.connect(self._on_model_loaded)
+
+    # ----------------------------------------------------------------- requests
+    def request_compare(self, text: str, chat: bool, configs: list[Any], max_new: int) -> None:
+        """2–4 sampling configurations side by side from one shared prefill."""
+        n = len(configs)
+        if not MIN_COLUMNS <= n <= MAX_COLUMNS:
+            self.sig_error.emit("compare", f"compare 2 to 4 configurations; got {n}")
+            return
+        self._compare(text, chat, configs, max_new)
+
+    def request_samples(
+        self, text: str, chat: bool, params: Any, k: int, seed: int, max_new: int
+    ) -> None:
+        """K samples of one configuration with seeds seed … seed + K − 1."""
+        if not MIN_SAMPLES <= k <= MAX_SAMPLES:
+            self.sig_error.emit("compare", f"samples must be between 2 and 16; got {k}")
+            return
+        if seed < 0:
+            self.sig_error.emit("compare", f"seed must be ≥ 0; got {seed}")
+            return
+        self._compare(text, chat, [params.with_(seed=seed + i) for i in range(k)], max_new)
+
+    def _compare(self, text: str, chat: bool, configs: list[Any], max_new: int) -> None:
+        ids = [self.ctl.new_run_id() for _ in configs]
+        old = [i for i in (self.start.run_ids if self.start else ()) if i != self.ctl.run_id]
+        book = self._book
+
+        def drop(worker: Any) -> None:
+            forget(worker, [i for i in old if not book.holds(i)])
+
+        self._run("compare", compare_job(text, chat, configs, max_new, ids, drop))
+
+    def request_beam(self, text: str, chat: bool, beams: int, max_new: int) -> None:
+        self._run("beam", beam_job(text, chat, beams, max_new))
+
+    def request_branch(self, step: int, token_id: int, max_new: int) -> None:
+        """Continue the shown run as if step ``step`` had chosen ``token_id``; it streams into
+        the panes like a live run and joins the branch tree."""
+        ctl = self.ctl
+        problem = self._branch_problem(step)
+        if problem:
+            self.sig_error.emit("branch", problem)
+            return
+        shown, new_id = ctl.run_id, ctl.new_run_id()
+        ctl.adopt_run(new_id, ctl.run_params)
+        self._kinds[new_id], self.running["branch"] = "branch", new_id
+        ctl.request_stream(new_id, self._book.branch_job(shown, step, token_id, max_new, new_id))
+
+    def _branch_problem(self, step: int) -> str:
+        ctl = self.ctl
+        if ctl.model_info is None:
+            return "no model is loaded yet"
+        if ctl.recorded is not None:
+            return "a run opened from a session has no KV cache to branch from: run it again"
+        if ctl.busy:
+            return "wait for the running generation to finish (or stop it) before branching"
+        if not 0 <= step < len(ctl.steps):
+            return "select a step of a run first"
+        return ""
+
+    def _run(self, kind: str, job: Any) -> None:
+        if self.ctl.model_info is None:
+            self.sig_error.emit(kind, "no model is loaded yet")
+            return
+        self.ctl.request_stop()  # a running generation ends first; the job queues behind it
+        job_id = self.ctl.new_run_id()
+        self._kinds[job_id], self.running[kind] = kind, job_id
+        self.ctl.request_stream(job_id, job)
+
+    def request_stop(self) -> None:
+        self.ctl.request_stop()
+
+    def set_reuse_prefix(self, on: bool) -> None:
+        """Let the next runs read only the part of the prompt the last run's cache lacks."""
+        self.ctl.worker.reuse_prefix = bool(on)
+
+    def alternatives(self, k: int) -> list[Any]:
+        """The selected step's top-k tokens with raw and after-sampling probabilities."""
+        from core.branching import alternatives
+
+        step = self.ctl.current_step()
+        if step is None:
+            return []
+        params = None if self.ctl.recorded is not None else self.ctl.run_params
+        return alternatives(step, k, params)
+
+    # ----------------------------------------------------------------- showing
+    def show_column(self, column: int, step: int = -1) -> None:
+        """Show a comparison column in every pane (at ``step``, or its last step)."""
+        if self.start is None or not 0 <= column < len(self.columns) or self.outcome is None:
+            return
+        from core.records import RunSummary
+
+        run_id, steps = self.start.run_ids[column], tuple(self.columns[column])
+        finish = self.outcome.finish_reasons[column]
+        summary = RunSummary.of(run_id, self.start.prompt, steps, finish)
+        prefill = self.outcome.prefills[column]
+        params = self.start.params[column]
+        self._show(ShownRun(run_id, self.start.prompt, prefill, steps, summary, params), step)
+
+    def show_node(self, run_id: int, step: int = -1) -> None:
+        """Show a run of the branch tree (its whole path from the root) in every pane."""
+        if run_id in self.shown:
+            self._show(self.shown[run_id], step)
+
+    def _show(self, shown: ShownRun, step: int) -> None:
+        ctl = self.ctl
+        if shown.run_id == ctl.run_id and ctl.recorded is None:  # shown already
+            if step >= 0:
+                ctl.request_select(step)
+            return
+        ctl.worker.submit("register_run", ("register_run", shown.run_id),
+                          register_job(ctl.worker, shown.run_id))  # fmt: skip
+        ctl.request_serve()
+        ctl.show_run(
+            shown.run_id, shown.prompt, shown.prefill, shown.steps, shown.summary, shown.params
+        )
+        if step >= 0:
+            ctl.request_select(step)
+
+    # ----------------------------------------------------------------- worker items
+    def _on_item(self, job_id: int, tag: str, payload: Any) -> None:
+        kind = self._kinds.get(job_id)
+        if kind is None or self.running.get(kind) != job_id:
+            return  # a superseded job
+        if tag == "error":
+            self._end(kind, job_id)
+            self.sig_error.emit(kind, payload)
+            return
+        handler = getattr(self, f"_on_{tag}", None)
+        if handler is not None:
+            handler(payload)
+        if tag.endswith("_started") and kind != "branch":
+            self._owner = self.ctl.run_id
+            self.ctl.set_busy(True)
+        if tag.endswith("_done"):
+            self._end(kind, job_id)
+
+    def _end(self, kind: str, job_id: int) -> None:
+        self.running.pop(kind, None)
+        self._kinds.pop(job_id, None)
+        owner = job_id if kind == "branch" else self._owner
+        if self.ctl.run_id == owner:
+            self.ctl.set_busy(False)
+
+    def _on_compare_started(self, start: CompareStart) -> None:
+        self.start, self.columns, self.outcome = start, [[] for _ in start.run_ids], None
+        self.sig_compare_started.emit(start)
+
+    def _on_compare_step(self, item: tuple[int, Any]) -> None:
+        column, record = item
+        self.columns[column].append(record)
+        self.sig_compare_step.emit(column, record)
+
+    def _on_compare_done(self, outcome: Any) -> None:
+        self.outcome = outcome
+        self.sig_compare_finished.emit(outcome)
+
+    def _on_beam_started(self, prompt: Any) -> None:
+        self.beam_frames, self.beam_result = [], None
+        self.sig_beam_started.emit(prompt)
+
+    def _on_beam_step(self, frame: Any) -> None:
+        self.beam_frames.append(frame)
+        self.sig_beam_step.emit(frame)
+
+    def _on_beam_done(self, result: Any) -> None:
+        self.beam_result = result
+        self.sig_beam_finished.emit(result)
+
+    def _on_branch_done(self, item: tuple[ShownRun, ShownRun, tuple[Any, ...]]) -> None:
+        shown, root, nodes = item
+        if root.run_id not in self.shown:
+            self.shown = {root.run_id: root}  # a new tree
+        self.shown[shown.run_id] = shown
+        self.nodes = nodes
+        self.sig_tree_changed.emit(nodes)
+
+    def _on_prefix_reused(self, run_id: int, tokens: int, saved_ms: float) -> None:
+        if run_id == self.ctl.run_id:
+            self.sig_prefix_reused.emit(tokens, saved_ms)
+
+    def _on_model_loaded(self, _info: Any) -> None:
+        self.start, self.columns, self.outcome = None, [], None
+        self.beam_frames, self.beam_result, self.nodes, self.shown = [], None, (), {}
+        self._book = BranchBook()  # the worker dropped every kept run with the old model
+        self.sig_tree_changed.emit(())

@@ -1,0 +1,294 @@
+"""Worker-side jobs of the comparison, beam and branch views.
+
+Each job is a generator of ``(tag, payload)`` pairs that :meth:`desktop.worker.Worker.stream`
+runs on the model thread. No Qt here, and no cache or tensor in a payload: records, tuples of
+them and plain numbers only. The :class:`BranchBook` is touched only on the worker thread.
+
+A branch is shown the way it reads: the root's prompt, the steps before the branch point, the
+forced token as the step it replaced, then the branch's own steps. :class:`PathRun` is that view
+(run-like, so analyses and sessions take it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from core.records import PrefillCapture, PromptTokens, RunSummary, StepRecord, frozen
+from core.sampling import SamplingParams
+
+Item = tuple[str, Any]
+Job = Callable[[Any], Iterator[Item]]
+
+
+@dataclass(frozen=True)
+class CompareStart:
+    """A comparison whose shared prefill is done; its columns are about to stream."""
+
+    prompt: PromptTokens
+    params: tuple[SamplingParams, ...]
+    run_ids: tuple[int, ...]
+    shared_prefill_ms: float
+    prefill_saved_ms: float
+
+
+@dataclass(frozen=True)
+class CompareOutcome:
+    """The numbers of a finished comparison (see :class:`core.compare.Comparison`)."""
+
+    columns: tuple[Any, ...]  # core.compare.ColumnStats
+    divergence_step: int | None
+    kl_per_step: tuple[float, ...]
+    overlap_per_step: tuple[float, ...]
+    prefills: tuple[PrefillCapture | None, ...]
+    finish_reasons: tuple[str | None, ...]
+
+
+@dataclass(frozen=True)
+class ShownRun:
+    """What the panes need to show a finished run made on the worker."""
+
+    run_id: int
+    prompt: PromptTokens
+    prefill: PrefillCapture | None
+    steps: tuple[StepRecord, ...]
+    summary: RunSummary
+    params: SamplingParams
+
+
+@dataclass(frozen=True)
+class BeamFrame:
+    """One beam-search step and each live beam's text so far."""
+
+    step: Any  # core.beam.BeamStep
+    texts: tuple[str, ...]
+
+
+def keep(worker: Any, run_id: int, run: Any) -> None:
+    """Make ``run`` answer analyses now, and keep it for showing and branching later."""
+    worker.runs[run_id] = run
+    worker.kept_runs[run_id] = run
+
+
+def forget(worker: Any, run_ids: Sequence[int]) -> None:
+    """Let runs go (unless a newer request showed them again: they stay in ``runs`` then)."""
+    for run_id in run_ids:
+        worker.kept_runs.pop(run_id, None)
+        worker.runs.pop(run_id, None)
+
+
+def compare_job(
+    text: str,
+    chat: bool,
+    configs: Sequence[SamplingParams],
+    max_new: int,
+    run_ids: Sequence[int],
+    drop: Callable[[Any], None],
+) -> Job:
+    """Columns from one shared prefill (``core.compare.start_shared``), streamed round-robin.
+    ``drop(worker)`` first forgets the runs of the previous comparison."""
+
+    def job(worker: Any) -> Iterator[Item]:
+        from core.compare import start_shared
+        from core.engine import RunConfig
+
+        engine = worker.engine
+        drop(worker)
+        prompt = engine.tokenize(text, chat)
+        config = RunConfig(max_new_tokens=max_new)
+        comparison = start_shared(engine, prompt, list(configs), config, worker.cancel)
+        for run, run_id in zip(comparison.runs, run_ids, strict=True):
+            run.run_id = run_id
+            keep(worker, run_id, run)
+        ms = comparison.shared_prefill_ms
+        yield (
+            "compare_started",
+            CompareStart(prompt, tuple(configs), tuple(run_ids), ms, comparison.prefill_saved_ms),
+        )
+        for column, record in comparison.steps():
+            yield "compare_step", (column, record)
+        runs = comparison.runs
+        yield (
+            "compare_done",
+            CompareOutcome(
+                tuple(comparison.columns()),
+                comparison.divergence_step,
+                tuple(comparison.kl_per_step),
+                tuple(comparison.overlap_per_step),
+                tuple(r.prefill for r in runs),
+                tuple(r.finish_reason for r in runs),
+            ),
+        )
+
+    return job
+
+
+def beam_job(text: str, chat: bool, beams: int, max_new: int) -> Job:
+    """``core.beam.BeamSearch`` step by step, then its result."""
+
+    def job(worker: Any) -> Iterator[Item]:
+        from core.beam import BeamSearch
+
+        engine = worker.engine
+        prompt = engine.tokenize(text, chat)
+        search = BeamSearch(engine, prompt, beams, max_new, cancel=worker.cancel)
+        yield "beam_started", prompt
+        for step in search:
+            yield "beam_step", BeamFrame(step, tuple(engine.texts.join(b) for b in step.beams))
+        yield "beam_done", search.result()
+
+    return job
+
+
+def register_job(worker: Any, run_id: int) -> Callable[[], None]:
+    """An analysis job that makes a kept run answer analyses again (after a newer run)."""
+
+    def job() -> None:
+        run = worker.kept_runs.get(run_id)
+        if run is None:
+            raise ValueError("that run is no longer kept on the model thread: run it again")
+        worker.runs[run_id] = run
+
+    return job
+
+
+def joined_prefill(prev: Any, run: Any, reused: int) -> PrefillCapture | None:
+    """The whole-prompt capture of a run that read its first ``reused`` tokens from ``prev``'s
+    cache: those positions' states come from ``prev`` (its prefill, then what each of its decode
+    steps read), the rest from the run's own prefill. Unchanged when nothing was reused."""
+    if not reused or prev is None or prev.prefill is None or run.prefill is None:
+        return run.prefill  # type: ignore[no-any-return]
+    read = [prev.prefill.hidden] + [s.hidden[:, None] for s in prev.steps[1:]]
+    head = np.concatenate(read, axis=1)[:, :reused]  # (layers + 1, reused, hidden)
+    hidden = np.concatenate([head, run.prefill.hidden], axis=1)
+    positions = frozen(np.arange(len(run.prompt)), np.int64)
+    return PrefillCapture(run.run_id, run.prompt, frozen(hidden), positions)
+
+
+# --- branches ------------------------------------------------------------------------------------
+
+
+@dataclass
+class PathRun:
+    """A branch as shown: the root's prompt and prefill, every step from the root on."""
+
+    run_id: int
+    engine: Any
+    prompt: PromptTokens
+    params: SamplingParams
+    prefill: PrefillCapture | None
+    run: Any  # the core Run whose own steps end this path
+    offset: int  # path steps before ``run``'s step 0
+    steps: list[StepRecord] = field(default_factory=list)
+    finish_reason: str | None = None
+
+    @property
+    def cache(self) -> Any:
+        return self.run.cache
+
+    def shown(self) -> ShownRun:
+        summary = RunSummary.of(self.run_id, self.prompt, self.steps, self.finish_reason)
+        return ShownRun(
+            self.run_id, self.prompt, self.prefill, tuple(self.steps), summary, self.params
+        )
+
+
+def forced_record(engine: Any, step: StepRecord, token_id: int, run_id: int) -> StepRecord:
+    """``step`` as if it had chosen ``token_id``: same distribution, another token."""
+    logits = np.asarray(step.logits, np.float64)
+    logprob = float(logits[token_id] - np.logaddexp.reduce(logits))
+    return dataclasses.replace(
+        step,
+        run_id=run_id,
+        token=engine.texts.info(token_id),
+        prob=float(np.exp(logprob)),
+        logprob=logprob,
+        rank=int((step.logits > step.logits[token_id]).sum()),
+        finish_reason=None,
+    )
+
+
+class BranchBook:
+    """One :class:`core.branching.BranchTree` and the path of each of its runs."""
+
+    def __init__(self) -> None:
+        self.tree: Any = None
+        self.paths: dict[int, PathRun] = {}
+        self.parent: dict[int, int] = {}
+        self.owned: list[int] = []  # run ids this book put into ``kept_runs``
+
+    def reset(self, worker: Any) -> None:
+        forget(worker, self.owned)
+        self.tree, self.paths, self.parent, self.owned = None, {}, {}, []
+
+    def holds(self, run_id: int) -> bool:
+        return run_id in self.paths
+
+    def _path(self, worker: Any, run_id: int) -> PathRun:
+        """The path of a run; a run outside the tree becomes the root of a new one."""
+        from core.branching import BranchTree
+        from core.engine import Run
+        from core.errors import PromptError
+
+        if run_id in self.paths:
+            return self.paths[run_id]
+        run = worker.kept_runs.get(run_id) or worker.runs.get(run_id)
+        if not isinstance(run, Run):
+            raise PromptError("the shown run is not on the model thread any more: run it again")
+        fresh = run_id not in worker.kept_runs  # a live run: this book keeps it from now on
+        self.reset(worker)
+        self.tree, self.owned = BranchTree(run), [run_id] if fresh else []
+        root = PathRun(run_id, run.engine, run.prompt, run.params, run.prefill, run, 0)
+        root.steps, root.finish_reason = list(run.steps), run.finish_reason
+        self.paths = {run_id: root}
+        worker.kept_runs[run_id] = run
+        return root
+
+    def locate(self, path: PathRun, step: int) -> tuple[PathRun, int]:
+        """The path whose own run made path step ``step``, and that run's local step index."""
+        while step < path.offset:
+            path = self.paths[self.parent[path.run_id]]
+        return path, step - path.offset
+
+    def branch_job(self, shown_id: int, step: int, token_id: int, max_new: int, new_id: int) -> Job:
+        """Continue the shown run as if path step ``step`` had chosen ``token_id``."""
+
+        def job(worker: Any) -> Iterator[Item]:
+            from core.branching import branch
+            from core.engine import RunConfig
+
+            shown = self._path(worker, shown_id)
+            owner, local = self.locate(shown, step)
+            old = owner.run.config
+            config = RunConfig(max_new, old.stop_strings, old.top_n)
+            params = owner.run.params
+            child = branch(worker.engine, owner.run, local, token_id, params, config, worker.cancel)
+            child.run_id = new_id
+            self.tree.add(owner.run, local, token_id, child)
+            self.parent[new_id] = owner.run_id
+            at = owner.offset + local
+            path = PathRun(new_id, child.engine, shown.prompt, child.params, shown.prefill, child,
+                           at + 1)  # fmt: skip
+            path.steps = [dataclasses.replace(s, run_id=new_id) for s in owner.steps[:at]]
+            path.steps.append(forced_record(worker.engine, owner.steps[at], token_id, new_id))
+            yield "run_started", path.prompt
+            yield "prefill", path.prefill
+            yield from (("step", s) for s in list(path.steps))
+            for record in child:
+                record = dataclasses.replace(record, index=path.offset + record.index)
+                path.steps.append(record)
+                yield "step", record
+            path.finish_reason = child.finish_reason
+            self.paths[new_id] = path
+            self.owned.append(new_id)
+            keep(worker, new_id, path)
+            shown_run = path.shown()
+            yield "run_finished", shown_run.summary
+            root = self.paths[self.tree.root].shown()
+            yield "branch_done", (shown_run, root, tuple(self.tree.nodes()))
+
+        return job

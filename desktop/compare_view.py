@@ -1,0 +1,357 @@
+"""Side-by-side sampling: 2–4 configurations (or K seeds of one) from one shared prefill.
+
+Each column is its continuation as token chips coloured by the chosen token's probability, the
+first divergence marked by a red bar; under the columns, the mean pairwise KL divergence and
+overlap of the columns' distributions at each shared step. Clicking a chip selects that step in
+every column; "show in panes" shows a column's run in the main window's panes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QPainter
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.errors import LensError
+from desktop.compare_controller import MAX_COLUMNS
+from desktop.controller import REPAINT_MS, Controller
+from desktop.panes.tokens import Chip, ChipView, response_chip
+from desktop.sampler_rows import SamplerRow
+
+ERROR_STYLE = "QLabel { background: #b3261e; color: white; padding: 6px; }"
+DIVERGE = QColor("#d93025")
+MODES = ("side by side: 2–4 configurations", "same settings, K samples (seeds s … s+K−1)")
+
+
+def error_label() -> QLabel:
+    """The views' inline message: white on red, selectable, hidden until needed."""
+    label = QLabel(wordWrap=True, visible=False)
+    label.setStyleSheet(ERROR_STYLE)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    return label
+
+
+class CompareChips(ChipView):
+    """A column's chips; a red bar stands before the chip of the first divergence."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.diverge = -1
+
+    def set_divergence(self, step: int) -> None:
+        self.diverge = step
+        self.update()
+
+    def _paint_chip(self, painter: QPainter, i: int, chip: Chip, rect: QRectF) -> None:
+        super()._paint_chip(painter, i, chip, rect)
+        if i == self.diverge:
+            painter.fillRect(QRectF(rect.left() - 3, rect.top() - 1, 3, rect.height() + 2), DIVERGE)
+
+
+class ColumnWidget(QFrame):
+    """One continuation: what made it, its chips, its numbers, and a "show in panes" button.
+
+    Signals:
+        sig_step_clicked(int): the step whose chip was clicked.
+        sig_show(): "show in panes" was pressed.
+    """
+
+    sig_step_clicked = Signal(int)
+    sig_show = Signal()
+
+    def __init__(self, header: str, compact: bool = False, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.header = QLabel(header, wordWrap=not compact)
+        self.header.setStyleSheet("QLabel { font-weight: bold; }")
+        self.chips = CompareChips()
+        self.chips.sig_clicked.connect(self.sig_step_clicked)
+        self.stats = QLabel("streaming…", wordWrap=True)
+        self.show_button = QPushButton("show in panes", enabled=False)
+        self.show_button.setToolTip("Show this run in every pane of the main window")
+        self.show_button.clicked.connect(self.sig_show)
+        layout = QGridLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        left = Qt.AlignmentFlag.AlignLeft
+        if compact:  # one row of K: header, numbers and button on a line, chips below
+            layout.addWidget(self.header, 0, 0)
+            layout.addWidget(self.stats, 0, 1)
+            layout.addWidget(self.show_button, 0, 2)
+            layout.addWidget(self.chips, 1, 0, 1, 3)
+            layout.setColumnStretch(1, 1)
+            return
+        for row, widget in enumerate((self.header, self.chips, self.stats)):
+            layout.addWidget(widget, row, 0)
+        layout.addWidget(self.show_button, 3, 0, left)
+        layout.setRowStretch(4, 1)
+
+    def add_steps(self, steps: list[Any]) -> None:
+        self.chips.append([response_chip(s) for s in steps])
+
+
+class CompareView(QWidget):
+    """The comparison view (a dock of the main window). Requests go through
+    ``controller.compare``; ``prompt_source()`` gives the editor's (text, chat mode)."""
+
+    title = "Compare"
+
+    def __init__(
+        self,
+        controller: Controller,
+        prompt_source: Callable[[], tuple[str, bool]],
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.controller, self.compare = controller, controller.compare
+        self.prompt_source = prompt_source
+        self.rows: list[SamplerRow] = []
+        self.columns: list[ColumnWidget] = []
+        self.selected = -1
+        self._samples_run = False  # whether the last Run asked for K samples
+        self._flush = QTimer(self, singleShot=True, interval=REPAINT_MS)
+        self._flush.timeout.connect(self._draw_new_steps)
+        self._build()
+        for preset in ("factual", "creative", "greedy"):
+            self.add_row(preset)
+        self._wire()
+        self._on_mode(0)
+
+    # ----------------------------------------------------------------- building
+    def _build(self) -> None:
+        self.mode = QComboBox()
+        self.mode.addItems(MODES)
+        self.k_box = QSpinBox(minimum=0, maximum=99, value=4, prefix="K ")
+        self.k_box.setToolTip("How many samples (2–16), seeds s … s+K−1 from the first row's seed")
+        self.max_tokens = QSpinBox(minimum=1, maximum=1024, value=24, prefix="max ")
+        self.max_tokens.setSuffix(" tokens")
+        self.run_button, self.stop_button = QPushButton("Run"), QPushButton("Stop")
+        top = QHBoxLayout()
+        for w in (self.mode, self.k_box, self.max_tokens):
+            top.addWidget(w)
+        top.addStretch(1)
+        top.addWidget(self.run_button)
+        top.addWidget(self.stop_button)
+        self.rows_box = QVBoxLayout()
+        self.add_button = QPushButton("+ configuration")
+        self.error = error_label()
+        self.info = QLabel("Run to compare: the prompt is read once, then each setting samples.")
+        self.step_label = QLabel("click a token to select its step in every column", wordWrap=True)
+        self.grid_host = QWidget()
+        self.grid = QGridLayout(self.grid_host)
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        scroll = QScrollArea(widgetResizable=True)
+        scroll.setWidget(self.grid_host)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addLayout(self.rows_box)
+        layout.addWidget(self.add_button, 0, Qt.AlignmentFlag.AlignLeft)
+        layout.addWidget(self.error)
+        layout.addWidget(self.info)
+        layout.addWidget(self.step_label)
+        layout.addWidget(scroll, 1)
+        layout.addWidget(self._build_plots())
+
+    def _build_plots(self) -> pg.GraphicsLayoutWidget:
+        self.plots = pg.GraphicsLayoutWidget()
+        self.plots.setFixedHeight(170)
+        self.curves, self.cursors = [], []
+        for i, (title, axis) in enumerate(
+            (("mean pairwise KL divergence", "nats"), ("mean pairwise overlap", "Σ min(p, q)"))
+        ):
+            plot = self.plots.addPlot(row=0, col=i, title=title)
+            plot.setLabel("left", axis)
+            plot.setLabel("bottom", "step")
+            plot.showGrid(x=True, y=True, alpha=0.3)
+            self.curves.append(plot.plot([], [], pen=pg.mkPen("#3d7bd9", width=2), symbol="o",
+                                         symbolSize=6, symbolBrush="#3d7bd9"))  # fmt: skip
+            cursor = pg.InfiniteLine(angle=90, pen=pg.mkPen("#d93025", width=1), movable=False)
+            cursor.setVisible(False)
+            plot.addItem(cursor)
+            self.cursors.append(cursor)
+        self.kl_plot, self.overlap_plot = self.plots.getItem(0, 0), self.plots.getItem(0, 1)
+        for plot in (self.kl_plot, self.overlap_plot):
+            plot.disableAutoRange()
+        self.overlap_plot.setYRange(0, 1.05, padding=0)
+        return self.plots
+
+    def _wire(self) -> None:
+        c = self.compare
+        self.mode.currentIndexChanged.connect(self._on_mode)
+        self.add_button.clicked.connect(lambda: self.add_row("custom"))
+        self.run_button.clicked.connect(self.run)
+        self.stop_button.clicked.connect(c.request_stop)
+        c.sig_compare_started.connect(self._on_started)
+        c.sig_compare_step.connect(lambda *_: self._flush.start())
+        c.sig_compare_finished.connect(self._on_finished)
+        c.sig_error.connect(lambda view, msg: self.show_error(msg) if view == "compare" else None)
+        self.controller.sig_busy_changed.connect(self._on_busy)
+        self._on_busy(False)
+
+    # ----------------------------------------------------------------- configurations
+    def add_row(self, preset: str = "custom") -> SamplerRow | None:
+        """Add a configuration row; a fifth one is refused with a message."""
+        if len(self.rows) >= MAX_COLUMNS:
+            self.show_error(f"at most {MAX_COLUMNS} configurations can be compared side by side")
+            return None
+        row = SamplerRow(len(self.rows) + 1, preset)
+        row.sig_remove.connect(lambda: self._remove_row(row))
+        row.sig_changed.connect(self.clear_error)
+        self.rows.append(row)
+        self.rows_box.addWidget(row)
+        self._on_mode(self.mode.currentIndex())
+        return row
+
+    def _remove_row(self, row: SamplerRow) -> None:
+        if len(self.rows) <= 1:
+            return
+        self.rows.remove(row)
+        self.rows_box.removeWidget(row)
+        row.deleteLater()
+        for i, r in enumerate(self.rows):
+            r.set_number(i + 1)
+        self.clear_error()
+
+    def samples_mode(self) -> bool:
+        return self.mode.currentIndex() == 1
+
+    def _on_mode(self, _index: int) -> None:
+        samples = self.samples_mode()
+        self.k_box.setVisible(samples)
+        self.add_button.setVisible(not samples)
+        for i, row in enumerate(self.rows):
+            row.setVisible(i == 0 or not samples)
+            row.remove.setVisible(not samples)
+        self.clear_error()
+
+    # ----------------------------------------------------------------- running
+    def run(self) -> None:
+        """Validate the settings (a message in red for a bad one), then ask for the run."""
+        self.clear_error()
+        rows = self.rows[:1] if self.samples_mode() else self.rows
+        try:
+            configs = [row.params() for row in rows]
+        except LensError as exc:
+            index = next(i for i, row in enumerate(rows) if _bad(row))
+            self.show_error(f"configuration #{index + 1}: {exc}")
+            return
+        text, chat = self.prompt_source()
+        self._samples_run = self.samples_mode()
+        if self._samples_run:
+            seed = int(rows[0].values()["seed"])
+            k, n = self.k_box.value(), self.max_tokens.value()
+            self.compare.request_samples(text, chat, configs[0], k, seed, n)
+        else:
+            self.compare.request_compare(text, chat, configs, self.max_tokens.value())
+
+    def _on_started(self, start: Any) -> None:
+        self._clear_columns()
+        samples = self._samples_run
+        for i, params in enumerate(start.params):
+            header = f"seed {params.seed}" if samples else self.rows[i].describe()
+            column = ColumnWidget(header, compact=samples)
+            column.sig_step_clicked.connect(self.select_step)
+            column.sig_show.connect(lambda i=i: self.compare.show_column(i, self.selected))
+            self.grid.addWidget(column, i if samples else 0, 0 if samples else i)
+            self.columns.append(column)
+        shared, saved = start.shared_prefill_ms, start.prefill_saved_ms
+        self.info.setText(f"shared prefill: {shared:.0f} ms, saved {saved:.0f} ms")
+
+    def _draw_new_steps(self) -> None:
+        for column, records in zip(self.columns, self.compare.columns, strict=False):
+            drawn = len(column.chips.chips)
+            if len(records) > drawn:
+                column.add_steps(records[drawn:])
+        self._show_selection()
+
+    def _on_finished(self, outcome: Any) -> None:
+        self._flush.stop()
+        self._draw_new_steps()
+        for column, stats in zip(self.columns, outcome.columns, strict=True):
+            column.stats.setText(
+                f"{stats.length} tokens · {stats.tokens_per_s:.1f} tokens/s · "
+                f"mean log-prob {stats.mean_logprob:.3f} · perplexity {stats.perplexity:.2f} · "
+                f"finish: {stats.finish_reason}"
+            )
+            column.chips.set_divergence(-1 if outcome.divergence_step is None
+                                        else outcome.divergence_step)  # fmt: skip
+            column.show_button.setEnabled(True)
+        d = outcome.divergence_step
+        where = "never (within the shortest column)" if d is None else f"step {d}"
+        self.info.setText(f"{self.info.text()} · first divergence: {where}")
+        self._plot(outcome)
+
+    def _plot(self, outcome: Any) -> None:
+        """KL and overlap over the steps every column shared (to the first divergence)."""
+        kl, overlap = outcome.kl_per_step, outcome.overlap_per_step
+        for curve, values in zip(self.curves, (kl, overlap), strict=True):
+            curve.setData(list(range(len(values))), list(values))
+        steps = max((c.length for c in outcome.columns), default=1)
+        for plot in (self.kl_plot, self.overlap_plot):
+            plot.setXRange(-0.5, max(steps - 0.5, 0.5), padding=0)
+        self.kl_plot.setYRange(0, max(max(kl, default=0.0) * 1.15, 0.05), padding=0)
+
+    # ----------------------------------------------------------------- selection
+    def select_step(self, index: int) -> None:
+        """Highlight step ``index`` in every column (and the plots), and describe it."""
+        self.selected = index
+        self._show_selection()
+
+    def _show_selection(self) -> None:
+        i = self.selected
+        parts = []
+        for n, (column, records) in enumerate(zip(self.columns, self.compare.columns,
+                                                  strict=False)):  # fmt: skip
+            column.chips.set_selection(i if i < len(records) else -1, -1)
+            if 0 <= i < len(records):
+                s = records[i]
+                parts.append(f"#{n + 1} {s.token.text!r} p={s.prob:.3f}")
+        for cursor in self.cursors:
+            cursor.setVisible(i >= 0)
+            cursor.setValue(max(i, 0))
+        if i >= 0:
+            self.step_label.setText(f"step {i}: " + " · ".join(parts))
+
+    def _clear_columns(self) -> None:
+        for column in self.columns:
+            self.grid.removeWidget(column)
+            column.deleteLater()
+        self.columns, self.selected = [], -1
+        for curve in self.curves:
+            curve.setData([], [])
+        for cursor in self.cursors:
+            cursor.setVisible(False)
+        self.step_label.setText("click a token to select its step in every column")
+
+    # ----------------------------------------------------------------- messages
+    def show_error(self, message: str) -> None:
+        self.error.setText(message)
+        self.error.setVisible(True)
+
+    def clear_error(self) -> None:
+        self.error.setVisible(False)
+
+    def _on_busy(self, busy: bool) -> None:
+        self.stop_button.setEnabled(busy)
+
+
+def _bad(row: SamplerRow) -> bool:
+    try:
+        row.params()
+    except LensError:
+        return True
+    return False

@@ -1,0 +1,203 @@
+"""The Compare menu's views on the real model: side-by-side columns against separate runs,
+K samples, branching with the tree, beam search against core, prefix reuse, bad settings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+
+from core.engine import RunConfig
+from core.sampling import GREEDY
+
+PROMPT = "Explain transformers like I am 12"
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
+    from desktop.main_window import MainWindow
+
+    win = MainWindow()
+    win.sessions.confirm_close = False
+    qtbot.addWidget(win)
+    win.show()
+    with qtbot.waitSignal(win.controller.sig_model_loaded, timeout=120_000):
+        win.load(None)
+    win.prompt_panel.editor.setPlainText(PROMPT)
+    win.prompt_panel.chat_box.setChecked(True)
+    yield win
+    win.close()
+
+
+def _finish_compare(qtbot, win, view):
+    with qtbot.waitSignal(win.controller.compare.sig_compare_finished, timeout=120_000) as b:
+        view.run_button.click()
+    qtbot.waitUntil(lambda: all(c.show_button.isEnabled() for c in view.columns), timeout=5000)
+    return b.args[0]
+
+
+def _chip_centre(column, index):
+    return column.chips.rects[index].center().toPoint()
+
+
+def test_three_columns_equal_separate_runs_and_follow_selection(qtbot, window, engine):
+    from core.compare import compare
+
+    view = window.open_compare()
+    presets = [("factual", 1), ("creative", 2), ("wild", 3)]
+    for row, (preset, seed) in zip(view.rows, presets, strict=True):
+        row.set_preset(preset)
+        row.boxes["seed"].setValue(seed)
+    view.max_tokens.setValue(5)
+    outcome = _finish_compare(qtbot, window, view)
+
+    configs = [row.params() for row in view.rows]
+    prompt = engine.tokenize(PROMPT)
+    columns = window.controller.compare.columns
+    for params, records in zip(configs, columns, strict=True):
+        separate = engine.start(prompt, params, RunConfig(max_new_tokens=5)).run_all()
+        assert [s.token.id for s in records] == [s.token.id for s in separate]
+    reference = compare(engine, prompt, configs, RunConfig(max_new_tokens=5))
+    assert outcome.divergence_step == reference.divergence_step
+    expected_marker = -1 if reference.divergence_step is None else reference.divergence_step
+    assert [c.chips.diverge for c in view.columns] == [expected_marker] * 3
+    assert len(outcome.kl_per_step) == len(reference.kl_per_step)
+    assert view.curves[0].getData()[1].tolist() == pytest.approx(reference.kl_per_step)
+    assert "shared prefill:" in view.info.text() and "saved" in view.info.text()
+    assert "perplexity" in view.columns[0].stats.text()
+
+    qtbot.mouseClick(view.columns[0].chips, Qt.MouseButton.LeftButton, pos=_chip_centre(
+        view.columns[0], 2))  # fmt: skip
+    assert view.selected == 2
+    assert [c.chips.selected for c in view.columns] == [2, 2, 2]
+
+    ctl = window.controller
+    view.columns[1].show_button.click()
+    assert ctl.steps == columns[1] and ctl.selected == 2
+    assert ctl.run_id == ctl.compare.start.run_ids[1] and ctl.recorded is None
+    from tests.desktop.conftest import wait_result
+
+    lens = wait_result(qtbot, ctl, "lens", step=2, k=5)  # the column answers analyses
+    assert lens is not None
+
+
+def test_same_seed_many_samples_rows(qtbot, window, engine):
+    from core.compare import samples
+
+    view = window.open_compare()
+    view.mode.setCurrentIndex(1)
+    view.rows[0].set_preset("creative")
+    view.rows[0].boxes["seed"].setValue(5)
+    view.k_box.setValue(3)
+    view.max_tokens.setValue(4)
+    _finish_compare(qtbot, window, view)
+
+    params = view.rows[0].params()
+    reference = samples(engine, engine.tokenize(PROMPT), params, 3, 5, RunConfig(max_new_tokens=4))
+    got = [[s.token.id for s in col] for col in window.controller.compare.columns]
+    assert got == [r.generated_ids for r in reference.runs]
+    assert [c.header.text() for c in view.columns] == ["seed 5", "seed 6", "seed 7"]
+    positions = [view.grid.getItemPosition(view.grid.indexOf(c))[:2] for c in view.columns]
+    assert positions == [(0, 0), (1, 0), (2, 0)]  # K rows of chips
+
+
+def test_bad_settings_are_inline_messages(qtbot, window):
+    view = window.open_compare()
+    compare = window.controller.compare
+    view.rows[0].boxes["temperature"].setValue(-0.5)
+    view.run()
+    assert view.error.isVisible() and "temperature must be ≥ 0" in view.error.text()
+    assert "#1" in view.error.text() and not compare.running
+    view.rows[0].set_preset("factual")
+    view.rows[1].boxes["top_p"].setValue(1.5)
+    view.run()
+    assert "top-p must be in (0, 1]" in view.error.text() and "#2" in view.error.text()
+    view.rows[1].set_preset("creative")
+    assert not view.error.isVisible()
+    view.add_row()
+    assert view.add_row() is None and len(view.rows) == 4
+    assert "at most 4" in view.error.text() and view.error.isVisible()
+    with qtbot.waitSignal(compare.sig_error):
+        compare.request_compare(PROMPT, True, [GREEDY] * 5, 3)
+    assert "got 5" in view.error.text()
+    view.mode.setCurrentIndex(1)
+    for k in (1, 17):
+        view.k_box.setValue(k)
+        view.run()
+        assert f"between 2 and 16; got {k}" in view.error.text()
+    assert not compare.running and not window.controller.busy
+
+
+def test_branch_at_step_two_with_the_second_alternative(qtbot, window, engine):
+    from core.branching import extend_prompt
+
+    ctl = window.controller
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=120_000):
+        ctl.request_run(PROMPT, True, GREEDY, 6)
+    original = [s.token.id for s in ctl.steps]
+    ctl.request_select(2)
+    view = window.open_branch()
+    alt = view.alternatives[1]
+    assert not alt.chosen and alt.token_id != original[2] and alt.prob > 0
+    view.table.selectRow(1)
+    view.max_tokens.setValue(4)
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=120_000):
+        view.branch_button.click()
+    branched = [s.token.id for s in ctl.steps]
+    assert branched[:2] == original[:2] and branched[2] == alt.token_id
+    assert [s.index for s in ctl.steps] == list(range(len(ctl.steps)))
+    fresh = extend_prompt(engine, engine.tokenize(PROMPT), [*original[:2], alt.token_id])
+    expected = engine.start(fresh, GREEDY, RunConfig(max_new_tokens=4)).run_all()
+    assert branched[3:] == [s.token.id for s in expected]  # the cropped cache reads the same
+
+    qtbot.waitUntil(lambda: len(ctl.compare.nodes) == 2, timeout=5000)
+    root = view.tree.topLevelItem(0)
+    assert view.tree.topLevelItemCount() == 1 and root.childCount() == 1
+    assert root.child(0).text(1) == "step 2" and view.tree.currentItem() is root.child(0)
+    view.tree.setCurrentItem(root)
+    assert [s.token.id for s in ctl.steps] == original
+    view.tree.setCurrentItem(root.child(0))
+    assert [s.token.id for s in ctl.steps] == branched
+
+
+def test_beam_view_best_beam_equals_core(qtbot, window, engine):
+    from core.beam import beam_search
+    from desktop.beam_view import GREY
+
+    view = window.open_beam()
+    view.beams.setValue(3)
+    view.max_tokens.setValue(5)
+    with qtbot.waitSignal(window.controller.compare.sig_beam_finished, timeout=120_000) as b:
+        view.run_button.click()
+    result = b.args[0]
+    reference = beam_search(engine, engine.tokenize(PROMPT), 3, 5)
+    assert result.token_ids == reference.token_ids
+    assert result.score == pytest.approx(reference.score, abs=1e-4)
+    assert repr(reference.text) in view.best.text()
+    assert view.slider.maximum() == len(reference.steps) - 1
+    view.slider.setValue(0)
+    assert view.live.rowCount() == 3 and view.candidates.rowCount() == 6
+    fates = [view.candidates.item(r, 3).text() for r in range(6)]
+    assert fates == [c.fate for c in reference.steps[0].candidates]
+    pruned = fates.index("pruned")
+    assert view.candidates.item(pruned, 1).foreground().color() == GREY
+
+
+def test_prefix_reuse_reports_in_the_status_bar(qtbot, window, engine):
+    ctl = window.controller
+    branch_view = window.open_branch()
+    branch_view.reuse.setChecked(True)
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=120_000):
+        ctl.request_run(PROMPT, True, GREEDY, 3)
+    assert window.reuse_label.text().startswith("reused 0 tokens")
+    edited = PROMPT + ", please"
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=120_000):
+        ctl.request_run(edited, True, GREEDY, 3)
+    reused = int(window.reuse_label.text().split()[1])
+    assert window.reuse_label.isVisible() and 0 < reused < len(ctl.prompt)
+    assert "TTFT saved" in window.reuse_label.text()
+    assert ctl.prefill.hidden.shape[1] == len(ctl.prompt)  # joined: the whole prompt
+    full = engine.start(engine.tokenize(edited), GREEDY, RunConfig(max_new_tokens=3)).run_all()
+    assert [s.token.id for s in ctl.steps] == [s.token.id for s in full]
+    np.testing.assert_allclose(ctl.steps[0].logits, full[0].logits, atol=2e-3)
