@@ -165,7 +165,7 @@ class BeamView(QWidget):
         step = frame.step
         self.step_label.setText(f"{index} / {len(frames) - 1}")
         rows = [
-            [str(b), one_line(text), f"{score:.3f}", f"beam {parent}"]
+            [str(b), one_line(text), score_text(score), f"beam {parent}"]
             for b, (text, score, parent) in enumerate(
                 zip(frame.texts, step.scores, step.parents, strict=True)
             )
@@ -178,3 +178,8 @@ class BeamView(QWidget):
             colours.append(GREY if c.fate in ("pruned", "stopped") else
                            FINISHED if c.fate == "finished" else None)  # fmt: skip
         _fill(self.candidates, rows, colours)
+
+
+def score_text(score: float) -> str:
+    """A live beam's score; transformers marks beams of a finished search with −1e9."""
+    return "— (search done)" if score <= -1e8 else f"{score:.3f}"
