@@ -18,6 +18,22 @@ def controller(qtbot):
 
 
 @pytest.fixture
+def loaded_window(qtbot, tmp_path, monkeypatch):
+    """The main window, shown, with the bundled model loaded; its settings in tmp_path."""
+    monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
+    from desktop.main_window import MainWindow
+
+    win = MainWindow()
+    win.sessions.confirm_close = False
+    qtbot.addWidget(win)
+    win.show()
+    with qtbot.waitSignal(win.controller.sig_model_loaded, timeout=120_000):
+        win.load(None)
+    yield win
+    win.close()
+
+
+@pytest.fixture
 def ran(qtbot, controller):
     """The controller after a finished greedy run of 6 tokens on the article's prompt."""
     from core.sampling import GREEDY

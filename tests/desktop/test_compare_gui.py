@@ -14,20 +14,10 @@ PROMPT = "Explain transformers like I am 12"
 
 
 @pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
-    from desktop.main_window import MainWindow
-
-    win = MainWindow()
-    win.sessions.confirm_close = False
-    qtbot.addWidget(win)
-    win.show()
-    with qtbot.waitSignal(win.controller.sig_model_loaded, timeout=120_000):
-        win.load(None)
-    win.prompt_panel.editor.setPlainText(PROMPT)
-    win.prompt_panel.chat_box.setChecked(True)
-    yield win
-    win.close()
+def window(loaded_window):
+    loaded_window.prompt_panel.editor.setPlainText(PROMPT)
+    loaded_window.prompt_panel.chat_box.setChecked(True)
+    return loaded_window
 
 
 def _finish_compare(qtbot, win, view):

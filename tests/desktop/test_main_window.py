@@ -10,18 +10,8 @@ PROMPT = "Explain transformers like I am 12"
 
 
 @pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
-    from desktop.main_window import MainWindow
-
-    win = MainWindow()
-    win.sessions.confirm_close = False
-    qtbot.addWidget(win)
-    win.show()
-    with qtbot.waitSignal(win.controller.sig_model_loaded, timeout=120_000):
-        win.load(None)
-    yield win
-    win.close()
+def window(loaded_window):
+    return loaded_window
 
 
 def _run(qtbot, win, tokens=6, params=GREEDY, text=PROMPT):
