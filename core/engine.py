@@ -338,21 +338,7 @@ class Run:
 
 def summarize_run(run: Run) -> RunSummary:
     """TTFT is the prefill step's whole time; inter-token latency averages the decode steps."""
-    steps = run.steps
-    ttft = steps[0].timing.total_ms if steps else 0.0
-    itl = [s.timing.total_ms for s in steps[1:]]
-    mean_itl = float(np.mean(itl)) if itl else 0.0
-    total_s = sum(s.timing.total_ms for s in steps) / 1e3
-    return RunSummary(
-        run_id=run.run_id,
-        prompt=run.prompt,
-        generated_ids=tuple(run.generated_ids),
-        output_text=run.output_text(),
-        finish_reason=run.finish_reason or "running",
-        ttft_ms=ttft,
-        mean_itl_ms=mean_itl,
-        tokens_per_s=len(steps) / total_s if total_s > 0 else 0.0,
-    )
+    return RunSummary.of(run.run_id, run.prompt, run.steps, run.finish_reason)
 
 
 def _replace(record: StepRecord, **changes: Any) -> StepRecord:

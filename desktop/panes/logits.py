@@ -41,6 +41,14 @@ def bar_values(probs: np.ndarray, log: bool) -> tuple[np.ndarray, float]:
     return values, float(math.floor(values.min()) - 0.5)
 
 
+def horizontal_bars(n: int) -> pg.BarGraphItem:
+    """``n`` horizontal bars at rows 0…n−1, all of width 0, built once and later resized."""
+    zeros = np.zeros(n)
+    return pg.BarGraphItem(
+        x0=zeros, y=np.arange(n), width=zeros, height=0.75, brushes=[BAR_BRUSH] * n, pen=None
+    )
+
+
 class LogitsPane(Pane):
     """Top-20 of the selected step's raw distribution, the chosen token highlighted."""
 
@@ -56,15 +64,7 @@ class LogitsPane(Pane):
         self.plot.showGrid(x=True, alpha=0.25)
         self.plot.setMenuEnabled(False)
         self.plot.getAxis("bottom").enableAutoSIPrefix(False)
-        zeros = np.zeros(TOP)
-        self.bars = pg.BarGraphItem(
-            x0=zeros,
-            y=np.arange(TOP),
-            width=zeros,
-            height=0.75,
-            brushes=[BAR_BRUSH] * TOP,
-            pen=None,
-        )
+        self.bars = horizontal_bars(TOP)
         self.plot.addItem(self.bars)
         self.values = [pg.TextItem(anchor=(0, 0.5)) for _ in range(TOP)]
         for item in self.values:

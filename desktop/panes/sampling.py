@@ -30,7 +30,7 @@ from core.records import StepRecord
 from core.sampling import STAGE_ORDER, SamplingParams, run_stages
 from desktop.controller import Controller
 from desktop.panes.base import Pane
-from desktop.panes.logits import BAR_BRUSH, CHOSEN_BRUSH, tick_label
+from desktop.panes.logits import BAR_BRUSH, CHOSEN_BRUSH, horizontal_bars, tick_label
 
 STAGES = ("raw", *STAGE_ORDER)
 SHOW = 15
@@ -226,15 +226,7 @@ class SamplingPane(Pane):
         plot.setMenuEnabled(False)
         plot.showGrid(x=True, alpha=0.25)
         plot.getAxis("bottom").enableAutoSIPrefix(False)
-        zeros = np.zeros(SHOW)
-        bars = pg.BarGraphItem(
-            x0=zeros,
-            y=np.arange(SHOW),
-            width=zeros,
-            height=0.75,
-            brushes=[BAR_BRUSH] * SHOW,
-            pen=None,
-        )
+        bars = horizontal_bars(SHOW)
         plot.addItem(bars)
         plot.setTitle(f"<b>{SHORT.get(name, name)}</b>", size="9pt")
         stats = pg.TextItem(anchor=(1, 1), color=(230, 230, 230))
