@@ -65,6 +65,44 @@ def branch(
     return engine.start_from(prompt, params, RunStart(cache), run_config, cancel)
 
 
+def continue_run(
+    engine: Engine,
+    run: Run,
+    run_config: RunConfig,
+    cancel: threading.Event | None = None,
+) -> Run:
+    """A run going on where ``run`` stopped, with ``run``'s sampler settings.
+
+    Its prompt is ``run``'s whole context; it starts from a copy of ``run``'s cache and draws
+    from a copy of ``run``'s generator, so its tokens are exactly those a longer run with the
+    same settings would have gone on to generate (``run`` itself stays as it is). Nothing is
+    computed until the returned run is iterated; its step 0 reads only ``run``'s last token.
+    """
+    if not run.steps:
+        raise PromptError("the run has no steps to continue from: run it first")
+    if run.finish_reason == "eos":
+        raise PromptError(
+            "the run ended with its end-of-sequence token: branch from an earlier step to go on"
+        )
+    if run.finish_reason == "context":
+        limit = engine.info.context_length
+        raise PromptError(f"the run filled the model's context ({limit} tokens): it cannot go on")
+    last = run.steps[-1]
+    child = branch(engine, run, len(run.steps) - 1, last.token.id, run.params, run_config, cancel)
+    if run.generator is not None:
+        child.generator = copy_generator(run.generator)
+    return child
+
+
+def copy_generator(generator: Any) -> Any:
+    """A torch generator in the same state as ``generator`` (drawing from one leaves the other)."""
+    import torch
+
+    copy = torch.Generator(device=generator.device)
+    copy.set_state(generator.get_state())
+    return copy
+
+
 @dataclass(frozen=True)
 class Alternative:
     """A token the branch UI offers at a step."""
@@ -115,6 +153,7 @@ class BranchNode:
     offset: int  # generated tokens (from the root's prompt) before this run's step 0
     cumulative_logprob: float  # raw log-prob of every generated token from the root to the end
     text: str  # this run's own output
+    continued: bool = False  # the forced token is the one the parent chose: a continuation
 
 
 @dataclass
@@ -173,6 +212,11 @@ class BranchTree:
             edge = self._edges[run_id]
             logp, offset = self._base(run_id)
             token = None if edge.token is None else edge.run.engine.texts.info(edge.token)
+            continued = (
+                edge.parent is not None
+                and edge.step is not None
+                and edge.parent.steps[edge.step].token.id == edge.token
+            )
             out.append(
                 BranchNode(
                     run_id,
@@ -183,10 +227,57 @@ class BranchTree:
                     offset,
                     logp + sum(s.logprob for s in edge.run.steps),
                     edge.run.output_text(),
+                    continued,
                 )
             )
             stack.extend((c, depth + 1) for c in reversed(edge.children))
         return out
+
+
+def session_nodes(runs: Sequence[Any]) -> list[BranchNode]:
+    """The branch tree of a session's runs (``core.session.SessionRun``), depth first.
+
+    A saved branch holds its whole path (the root's steps before the branch point, then its
+    own), so its cumulative log-prob is the sum over its steps; ``parent`` names the run and
+    step it branched from. Runs whose parent is not in the list are roots.
+    """
+    by_id = {r.run_id: r for r in runs}
+    children: dict[int | None, list[Any]] = {}
+    for r in runs:
+        parent = r.parent[0] if r.parent is not None and r.parent[0] in by_id else None
+        children.setdefault(parent, []).append(r)
+    out: list[BranchNode] = []
+    stack = [(r, 0) for r in reversed(children.get(None, []))]
+    seen: set[int] = set()
+    while stack:
+        run, depth = stack.pop()
+        if run.run_id in seen:  # a malformed file's cycle or repeated id
+            continue
+        seen.add(run.run_id)
+        parent, step = (None, None) if run.parent is None else run.parent
+        parent_run = by_id.get(parent) if parent is not None else None
+        forced = continued = None
+        offset = 0
+        if parent_run is not None and step is not None and 0 <= step < len(run.steps):
+            forced, offset = run.steps[step].token, step + 1
+            chosen = parent_run.steps[step].token.id if step < len(parent_run.steps) else None
+            continued = chosen == forced.id
+        own = b"".join(s.token.raw for s in run.steps[offset:] if not s.token.special)
+        out.append(
+            BranchNode(
+                run.run_id,
+                parent if parent_run is not None else None,
+                step if parent_run is not None else None,
+                forced,
+                depth,
+                offset,
+                float(sum(s.logprob for s in run.steps)),
+                own.decode("utf-8", errors="replace"),
+                bool(continued),
+            )
+        )
+        stack.extend((c, depth + 1) for c in reversed(children.get(run.run_id, [])))
+    return out
 
 
 # --- prefix reuse --------------------------------------------------------------------------------

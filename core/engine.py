@@ -194,6 +194,8 @@ class Run:
     finish_reason: str | None = None
     cache: Any = None
     start: RunStart | None = None  # set by Engine.start_from: begin from this cache and logits
+    generator: Any = None  # the sampler's torch.Generator; made from params.seed when None.
+    # It is kept after the run, so a continuation draws exactly what a longer run would.
 
     def __iter__(self) -> Iterator[StepRecord]:
         with torch.inference_mode():
@@ -210,10 +212,11 @@ class Run:
         cached = 0 if self.start is None else self.start.cached_tokens
         ids = torch.tensor([self.prompt.ids[cached:]], device=eng.device)  # (1, uncached)
         context = list(self.prompt.ids)
-        generator = sampling.make_generator(self.params, "cpu")
+        if self.generator is None:
+            self.generator = sampling.make_generator(self.params, "cpu")
         kv_before = 0
         while True:
-            record = self._step(ids, context, generator, kv_before)
+            record = self._step(ids, context, self.generator, kv_before)
             kv_before = record.kv.bytes_total
             context.append(record.token.id)
             reason = self._finish_reason(record, context)

@@ -80,6 +80,9 @@ class SessionRun:
     # derived views recorded with the model so panes work without it (core.session_analysis)
     extras: dict[str, np.ndarray] = field(default_factory=dict)
     extras_json: dict[str, Any] = field(default_factory=dict)
+    # the sampler's torch.Generator state after the last step (uint8), so a continuation of the
+    # reopened run draws what the live run would have drawn next
+    generator_state: np.ndarray | None = None
 
     @property
     def generated_ids(self) -> list[int]:
@@ -99,6 +102,12 @@ class Session:
     runs: tuple[SessionRun, ...]
     created: str = field(default_factory=_now)  # ISO 8601, UTC
     app_version: str = field(default_factory=app_version)
+    shown: int = -1  # index of the run the app shows when the file is opened
+
+    @property
+    def shown_index(self) -> int:
+        """``shown`` as an index in ``range(len(runs))`` (the last run if out of range)."""
+        return self.shown if 0 <= self.shown < len(self.runs) else len(self.runs) - 1
 
 
 def session_from_run(
@@ -126,6 +135,8 @@ def session_from_run(
     params = run.params
     if dataclasses.is_dataclass(params) and not isinstance(params, type):
         params = dataclasses.asdict(params)
+    generator = getattr(run, "generator", None)
+    state = None if generator is None else frozen(generator.get_state().numpy(), np.uint8)
     return SessionRun(
         run_id=int(run.run_id),
         label=f"run {run.run_id}" if label is None else label,
@@ -136,6 +147,7 @@ def session_from_run(
         steps=tuple(run.steps),
         prefill=run.prefill,
         prompt_attention=maps,
+        generator_state=state,
     )
 
 
@@ -272,6 +284,12 @@ def _plan_run(prefix: str, run: SessionRun) -> tuple[dict[str, Any], list[_Membe
             _whole(f"{prefix}/prompt_attention.npy", "attention", "half", run.prompt_attention)
         )
         maps = members[-1].name
+    state = None
+    if run.generator_state is not None:
+        members.append(
+            _whole(f"{prefix}/generator_state.npy", "other", "uint8", run.generator_state)
+        )
+        state = members[-1].name
     extras = {}
     for name, array in sorted(run.extras.items()):
         dtype = "int64" if np.issubdtype(array.dtype, np.integer) else "float32"
@@ -283,7 +301,7 @@ def _plan_run(prefix: str, run: SessionRun) -> tuple[dict[str, Any], list[_Membe
         "prompt": _prompt_json(run.prompt), "params": run.params,
         "finish_reason": run.finish_reason, "steps": [_step_json(s) for s in run.steps],
         "arrays": fields, "prefill": prefill, "prompt_attention": maps,
-        "extras": extras, "extras_json": run.extras_json,
+        "extras": extras, "extras_json": run.extras_json, "generator_state": state,
     }, members  # fmt: skip
 
 
@@ -296,7 +314,7 @@ def _plan(session: Session) -> tuple[bytes, list[_Member]]:
         members += new
     manifest = {
         "format": FORMAT, "app_version": session.app_version, "created": session.created,
-        "model": session.model, "runs": runs,
+        "model": session.model, "runs": runs, "shown": session.shown_index,
         "arrays": {
             m.name: {"dtype": m.dtype, "shape": list(m.shape), "part": m.part} for m in members
         },

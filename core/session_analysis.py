@@ -30,9 +30,26 @@ from core.session import PROMPT_ATTENTION_LIMIT, SessionRun, session_from_run
 LENS_K = 5
 
 
-def record_analysis(engine: Any, run: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """(arrays, json) of the lens per step, the prompt lens and the vocabulary projection."""
-    lenses = [logit_lens(engine, s, LENS_K) for s in run.steps]
+def record_analysis(
+    engine: Any, run: Any, memo: dict[Any, Any] | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """(arrays, json) of the lens per step, the prompt lens and the vocabulary projection.
+
+    ``memo`` shares work between runs saved together (branches repeat their root's prompt and
+    first steps); it may hold ``"embedding_projection"``, an ``EmbeddingProjection`` already
+    computed for this model.
+    """
+    memo = {} if memo is None else memo
+
+    def once(key: Any, compute: Any) -> Any:
+        if key not in memo:
+            memo[key] = compute()
+        return memo[key]
+
+    lenses = [
+        once(("lens", s.context_ids.tobytes()), lambda s=s: logit_lens(engine, s, LENS_K))
+        for s in run.steps
+    ]
     arrays: dict[str, np.ndarray] = {}
     texts: dict[str, Any] = {}
     if lenses:
@@ -40,10 +57,11 @@ def record_analysis(engine: Any, run: Any) -> tuple[dict[str, np.ndarray], dict[
         arrays["lens_top_probs"] = np.stack([x.top_probs for x in lenses])
         texts["lens_top_texts"] = [[list(row) for row in x.top_texts] for x in lenses]
     if run.prefill is not None:
-        pl = prompt_lens(engine, run.prefill.hidden)
+        key = ("prompt_lens", run.prefill.positions.tobytes(), tuple(run.prompt.ids))
+        pl = once(key, lambda: prompt_lens(engine, run.prefill.hidden))
         arrays["prompt_lens_ids"], arrays["prompt_lens_probs"] = pl.top1_ids, pl.top1_probs
         texts["prompt_lens_texts"] = [list(row) for row in pl.top1_texts]
-    projection = embedding_projection(engine)
+    projection = once("embedding_projection", lambda: embedding_projection(engine))
     arrays["embedding_coords"] = projection.coords
     arrays["embedding_components"] = projection.components
     arrays["embedding_mean"] = projection.mean
@@ -71,11 +89,20 @@ def prompt_attention_maps(run: Any) -> np.ndarray | None:
     return out
 
 
-def recorded_run(run: Any, label: str | None = None, parent: tuple[int, int] | None = None
-                 ) -> SessionRun:  # fmt: skip
-    """A finished ``core.engine.Run`` with its prompt maps and derived views, ready to save."""
-    arrays, texts = record_analysis(run.engine, run)
-    base = session_from_run(run, run.engine.info, label, parent, prompt_attention_maps(run))
+def recorded_run(
+    run: Any,
+    label: str | None = None,
+    parent: tuple[int, int] | None = None,
+    memo: dict[Any, Any] | None = None,
+) -> SessionRun:
+    """A finished ``core.engine.Run`` with its prompt maps and derived views, ready to save
+    (``memo``: see :func:`record_analysis`)."""
+    memo = {} if memo is None else memo
+    arrays, texts = record_analysis(run.engine, run, memo)
+    key = ("prompt_attention", tuple(run.prompt.ids))
+    if key not in memo:
+        memo[key] = prompt_attention_maps(run)
+    base = session_from_run(run, run.engine.info, label, parent, memo[key])
     return dataclasses.replace(base, extras=arrays, extras_json=texts)
 
 

@@ -273,6 +273,13 @@ def _run(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> SessionRun:
         prefill = PrefillCapture(int(p["run_id"]), own, hidden, positions)
     maps = d["prompt_attention"]
     parent = d["parent"]
+    state = d.get("generator_state")  # added within version 1: absent in older files
+    generator_state = None if state is None else _array(arrays, state)
+    _need(
+        generator_state is None
+        or (generator_state.dtype == np.uint8 and generator_state.ndim == 1),
+        "malformed generator state",
+    )
     return SessionRun(
         run_id=int(d["run_id"]),
         label=str(d["label"]),
@@ -285,6 +292,7 @@ def _run(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> SessionRun:
         prompt_attention=None if maps is None else frozen(_array(arrays, maps), np.float32),
         extras={str(k): _array(arrays, v) for k, v in _mapping(d.get("extras")).items()},
         extras_json=_mapping(d.get("extras_json")),
+        generator_state=generator_state,
     )
 
 
@@ -300,4 +308,5 @@ def _session(m: dict[str, Any], arrays: dict[str, np.ndarray]) -> Session:
         runs=tuple(_run(r, arrays) for r in m["runs"]),
         created=str(m["created"]),
         app_version=str(m["app_version"]),
+        shown=int(m.get("shown", -1)),  # added within version 1
     )

@@ -53,6 +53,7 @@ class BranchView(QWidget):
         controller.sig_run_started.connect(self._schedule)
         self.compare.sig_tree_changed.connect(self.set_nodes)
         self.compare.sig_error.connect(self._on_error)
+        self.set_nodes(self.compare.nodes)  # a tree made before the view was first opened
 
     def _build(self) -> None:
         self.header = QLabel("select a step of a run to branch from", wordWrap=True)
@@ -145,6 +146,7 @@ class BranchView(QWidget):
             for node in nodes:
                 point = "root" if node.branch_step is None else f"step {node.offset - 1}"
                 forced = "" if node.forced_token is None else repr(visible(node.forced_token.text))
+                forced = "(continued)" if node.continued else forced
                 cells = [f"run {node.run_id}", point, forced, f"{node.cumulative_logprob:.3f}",
                          node.text.replace("\n", "↵")]  # fmt: skip
                 parent = items.get(node.parent_run_id) if node.parent_run_id else None
@@ -152,7 +154,7 @@ class BranchView(QWidget):
                 item.setData(0, RUN_ID, node.run_id)
                 items[node.run_id] = item
             self.tree.expandAll()
-            current = items.get(self.controller.run_id)
+            current = items.get(self.compare.current_node())
             if current is not None:
                 self.tree.setCurrentItem(current)
 

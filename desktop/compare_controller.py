@@ -23,6 +23,7 @@ from desktop.compare_jobs import (
 
 MIN_COLUMNS, MAX_COLUMNS = 2, 4
 MIN_SAMPLES, MAX_SAMPLES = 2, 16
+GROWING = ("branch", "continue")  # jobs that stream into the panes as the shown run
 
 
 class CompareController(QObject):
@@ -37,7 +38,11 @@ class CompareController(QObject):
         sig_beam_finished(object): ``BeamResult``.
         sig_tree_changed(object): tuple of ``BranchNode`` of the branch tree.
         sig_prefix_reused(int, float): prompt tokens the last run reused, TTFT saved (ms).
-        sig_error(str, str): the view it concerns ("compare", "beam", "branch") and a message.
+        sig_revived(float, float, bool): a run opened from a session was made live again on the
+            loaded model: the largest logit difference to the recording, the logits' scale,
+            and whether that is within float rounding.
+        sig_error(str, str): what it concerns ("compare", "beam", "branch", "continue") and a
+            message.
     """
 
     sig_compare_started = Signal(object)
@@ -48,6 +53,7 @@ class CompareController(QObject):
     sig_beam_finished = Signal(object)
     sig_tree_changed = Signal(object)
     sig_prefix_reused = Signal(int, float)
+    sig_revived = Signal(float, float, bool)
     sig_error = Signal(str, str)
 
     def __init__(self, controller: Any) -> None:
@@ -68,6 +74,10 @@ class CompareController(QObject):
         worker.sig_stream_item.connect(self._on_item)
         worker.sig_prefix_reused.connect(self._on_prefix_reused)
         worker.sig_loaded.connect(self._on_model_loaded)
+        controller.sig_session_changed.connect(self._on_session_changed)
+        self._session: Any = None  # the session whose runs the tree shows
+        self._session_path: str | None = None
+        self._session_runs: dict[int, int] = {}  # its run ids → index in session.runs
 
     # ----------------------------------------------------------------- requests
     def request_compare(self, text: str, chat: bool, configs: list[Any], max_new: int) -> None:
@@ -106,24 +116,46 @@ class CompareController(QObject):
     def request_branch(self, step: int, token_id: int, max_new: int) -> None:
         """Continue the shown run as if step ``step`` had chosen ``token_id``; it streams into
         the panes like a live run and joins the branch tree."""
-        ctl = self.ctl
-        problem = self._branch_problem(step)
+        problem = self._grow_problem(step)
         if problem:
             self.sig_error.emit("branch", problem)
             return
-        shown, new_id = ctl.run_id, ctl.new_run_id()
-        ctl.adopt_run(new_id, ctl.run_params)
-        self._kinds[new_id], self.running["branch"] = "branch", new_id
-        ctl.request_stream(new_id, self._book.branch_job(shown, step, token_id, max_new, new_id))
+        ctl = self.ctl
+        shown, new_id, recorded = ctl.run_id, ctl.new_run_id(), ctl.recorded_run()
+        job = self._book.branch_job(shown, step, token_id, max_new, new_id, recorded)
+        self._grow("branch", new_id, job)
 
-    def _branch_problem(self, step: int) -> str:
+    def request_continue(self, max_new: int) -> None:
+        """Let the shown run go on for ``max_new`` more tokens with its own sampler settings (a
+        run opened from a session is first revived on the loaded model)."""
+        ctl = self.ctl
+        problem = self._grow_problem(len(ctl.steps) - 1)
+        reason = ctl.summary.finish_reason if ctl.summary is not None else None
+        if not problem and reason == "eos":
+            problem = "the run ended with its end-of-sequence token: branch from an earlier step"
+        if not problem and reason == "context":
+            problem = "the run filled the model's context: it cannot go on"
+        if problem:
+            self.sig_error.emit("continue", problem)
+            return
+        shown, new_id, recorded = ctl.run_id, ctl.new_run_id(), ctl.recorded_run()
+        self._grow("continue", new_id, self._book.continue_job(shown, max_new, new_id, recorded))
+
+    def _grow(self, kind: str, new_id: int, job: Any) -> None:
+        self.ctl.adopt_run(new_id, self.ctl.run_params)
+        self._kinds[new_id], self.running[kind] = kind, new_id
+        self.ctl.request_stream(new_id, job)
+
+    def _grow_problem(self, step: int) -> str:
         ctl = self.ctl
         if ctl.model_info is None:
             return "no model is loaded yet"
-        if ctl.recorded is not None:
-            return "a run opened from a session has no KV cache to branch from: run it again"
+        if ctl.recorded is not None and not ctl.model_matches():
+            info = ctl.info
+            return (f"this run was recorded with {info.name} (weights {info.weights_id[:12]}): "
+                    "load that model to continue or branch it")  # fmt: skip
         if ctl.busy:
-            return "wait for the running generation to finish (or stop it) before branching"
+            return "wait for the running generation to finish (or stop it) first"
         if not 0 <= step < len(ctl.steps):
             return "select a step of a run first"
         return ""
@@ -139,6 +171,11 @@ class CompareController(QObject):
 
     def request_stop(self) -> None:
         self.ctl.request_stop()
+
+    @property
+    def book(self) -> BranchBook:
+        """The branch tree's book (read by jobs on the worker thread only)."""
+        return self._book
 
     def set_reuse_prefix(self, on: bool) -> None:
         """Let the next runs read only the part of the prompt the last run's cache lacks."""
@@ -170,6 +207,13 @@ class CompareController(QObject):
 
     def show_node(self, run_id: int, step: int = -1) -> None:
         """Show a run of the branch tree (its whole path from the root) in every pane."""
+        if run_id in self._session_runs:
+            index = self._session_runs[run_id]
+            if self.ctl.recorded is None or self.ctl.session_index != index:
+                self.ctl.show_session(self._session, self._session_path, index)
+            if step >= 0:
+                self.ctl.request_select(step)
+            return
         if run_id in self.shown:
             self._show(self.shown[run_id], step)
 
@@ -200,7 +244,7 @@ class CompareController(QObject):
         handler = getattr(self, f"_on_{tag}", None)
         if handler is not None:
             handler(payload)
-        if tag.endswith("_started") and kind != "branch":
+        if tag.endswith("_started") and kind not in GROWING:
             self._owner = self.ctl.run_id
             self.ctl.set_busy(True)
         if tag.endswith("_done"):
@@ -209,7 +253,7 @@ class CompareController(QObject):
     def _end(self, kind: str, job_id: int) -> None:
         self.running.pop(kind, None)
         self._kinds.pop(job_id, None)
-        owner = job_id if kind == "branch" else self._owner
+        owner = job_id if kind in GROWING else self._owner
         if self.ctl.run_id == owner:
             self.ctl.set_busy(False)
 
@@ -238,13 +282,38 @@ class CompareController(QObject):
         self.beam_result = result
         self.sig_beam_finished.emit(result)
 
+    def current_node(self) -> int:
+        """The tree node of the run shown: a session run's saved id, or the live run id."""
+        ctl = self.ctl
+        if ctl.recorded is not None and ctl.session is self._session and self._session_runs:
+            return int(ctl.session.runs[ctl.session_index].run_id)
+        return int(ctl.run_id)
+
+    def _on_session_changed(self) -> None:
+        """A reopened session's runs become the tree (its branches, when it has any)."""
+        ctl = self.ctl
+        if ctl.recorded is None or ctl.session is None:
+            return
+        if ctl.session is not self._session:
+            from core.branching import session_nodes
+
+            session = ctl.session
+            self._session, self._session_path = session, ctl.session_path
+            self._session_runs = {r.run_id: i for i, r in enumerate(session.runs)}
+            self.nodes, self.shown = tuple(session_nodes(session.runs)), {}
+        self.sig_tree_changed.emit(self.nodes)
+
     def _on_branch_done(self, item: tuple[ShownRun, ShownRun, tuple[Any, ...]]) -> None:
+        self._session, self._session_runs = None, {}
         shown, root, nodes = item
         if root.run_id not in self.shown:
             self.shown = {root.run_id: root}  # a new tree
         self.shown[shown.run_id] = shown
         self.nodes = nodes
         self.sig_tree_changed.emit(nodes)
+
+    def _on_revived(self, item: tuple[float, float, bool]) -> None:
+        self.sig_revived.emit(*item)
 
     def _on_prefix_reused(self, run_id: int, tokens: int, saved_ms: float) -> None:
         if run_id == self.ctl.run_id:
@@ -254,4 +323,5 @@ class CompareController(QObject):
         self.start, self.columns, self.outcome = None, [], None
         self.beam_frames, self.beam_result, self.nodes, self.shown = [], None, (), {}
         self._book = BranchBook()  # the worker dropped every kept run with the old model
+        self._session, self._session_runs = None, {}
         self.sig_tree_changed.emit(())

@@ -190,6 +190,10 @@ class PathRun:
     def cache(self) -> Any:
         return self.run.cache
 
+    @property
+    def generator(self) -> Any:
+        return self.run.generator
+
     def shown(self) -> ShownRun:
         summary = RunSummary.of(self.run_id, self.prompt, self.steps, self.finish_reason)
         return ShownRun(
@@ -228,15 +232,25 @@ class BranchBook:
     def holds(self, run_id: int) -> bool:
         return run_id in self.paths
 
-    def _path(self, worker: Any, run_id: int) -> PathRun:
-        """The path of a run; a run outside the tree becomes the root of a new one."""
+    def _path(self, worker: Any, run_id: int, recorded: Any = None) -> tuple[PathRun, Any]:
+        """The path of a run and, when it had to be revived, the ``core.resume.Revived``.
+
+        A run outside the tree becomes the root of a new one; a run opened from a session
+        (``recorded``, a ``SessionRun``) is first revived on the loaded model.
+        """
         from core.branching import BranchTree
         from core.engine import Run
         from core.errors import PromptError
+        from core.resume import revive
 
         if run_id in self.paths:
-            return self.paths[run_id]
+            return self.paths[run_id], None
         run = worker.kept_runs.get(run_id) or worker.runs.get(run_id)
+        revived = None
+        if run is None and recorded is not None:
+            revived = revive(worker.engine, recorded, worker.cancel)
+            run = revived.run
+            run.run_id = run_id
         if not isinstance(run, Run):
             raise PromptError("the shown run is not on the model thread any more: run it again")
         fresh = run_id not in worker.kept_runs  # a live run: this book keeps it from now on
@@ -245,8 +259,8 @@ class BranchBook:
         root = PathRun(run_id, run.engine, run.prompt, run.params, run.prefill, run, 0)
         root.steps, root.finish_reason = list(run.steps), run.finish_reason
         self.paths = {run_id: root}
-        worker.kept_runs[run_id] = run
-        return root
+        keep(worker, run_id, run)
+        return root, revived
 
     def locate(self, path: PathRun, step: int) -> tuple[PathRun, int]:
         """The path whose own run made path step ``step``, and that run's local step index."""
@@ -254,27 +268,49 @@ class BranchBook:
             path = self.paths[self.parent[path.run_id]]
         return path, step - path.offset
 
-    def branch_job(self, shown_id: int, step: int, token_id: int, max_new: int, new_id: int) -> Job:
-        """Continue the shown run as if path step ``step`` had chosen ``token_id``."""
+    def branch_job(
+        self, shown_id: int, step: int, token_id: int, max_new: int, new_id: int,
+        recorded: Any = None,
+    ) -> Job:  # fmt: skip
+        """Continue the shown run as if path step ``step`` had chosen ``token_id``.
+        ``recorded`` is the shown run's ``SessionRun`` when it was opened from a session."""
+        return self._grow(shown_id, step, token_id, max_new, new_id, recorded)
 
+    def continue_job(self, shown_id: int, max_new: int, new_id: int, recorded: Any = None) -> Job:
+        """Let the shown run go on for ``max_new`` more tokens (``core.branching.continue_run``:
+        the same tokens a longer run would have generated)."""
+        return self._grow(shown_id, None, None, max_new, new_id, recorded)
+
+    def _grow(
+        self, shown_id: int, step: int | None, token_id: int | None, max_new: int, new_id: int,
+        recorded: Any,
+    ) -> Job:  # fmt: skip
         def job(worker: Any) -> Iterator[Item]:
-            from core.branching import branch
+            from core.branching import branch, continue_run
             from core.engine import RunConfig
 
-            shown = self._path(worker, shown_id)
-            owner, local = self.locate(shown, step)
+            shown, revived = self._path(worker, shown_id, recorded)
+            if revived is not None:
+                yield "revived", (revived.max_logit_diff, revived.logit_scale, revived.matches)
+            at_end = step is None
+            owner, local = self.locate(shown, len(shown.steps) - 1 if at_end else step)
             old = owner.run.config
             config = RunConfig(max_new, old.stop_strings, old.top_n)
-            params = owner.run.params
-            child = branch(worker.engine, owner.run, local, token_id, params, config, worker.cancel)
+            if at_end:
+                child = continue_run(worker.engine, owner.run, config, worker.cancel)
+                token = owner.run.steps[local].token.id
+            else:
+                token = int(token_id)  # type: ignore[arg-type]
+                child = branch(worker.engine, owner.run, local, token, owner.run.params, config,
+                               worker.cancel)  # fmt: skip
             child.run_id = new_id
-            self.tree.add(owner.run, local, token_id, child)
+            self.tree.add(owner.run, local, token, child)
             self.parent[new_id] = owner.run_id
             at = owner.offset + local
             path = PathRun(new_id, child.engine, shown.prompt, child.params, shown.prefill, child,
                            at + 1)  # fmt: skip
             path.steps = [dataclasses.replace(s, run_id=new_id) for s in owner.steps[:at]]
-            path.steps.append(forced_record(worker.engine, owner.steps[at], token_id, new_id))
+            path.steps.append(forced_record(worker.engine, owner.steps[at], token, new_id))
             yield "run_started", path.prompt
             yield "prefill", path.prefill
             yield from (("step", s) for s in list(path.steps))
@@ -292,3 +328,23 @@ class BranchBook:
             yield "branch_done", (shown_run, root, tuple(self.tree.nodes()))
 
         return job
+
+    def saved_runs(self, shown_id: int, make: Callable[..., Any]) -> tuple[list[Any], int] | None:
+        """Every run of the tree holding ``shown_id`` as ``make(path, label, parent)`` (root
+        first, depth first) and the index of the shown one; None when it is in no tree."""
+        if shown_id not in self.paths or self.tree is None:
+            return None
+        runs, order = [], []
+        for node in self.tree.nodes():
+            path = self.paths.get(node.run_id)
+            if path is None:  # a branch that failed before it finished
+                continue
+            parent = None
+            label = "root"
+            if node.parent_run_id is not None:
+                parent = (self.parent[node.run_id], path.offset - 1)
+                how = "continued" if node.continued else f"forced {node.forced_token.text!r}"
+                label = f"branch at step {path.offset - 1}, {how}"
+            runs.append(make(path, label, parent))
+            order.append(node.run_id)
+        return runs, order.index(shown_id)

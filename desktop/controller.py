@@ -66,6 +66,7 @@ class Controller(QObject):
         self.recorded: Any = None  # RecordedAnalysis while a session's run is shown
         self.session: Any = None
         self.session_path: str | None = None
+        self.session_index = -1  # the run of ``session`` shown
         self.dirty = False  # a live run not saved yet
         self.prompt: Any = None
         self.prefill: Any = None
@@ -174,7 +175,7 @@ class Controller(QObject):
             return self._results[key]
         if self.recorded is not None:
             stored = self.recorded.get(kind, args)
-            if stored is not None or not self._model_matches():
+            if stored is not None or not self.model_matches():
                 return stored
         if key not in self._asked and self.model_info is not None:
             self._asked.add(key)
@@ -190,7 +191,11 @@ class Controller(QObject):
             self._serve_requested.emit()
         return None
 
-    def _model_matches(self) -> bool:
+    def recorded_run(self) -> Any:
+        """The ``SessionRun`` shown, or None for a live run."""
+        return None if self.recorded is None else self.recorded.run
+
+    def model_matches(self) -> bool:
         """Whether the loaded model is the one a recorded run was made with."""
         live, shown = self.model_info, self.info
         return live is not None and shown is not None and live.weights_id == shown.weights_id
@@ -243,11 +248,14 @@ class Controller(QObject):
 
     # ----------------------------------------------------------------- sessions
     def show_session(self, session: Any, path: str | None = None, index: int = -1) -> None:
-        """Show a run of a loaded ``Session`` in every pane, marked as recorded."""
+        """Show a run of a loaded ``Session`` in every pane, marked as recorded (``index`` -1:
+        the run the file says was shown when it was saved)."""
         from core.records import ModelInfo, RunSummary
         from core.session_analysis import RecordedAnalysis
 
+        index = session.shown_index if index < 0 else index
         run = session.runs[index]
+        self.session_index = index
         self.request_stop()
         self.run_id = next(self._ids)  # late records of a live run are dropped from now on
         info = ModelInfo(**session.model)
@@ -266,26 +274,43 @@ class Controller(QObject):
         self.sig_session_changed.emit()
 
     def request_save_session(self, path: str, with_views: bool = True) -> None:
-        """Save the run shown on the worker; ``sig_saved`` follows.
+        """Save the shown run, and every run of its branch tree, on the worker; ``sig_saved``
+        follows.
 
         ``with_views`` also records the lens, prompt lens, prompt maps and vocabulary
         projection (a few seconds of model time) so the file works without the model.
         """
+        import dataclasses
+
         from core.session import Session, save_session
 
-        recorded, run_id, info = self.session if self.recorded else None, self.run_id, self.info
+        run_id, info, book = self.run_id, self.info, self.compare.book
+        recorded = None
+        if self.recorded is not None and self.session is not None:
+            recorded = dataclasses.replace(self.session, shown=self.session_index)
+        projection = self._results.get(("embedding_projection", getattr(info, "weights_id", "")))
 
         def job() -> Any:
             from core.session import session_from_run
             from core.session_analysis import recorded_run
 
+            memo = {} if projection is None else {"embedding_projection": projection}
+
+            def make(run: Any, label: str | None = None, parent: Any = None) -> Any:
+                if with_views:
+                    return recorded_run(run, label, parent, memo)
+                return session_from_run(run, info, label, parent)
+
             session = recorded
             if session is None:
-                run = self.worker.runs.get(run_id)
-                if run is None:
-                    raise ValueError("there is no run to save")
-                saved = recorded_run(run) if with_views else session_from_run(run, info)
-                session = Session(model=info.as_dict(), runs=(saved,))
+                tree = book.saved_runs(run_id, make)
+                if tree is None:
+                    run = self.worker.runs.get(run_id)
+                    if run is None:
+                        raise ValueError("there is no run to save")
+                    tree = [make(run)], 0
+                runs, shown = tree
+                session = Session(model=info.as_dict(), runs=tuple(runs), shown=shown)
             return path, save_session(path, session), session
 
         self.worker.submit("save_session", ("save_session", path), job)

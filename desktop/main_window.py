@@ -105,6 +105,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.prompt_panel)
         self.panes: dict[str, Any] = {}
         self.docks: dict[str, QDockWidget] = {}
+        self._revived_note = ""  # said with the next finished run
         self.views: dict[str, Any] = {}  # the Compare menu's views, made when first opened
         self.view_docks: dict[str, QDockWidget] = {}
         from desktop.session_actions import SessionActions
@@ -180,6 +181,9 @@ class MainWindow(QMainWindow):
         run_menu = bar.addMenu("&Run")
         panel = self.prompt_panel
         run_menu.addAction(self._action("&Run", panel.run, ["Ctrl+Return", "Ctrl+Enter"]))
+        run_menu.addAction(
+            self._action("&Continue", panel.continue_run, ["Ctrl+Shift+Return", "Ctrl+Shift+Enter"])
+        )
         run_menu.addAction(self._action("&Stop", self.controller.request_stop, "Esc"))
         run_menu.addAction(self._action("&Previous step", lambda: panel.step_by(-1), "Alt+Left"))
         run_menu.addAction(self._action("&Next step", lambda: panel.step_by(1), "Alt+Right"))
@@ -206,6 +210,7 @@ class MainWindow(QMainWindow):
         c.sig_error.connect(self._on_error)
         c.sig_run_finished.connect(self._on_finished)
         c.compare.sig_prefix_reused.connect(self._on_prefix_reused)
+        c.compare.sig_revived.connect(self._on_revived)
         c.sig_run_started.connect(lambda _p: self.reuse_label.setVisible(False))
 
     # ----------------------------------------------------------------- model
@@ -255,9 +260,10 @@ class MainWindow(QMainWindow):
         self.prompt_panel.show_error(message)
 
     def _on_finished(self, summary: Any) -> None:
+        note, self._revived_note = self._revived_note, ""
         self.statusBar().showMessage(
             f"{len(summary.generated_ids)} tokens · stopped: {summary.finish_reason} · "
-            f"TTFT {summary.ttft_ms:.0f} ms · {summary.tokens_per_s:.1f} tokens/s"
+            f"TTFT {summary.ttft_ms:.0f} ms · {summary.tokens_per_s:.1f} tokens/s{note}"
         )
 
     # ----------------------------------------------------------------- compare
@@ -291,6 +297,15 @@ class MainWindow(QMainWindow):
 
     def open_beam(self) -> Any:
         return self.open_view("Beam search")
+
+    def _on_revived(self, diff: float, scale: float, matches: bool) -> None:
+        """A recorded run was re-read on the loaded model before it went on."""
+        what = "matches the recording" if matches else "DIFFERS from the recording"
+        self._revived_note = (
+            f" · re-read the recorded context: the model {what} "
+            f"(largest logit difference {diff:.2g} of {scale:.3g})"
+        )
+        self.statusBar().showMessage(self._revived_note[3:])
 
     def _on_prefix_reused(self, tokens: int, saved_ms: float) -> None:
         self.reuse_label.setText(f"reused {tokens} tokens, TTFT saved {saved_ms:.0f} ms")

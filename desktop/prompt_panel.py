@@ -46,11 +46,17 @@ class PromptPanel(QWidget):
         )
         self.run_button = QPushButton("Run  (Ctrl+Enter)")
         self.stop_button = QPushButton("Stop  (Esc)")
+        self.continue_button = QPushButton("Continue")
+        self.continue_button.setToolTip(
+            "Let the shown run go on for max tokens more with its own sampler settings "
+            "(Ctrl+Shift+Enter); a run opened from a session needs its model loaded"
+        )
         top = QHBoxLayout()
         for w in (QLabel("Example:"), self.examples_box, self.chat_box, self.max_tokens):
             top.addWidget(w)
         top.addStretch(1)
         top.addWidget(self.run_button)
+        top.addWidget(self.continue_button)
         top.addWidget(self.stop_button)
         self.editor = QPlainTextEdit()
         self.editor.setPlaceholderText("Type a prompt, then press Ctrl+Enter")
@@ -79,6 +85,10 @@ class PromptPanel(QWidget):
         self.examples_box.currentIndexChanged.connect(self._pick_example)
         self.run_button.clicked.connect(self.run)
         self.stop_button.clicked.connect(c.request_stop)
+        self.continue_button.clicked.connect(self.continue_run)
+        c.compare.sig_error.connect(self._on_compare_error)
+        c.sig_session_changed.connect(self._on_session)
+        c.sig_run_finished.connect(lambda _s: self._on_busy(c.busy))
         self.slider.valueChanged.connect(c.request_select)
         c.sig_busy_changed.connect(self._on_busy)
         c.sig_run_started.connect(self._on_run_started)
@@ -101,6 +111,22 @@ class PromptPanel(QWidget):
             self.max_tokens.value(),
         )
 
+    def continue_run(self) -> None:
+        self.error.setVisible(False)
+        self.controller.compare.request_continue(self.max_tokens.value())
+
+    def _on_compare_error(self, view: str, message: str) -> None:
+        if view == "continue":
+            self.show_error(message)
+
+    def _on_session(self) -> None:
+        """Put a reopened run's prompt back in the editor, so Run and Compare read it again."""
+        c = self.controller
+        if c.recorded is not None and c.prompt is not None:
+            self.editor.setPlainText(c.prompt.text)
+            self.chat_box.setChecked(c.prompt.chat)
+        self._on_busy(c.busy)
+
     def show_error(self, message: str) -> None:
         self.error.setText(message)
         self.error.setVisible(True)
@@ -115,6 +141,10 @@ class PromptPanel(QWidget):
         loaded = self.controller.info is not None
         self.run_button.setEnabled(loaded)
         self.stop_button.setEnabled(busy)
+        c = self.controller
+        self.continue_button.setEnabled(
+            not busy and c.model_info is not None and bool(c.steps) and c.summary is not None
+        )
 
     def _on_run_started(self, _prompt: Any) -> None:
         self.response.clear()

@@ -1,0 +1,129 @@
+"""Continue in the window: a live run goes on exactly as a longer run would; the branch tree is
+saved whole; a reopened run with its model loaded is revived, continued and branched."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from core.engine import RunConfig
+from core.sampling import SamplingParams
+
+PROMPT = "Explain transformers like I am 12"
+SAMPLED = SamplingParams(temperature=1.3, top_k=0, top_p=1.0, seed=7)
+
+
+@pytest.fixture
+def window(loaded_window):
+    return loaded_window
+
+
+def _ids(steps):
+    return [s.token.id for s in steps]
+
+
+def _reference(engine, n):
+    run = engine.start(engine.tokenize(PROMPT), SAMPLED, RunConfig(max_new_tokens=n))
+    return _ids(run.run_all())
+
+
+def _run(qtbot, win, n):
+    with qtbot.waitSignal(win.controller.sig_run_finished, timeout=120_000):
+        win.controller.request_run(PROMPT, True, SAMPLED, n)
+
+
+def _continue(qtbot, win, n):
+    panel = win.prompt_panel
+    panel.max_tokens.setValue(n)
+    qtbot.waitUntil(panel.continue_button.isEnabled, timeout=10_000)
+    ctl = win.controller
+    with qtbot.waitSignals([ctl.sig_run_finished, ctl.compare.sig_tree_changed], timeout=120_000):
+        panel.continue_button.click()
+
+
+def _saved(qtbot, ctl, path):
+    return qtbot.waitSignal(
+        ctl.sig_saved, timeout=120_000, check_params_cb=lambda p, _size: p == str(path)
+    )
+
+
+def test_continue_goes_on_like_a_longer_run_and_the_tree_is_saved(qtbot, window, engine,
+                                                                  tmp_path):  # fmt: skip
+    from core.session import load_session
+
+    ctl = window.controller
+    _run(qtbot, window, 4)
+    first = _ids(ctl.steps)
+    _continue(qtbot, window, 4)
+    assert _ids(ctl.steps) == _reference(engine, 8)
+    assert _ids(ctl.steps)[:4] == first and ctl.summary.finish_reason == "length"
+    nodes = ctl.compare.nodes
+    assert [n.depth for n in nodes] == [0, 1] and nodes[1].continued
+    assert nodes[1].offset == 4  # the root's 4 steps come before the continuation's own
+
+    path = tmp_path / "tree.llmlens"
+    with _saved(qtbot, ctl, path):
+        ctl.request_save_session(str(path), with_views=False)
+    session = load_session(path)
+    root, grown = session.runs
+    assert root.parent is None and grown.parent == (root.run_id, 3)
+    assert _ids(root.steps) == first and _ids(grown.steps) == _ids(ctl.steps)
+    assert session.shown_index == 1 and grown.generator_state is not None
+
+
+def test_a_reopened_run_is_revived_continued_and_branched(qtbot, window, engine, tmp_path):
+    ctl = window.controller
+    _run(qtbot, window, 4)
+    _continue(qtbot, window, 2)
+    path = tmp_path / "tree.llmlens"
+    with _saved(qtbot, ctl, path):
+        ctl.request_save_session(str(path), with_views=False)
+    window.prompt_panel.editor.setPlainText("something else")
+
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=60_000):
+        window.sessions.open(str(path))
+    assert ctl.recorded is not None and ctl.session_index == 1 and len(ctl.steps) == 6
+    assert window.prompt_panel.editor.toPlainText() == PROMPT  # Run and Compare read it again
+    view = window.open_branch()
+    assert view.tree.topLevelItemCount() == 1 and view.tree.topLevelItem(0).childCount() == 1
+    assert "(continued)" in view.tree.topLevelItem(0).child(0).text(2)
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=60_000):
+        view.tree.setCurrentItem(view.tree.topLevelItem(0))  # the saved root
+    assert ctl.session_index == 0 and len(ctl.steps) == 4
+
+    with qtbot.waitSignal(ctl.compare.sig_revived, timeout=60_000) as revived:
+        _continue(qtbot, window, 4)
+    diff, scale, matches = revived.args
+    assert matches and diff < 1e-4 * scale
+    assert "matches the recording" in window.statusBar().currentMessage()
+    assert ctl.recorded is None and _ids(ctl.steps) == _reference(engine, 8)
+
+    ctl.request_select(2)
+    view.refresh()
+    alt = next(a for a in view.alternatives if not a.chosen)
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=120_000):
+        view.branch_button.click()
+    assert ctl.steps[2].token.id == alt.token_id and 3 < len(ctl.steps) <= 3 + 16
+    assert _ids(ctl.steps)[:2] == _reference(engine, 2)
+
+
+def test_a_run_of_another_model_cannot_be_continued(qtbot, window, tmp_path):
+    from core.session import load_session, save_session
+
+    ctl = window.controller
+    _run(qtbot, window, 3)
+    path, other = tmp_path / "mine.llmlens", tmp_path / "other.llmlens"
+    with _saved(qtbot, ctl, path):
+        ctl.request_save_session(str(path), with_views=False)
+    session = load_session(path)
+    model = dict(session.model, weights_id="0" * 16, name="another-model")
+    save_session(other, dataclasses.replace(session, model=model))
+
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=60_000):
+        window.sessions.open(str(other))
+    window.prompt_panel.max_tokens.setValue(2)
+    window.prompt_panel.continue_button.click()
+    error = window.prompt_panel.error
+    assert error.isVisibleTo(window) and "load that model" in error.text()
+    assert "another-model" in error.text() and ctl.recorded is not None and len(ctl.steps) == 3
