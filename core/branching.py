@@ -154,6 +154,7 @@ class BranchNode:
     cumulative_logprob: float  # raw log-prob of every generated token from the root to the end
     text: str  # this run's own output
     continued: bool = False  # the forced token is the one the parent chose: a continuation
+    label: str = ""  # a saved run's name (sessions)
 
 
 @dataclass
@@ -274,6 +275,7 @@ def session_nodes(runs: Sequence[Any]) -> list[BranchNode]:
                 float(sum(s.logprob for s in run.steps)),
                 own.decode("utf-8", errors="replace"),
                 bool(continued),
+                run.label,
             )
         )
         stack.extend((c, depth + 1) for c in reversed(children.get(run.run_id, [])))

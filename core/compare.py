@@ -13,6 +13,7 @@ import math
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -20,7 +21,7 @@ import torch
 from core import sampling
 from core.engine import Engine, Run, RunConfig
 from core.errors import SamplingError
-from core.records import PromptTokens, StepRecord
+from core.records import PromptTokens, RunSummary, StepRecord
 from core.sampling import SamplingParams
 
 MAX_CONFIGS = 4
@@ -87,6 +88,49 @@ class ColumnStats:
     finish_reason: str
 
 
+class ColumnRun(Protocol):
+    """What a comparison reads of each column: a live ``Run`` or a :class:`RecordedColumn`."""
+
+    params: SamplingParams
+    steps: list[StepRecord]
+
+    @property
+    def generated_ids(self) -> list[int]: ...
+
+    def summary(self) -> RunSummary: ...
+
+    def output_text(self) -> str: ...
+
+
+@dataclass
+class RecordedColumn:
+    """A column read back from a session (a ``core.session.SessionRun``), for the metrics."""
+
+    run_id: int
+    prompt: PromptTokens
+    params: SamplingParams
+    steps: list[StepRecord]
+    finish_reason: str | None
+
+    @classmethod
+    def of(cls, recorded: Any) -> RecordedColumn:
+        fields = set(SamplingParams.__dataclass_fields__)
+        params = SamplingParams(**{k: v for k, v in recorded.params.items() if k in fields})
+        return cls(recorded.run_id, recorded.prompt, params, list(recorded.steps),
+                   recorded.finish_reason)  # fmt: skip
+
+    @property
+    def generated_ids(self) -> list[int]:
+        return [s.token.id for s in self.steps]
+
+    def summary(self) -> RunSummary:
+        return RunSummary.of(self.run_id, self.prompt, self.steps, self.finish_reason)
+
+    def output_text(self) -> str:
+        raw = b"".join(s.token.raw for s in self.steps if not s.token.special)
+        return raw.decode("utf-8", errors="replace")
+
+
 @dataclass
 class Comparison:
     """Runs forked from one prefill. Metrics are computed from the runs' steps when asked.
@@ -97,8 +141,14 @@ class Comparison:
     """
 
     prompt: PromptTokens
-    runs: list[Run]
+    runs: Sequence[ColumnRun]
     shared_prefill_ms: float
+
+    @classmethod
+    def recorded(cls, runs: Sequence[Any], shared_prefill_ms: float) -> Comparison:
+        """The comparison of columns saved in a session (``SessionRun``s of one prompt)."""
+        columns = [RecordedColumn.of(r) for r in runs]
+        return cls(columns[0].prompt, columns, shared_prefill_ms)
 
     @property
     def params(self) -> list[SamplingParams]:
@@ -111,7 +161,7 @@ class Comparison:
     def steps(self) -> Iterator[tuple[int, StepRecord]]:
         """Advance the runs round-robin, yielding (column, record) until every run has ended."""
         with torch.inference_mode():  # outermost, so the runs' own enter/exit cannot interleave
-            live = {i: iter(run) for i, run in enumerate(self.runs)}
+            live = {i: iter(run) for i, run in enumerate(self.runs) if isinstance(run, Run)}
             while live:
                 for column, it in list(live.items()):
                     record = next(it, None)
@@ -150,7 +200,7 @@ class Comparison:
         return [column_stats(r) for r in self.runs]
 
 
-def column_stats(run: Run) -> ColumnStats:
+def column_stats(run: ColumnRun) -> ColumnStats:
     logprobs = [s.logprob for s in run.steps]
     mean = float(np.mean(logprobs)) if logprobs else 0.0
     summary = run.summary()

@@ -95,6 +95,14 @@ class SessionRun:
 
 
 @dataclass(frozen=True)
+class SessionComparison:
+    """Runs of a session that were compared side by side from one shared prefill."""
+
+    runs: tuple[int, ...]  # indices into ``Session.runs``, in column order
+    shared_prefill_ms: float
+
+
+@dataclass(frozen=True)
 class Session:
     """Everything a session file holds: the model's identity and one or more runs."""
 
@@ -103,6 +111,7 @@ class Session:
     created: str = field(default_factory=_now)  # ISO 8601, UTC
     app_version: str = field(default_factory=app_version)
     shown: int = -1  # index of the run the app shows when the file is opened
+    comparisons: tuple[SessionComparison, ...] = ()
 
     @property
     def shown_index(self) -> int:
@@ -315,6 +324,10 @@ def _plan(session: Session) -> tuple[bytes, list[_Member]]:
     manifest = {
         "format": FORMAT, "app_version": session.app_version, "created": session.created,
         "model": session.model, "runs": runs, "shown": session.shown_index,
+        "comparisons": [
+            {"runs": list(c.runs), "shared_prefill_ms": c.shared_prefill_ms}
+            for c in session.comparisons
+        ],
         "arrays": {
             m.name: {"dtype": m.dtype, "shape": list(m.shape), "part": m.part} for m in members
         },

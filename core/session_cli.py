@@ -59,6 +59,9 @@ def describe(session: Session, file_size: int | None = None) -> str:
     ]
     for run in session.runs:
         lines += _describe_run(run)
+    for c in session.comparisons:
+        ids = ", ".join(str(session.runs[i].run_id) for i in c.runs)
+        lines.append(f"compared  runs {ids} from one prefill ({c.shared_prefill_ms:.0f} ms)")
     sizes = estimate_size(session)
     parts = ", ".join(f"{p} {_bytes(sizes[p])}" for p in PARTS)
     on_disk = f"{_bytes(file_size)} on disk; " if file_size is not None else ""

@@ -39,6 +39,7 @@ from core.session import (
     MANIFEST,
     MAX_MANIFEST_BYTES,
     Session,
+    SessionComparison,
     SessionError,
     SessionRun,
     _check_limits,
@@ -301,6 +302,16 @@ def _mapping(value: Any) -> dict[str, Any]:
     return dict(value or {})
 
 
+def _comparisons(value: Any, n_runs: int) -> tuple[SessionComparison, ...]:
+    _need(isinstance(value, list), "malformed comparisons")
+    out = []
+    for c in value:
+        runs = tuple(int(i) for i in c["runs"])
+        _need(len(runs) >= 2 and all(0 <= i < n_runs for i in runs), "malformed comparison")
+        out.append(SessionComparison(runs, float(c["shared_prefill_ms"])))
+    return tuple(out)
+
+
 def _session(m: dict[str, Any], arrays: dict[str, np.ndarray]) -> Session:
     _need(isinstance(m.get("runs"), list), "the manifest lists no runs")
     return Session(
@@ -309,4 +320,5 @@ def _session(m: dict[str, Any], arrays: dict[str, np.ndarray]) -> Session:
         created=str(m["created"]),
         app_version=str(m["app_version"]),
         shown=int(m.get("shown", -1)),  # added within version 1
+        comparisons=_comparisons(m.get("comparisons", []), len(m["runs"])),  # added within 1
     )

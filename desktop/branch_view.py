@@ -147,7 +147,9 @@ class BranchView(QWidget):
                 point = "root" if node.branch_step is None else f"step {node.offset - 1}"
                 forced = "" if node.forced_token is None else repr(visible(node.forced_token.text))
                 forced = "(continued)" if node.continued else forced
-                cells = [f"run {node.run_id}", point, forced, f"{node.cumulative_logprob:.3f}",
+                named = node.label and node.branch_step is None and node.label != "root"
+                name = f"run {node.run_id}" + (f" · {node.label}" if named else "")
+                cells = [name, point, forced, f"{node.cumulative_logprob:.3f}",
                          node.text.replace("\n", "↵")]  # fmt: skip
                 parent = items.get(node.parent_run_id) if node.parent_run_id else None
                 item = QTreeWidgetItem(parent if parent is not None else self.tree, cells)

@@ -7,12 +7,14 @@ back here and leave as this object's signals. A branch streams into the panes li
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
 from desktop.compare_jobs import (
     BranchBook,
+    CompareOutcome,
     CompareStart,
     ShownRun,
     beam_job,
@@ -78,6 +80,7 @@ class CompareController(QObject):
         self._session: Any = None  # the session whose runs the tree shows
         self._session_path: str | None = None
         self._session_runs: dict[int, int] = {}  # its run ids → index in session.runs
+        self._session_columns: list[int] = []  # a reopened comparison's runs (session indices)
 
     # ----------------------------------------------------------------- requests
     def request_compare(self, text: str, chat: bool, configs: list[Any], max_new: int) -> None:
@@ -98,9 +101,12 @@ class CompareController(QObject):
         if seed < 0:
             self.sig_error.emit("compare", f"seed must be ≥ 0; got {seed}")
             return
-        self._compare(text, chat, [params.with_(seed=seed + i) for i in range(k)], max_new)
+        configs = [params.with_(seed=seed + i) for i in range(k)]
+        self._compare(text, chat, configs, max_new, samples=True)
 
-    def _compare(self, text: str, chat: bool, configs: list[Any], max_new: int) -> None:
+    def _compare(
+        self, text: str, chat: bool, configs: list[Any], max_new: int, samples: bool = False
+    ) -> None:
         ids = [self.ctl.new_run_id() for _ in configs]
         old = [i for i in (self.start.run_ids if self.start else ()) if i != self.ctl.run_id]
         book = self._book
@@ -108,7 +114,7 @@ class CompareController(QObject):
         def drop(worker: Any) -> None:
             forget(worker, [i for i in old if not book.holds(i)])
 
-        self._run("compare", compare_job(text, chat, configs, max_new, ids, drop))
+        self._run("compare", compare_job(text, chat, configs, max_new, ids, drop, samples))
 
     def request_beam(self, text: str, chat: bool, beams: int, max_new: int) -> None:
         self._run("beam", beam_job(text, chat, beams, max_new))
@@ -196,6 +202,9 @@ class CompareController(QObject):
         """Show a comparison column in every pane (at ``step``, or its last step)."""
         if self.start is None or not 0 <= column < len(self.columns) or self.outcome is None:
             return
+        if self._session_columns:  # a comparison reopened from a session
+            self._show_session_run(self._session_columns[column], step)
+            return
         from core.records import RunSummary
 
         run_id, steps = self.start.run_ids[column], tuple(self.columns[column])
@@ -208,11 +217,7 @@ class CompareController(QObject):
     def show_node(self, run_id: int, step: int = -1) -> None:
         """Show a run of the branch tree (its whole path from the root) in every pane."""
         if run_id in self._session_runs:
-            index = self._session_runs[run_id]
-            if self.ctl.recorded is None or self.ctl.session_index != index:
-                self.ctl.show_session(self._session, self._session_path, index)
-            if step >= 0:
-                self.ctl.request_select(step)
+            self._show_session_run(self._session_runs[run_id], step)
             return
         if run_id in self.shown:
             self._show(self.shown[run_id], step)
@@ -259,6 +264,7 @@ class CompareController(QObject):
 
     def _on_compare_started(self, start: CompareStart) -> None:
         self.start, self.columns, self.outcome = start, [[] for _ in start.run_ids], None
+        self._session_columns = []
         self.sig_compare_started.emit(start)
 
     def _on_compare_step(self, item: tuple[int, Any]) -> None:
@@ -282,6 +288,19 @@ class CompareController(QObject):
         self.beam_result = result
         self.sig_beam_finished.emit(result)
 
+    def _show_session_run(self, index: int, step: int) -> None:
+        ctl = self.ctl
+        if ctl.recorded is None or ctl.session is not self._session or ctl.session_index != index:
+            ctl.show_session(self._session, self._session_path, index)
+        if step >= 0:
+            ctl.request_select(step)
+
+    def saved_comparison(self) -> tuple[tuple[int, ...], float] | None:
+        """(run ids, shared prefill ms) of the finished live comparison, to save with a session."""
+        if self.start is None or self.outcome is None or self._session_columns:
+            return None
+        return self.start.run_ids, self.start.shared_prefill_ms
+
     def current_node(self) -> int:
         """The tree node of the run shown: a session run's saved id, or the live run id."""
         ctl = self.ctl
@@ -301,7 +320,40 @@ class CompareController(QObject):
             self._session, self._session_path = session, ctl.session_path
             self._session_runs = {r.run_id: i for i, r in enumerate(session.runs)}
             self.nodes, self.shown = tuple(session_nodes(session.runs)), {}
+            if session.comparisons:
+                self._replay_comparison(session, session.comparisons[-1])
         self.sig_tree_changed.emit(self.nodes)
+
+    def _replay_comparison(self, session: Any, saved: Any) -> None:
+        """Show a session's comparison in the compare view, its metrics recomputed from the
+        recorded steps (every column's full logits are in the file)."""
+        from core.compare import Comparison
+
+        runs = [session.runs[i] for i in saved.runs]
+        comparison = Comparison.recorded(runs, saved.shared_prefill_ms)
+        params = tuple(comparison.params)
+        samples = len({dataclasses.replace(p, seed=0) for p in params}) == 1
+        ids = tuple(r.run_id for r in runs)
+        prefill_saved = comparison.prefill_saved_ms
+        self._on_compare_started(
+            CompareStart(
+                comparison.prompt, params, ids, saved.shared_prefill_ms, prefill_saved, samples
+            )  # fmt: skip
+        )
+        for column, run in enumerate(runs):
+            for record in run.steps:
+                self._on_compare_step((column, record))
+        self._on_compare_done(
+            CompareOutcome(
+                tuple(comparison.columns()),
+                comparison.divergence_step,
+                tuple(comparison.kl_per_step),
+                tuple(comparison.overlap_per_step),
+                tuple(r.prefill for r in runs),
+                tuple(r.finish_reason for r in runs),
+            )
+        )
+        self._session_columns = list(saved.runs)
 
     def _on_branch_done(self, item: tuple[ShownRun, ShownRun, tuple[Any, ...]]) -> None:
         self._session, self._session_runs = None, {}
@@ -323,5 +375,5 @@ class CompareController(QObject):
         self.start, self.columns, self.outcome = None, [], None
         self.beam_frames, self.beam_result, self.nodes, self.shown = [], None, (), {}
         self._book = BranchBook()  # the worker dropped every kept run with the old model
-        self._session, self._session_runs = None, {}
+        self._session, self._session_runs, self._session_columns = None, {}, []
         self.sig_tree_changed.emit(())

@@ -34,6 +34,7 @@ class CompareStart:
     run_ids: tuple[int, ...]
     shared_prefill_ms: float
     prefill_saved_ms: float
+    samples: bool = False  # K samples of one setting (seeds s … s+K−1), not 2–4 settings
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ def compare_job(
     max_new: int,
     run_ids: Sequence[int],
     drop: Callable[[Any], None],
+    samples: bool = False,
 ) -> Job:
     """Columns from one shared prefill (``core.compare.start_shared``), streamed round-robin.
     ``drop(worker)`` first forgets the runs of the previous comparison."""
@@ -107,7 +109,9 @@ def compare_job(
         ms = comparison.shared_prefill_ms
         yield (
             "compare_started",
-            CompareStart(prompt, tuple(configs), tuple(run_ids), ms, comparison.prefill_saved_ms),
+            CompareStart(
+                prompt, tuple(configs), tuple(run_ids), ms, comparison.prefill_saved_ms, samples
+            ),  # fmt: skip
         )
         for column, record in comparison.steps():
             yield "compare_step", (column, record)

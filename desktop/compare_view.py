@@ -31,7 +31,7 @@ from core.errors import LensError
 from desktop.compare_controller import MAX_COLUMNS
 from desktop.controller import REPAINT_MS, Controller
 from desktop.panes.tokens import Chip, ChipView, response_chip
-from desktop.sampler_rows import SamplerRow
+from desktop.sampler_rows import SamplerRow, describe_params
 
 ERROR_STYLE = "QLabel { background: #b3261e; color: white; padding: 6px; }"
 DIVERGE = QColor("#d93025")
@@ -122,13 +122,17 @@ class CompareView(QWidget):
         self.rows: list[SamplerRow] = []
         self.columns: list[ColumnWidget] = []
         self.selected = -1
-        self._samples_run = False  # whether the last Run asked for K samples
         self._flush = QTimer(self, singleShot=True, interval=REPAINT_MS)
         self._flush.timeout.connect(self._draw_new_steps)
         self._build()
         for preset in ("factual", "creative", "greedy"):
             self.add_row(preset)
         self._wire()
+        if self.compare.start is not None:  # a comparison made (or reopened) before this view
+            self._on_started(self.compare.start)
+            self._draw_new_steps()
+            if self.compare.outcome is not None:
+                self._on_finished(self.compare.outcome)
         self._on_mode(0)
 
     # ----------------------------------------------------------------- building
@@ -250,8 +254,7 @@ class CompareView(QWidget):
             self.show_error(f"configuration #{index + 1}: {exc}")
             return
         text, chat = self.prompt_source()
-        self._samples_run = self.samples_mode()
-        if self._samples_run:
+        if self.samples_mode():
             seed = int(rows[0].values()["seed"])
             k, n = self.k_box.value(), self.max_tokens.value()
             self.compare.request_samples(text, chat, configs[0], k, seed, n)
@@ -260,9 +263,9 @@ class CompareView(QWidget):
 
     def _on_started(self, start: Any) -> None:
         self._clear_columns()
-        samples = self._samples_run
+        samples = start.samples
         for i, params in enumerate(start.params):
-            header = f"seed {params.seed}" if samples else self.rows[i].describe()
+            header = f"seed {params.seed}" if samples else describe_params(params)
             column = ColumnWidget(header, compact=samples)
             column.sig_step_clicked.connect(self.select_step)
             column.sig_show.connect(lambda i=i: self.compare.show_column(i, self.selected))

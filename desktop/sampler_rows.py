@@ -46,6 +46,24 @@ def preset_values(name: str) -> dict[str, Any]:
     return {**NEUTRAL, **PRESETS[name]}
 
 
+def describe_params(params: SamplingParams) -> str:
+    """A column header for sampler settings: the preset they equal, or each active setting."""
+    import dataclasses
+
+    v = dataclasses.asdict(params)
+    for name in PRESETS:
+        values = {"greedy": name == "greedy", **preset_values(name), "seed": params.seed}
+        preset = SamplingParams(**values)
+        if preset == params:
+            return f"{PRESET_LABELS[name]} · seed {v['seed']}"
+    parts = ["greedy"] if params.greedy else [f"T {v['temperature']:g}"]
+    parts += [f"top-k {v['top_k']}"] if v["top_k"] else []
+    parts += [f"top-p {v['top_p']:g}"] if v["top_p"] != 1 else []
+    parts += [f"min-p {v['min_p']:g}"] if v["min_p"] else []
+    parts += [f"rep {v['repetition_penalty']:g}"] if v["repetition_penalty"] != 1 else []
+    return " · ".join([*parts, f"seed {v['seed']}"])
+
+
 class SamplerRow(QWidget):
     """A preset combo and the six settings of one configuration.
 
@@ -113,17 +131,6 @@ class SamplerRow(QWidget):
         """The settings; raises ``SamplingError`` with a plain message when one is out of range."""
         values = self.values()
         return SamplingParams(**values, greedy=self.preset_name() == "greedy")
-
-    def describe(self) -> str:
-        v, name = self.values(), self.preset_name()
-        if name != CUSTOM:
-            return f"{PRESET_LABELS[name]} · seed {v['seed']}"
-        parts = [f"T {v['temperature']:g}"]
-        parts += [f"top-k {v['top_k']}"] if v["top_k"] else []
-        parts += [f"top-p {v['top_p']:g}"] if v["top_p"] != 1 else []
-        parts += [f"min-p {v['min_p']:g}"] if v["min_p"] else []
-        parts += [f"rep {v['repetition_penalty']:g}"] if v["repetition_penalty"] != 1 else []
-        return " · ".join([*parts, f"seed {v['seed']}"])
 
     def _on_preset(self, _index: int) -> None:
         self.set_preset(self.preset_name())

@@ -87,7 +87,7 @@ class SessionActions(QObject):
         self.save_as(path)
 
     def save_as(self, path: str | None = None) -> None:
-        if not self.controller.steps:
+        if not self.controller.steps and self.controller.compare.saved_comparison() is None:
             self.window.prompt_panel.show_error("nothing to save yet: run a prompt first")
             return
         if not path:

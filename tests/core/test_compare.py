@@ -439,3 +439,34 @@ def test_compare_cli_writes_traces_and_metrics(tmp_path, engine, greedy_run):
         assert key in data
     d = data["divergence_step"]
     assert len(data["kl_per_step"]) == (4 if d is None else d + 1)
+
+
+def test_a_saved_comparison_gives_the_same_metrics(tmp_path, tiny_engine):
+    from core.compare import Comparison
+    from core.session import (
+        Session,
+        SessionComparison,
+        load_session,
+        save_session,
+        session_from_run,
+    )
+
+    prompt = tiny_engine.tokenize("Once upon a time", chat=False)
+    comp = samples(tiny_engine, prompt, SamplingParams(temperature=1.5, top_p=1.0), 3, 4,
+                   RunConfig(max_new_tokens=6))  # fmt: skip
+    runs = tuple(session_from_run(r, tiny_engine.info) for r in comp.runs)
+    saved = SessionComparison((0, 1, 2), comp.shared_prefill_ms)
+    path = tmp_path / "compare.llmlens"
+    save_session(path, Session(tiny_engine.info.as_dict(), runs, comparisons=(saved,)))
+    session = load_session(path)
+    assert session.comparisons == (saved,)
+    again = Comparison.recorded([session.runs[i] for i in saved.runs], saved.shared_prefill_ms)
+    assert again.params == comp.params and again.prompt == prompt
+    assert again.divergence_step == comp.divergence_step
+    assert again.kl_per_step == comp.kl_per_step
+    assert again.overlap_per_step == comp.overlap_per_step
+    assert again.columns() == comp.columns()
+    from core.session_cli import describe
+
+    ids = ", ".join(str(r.run_id) for r in comp.runs)
+    assert f"compared  runs {ids} from one prefill" in describe(session)

@@ -127,3 +127,36 @@ def test_a_run_of_another_model_cannot_be_continued(qtbot, window, tmp_path):
     error = window.prompt_panel.error
     assert error.isVisibleTo(window) and "load that model" in error.text()
     assert "another-model" in error.text() and ctl.recorded is not None and len(ctl.steps) == 3
+
+
+def test_a_comparison_is_saved_and_reopens_without_the_model(qtbot, window, tmp_path):
+    from desktop.main_window import MainWindow
+
+    ctl = window.controller
+    window.prompt_panel.editor.setPlainText(PROMPT)
+    view = window.open_compare()
+    view.max_tokens.setValue(4)
+    with qtbot.waitSignal(ctl.compare.sig_compare_finished, timeout=120_000) as done:
+        view.run_button.click()
+    live = [_ids(c) for c in ctl.compare.columns]
+    path = tmp_path / "compare.llmlens"
+    with _saved(qtbot, ctl, path):
+        ctl.request_save_session(str(path), with_views=False)
+
+    fresh = MainWindow()  # no model loaded here
+    fresh.sessions.confirm_close = False
+    qtbot.addWidget(fresh)
+    other = fresh.controller
+    with qtbot.waitSignal(other.sig_run_finished, timeout=60_000):
+        fresh.sessions.open(str(path))
+    assert [_ids(c) for c in other.compare.columns] == live
+    outcome = other.compare.outcome
+    assert outcome.kl_per_step == pytest.approx(done.args[0].kl_per_step)
+    assert outcome.divergence_step == done.args[0].divergence_step
+    reopened = fresh.open_compare()
+    assert len(reopened.columns) == 3 and reopened.columns[2].show_button.isEnabled()
+    assert reopened.columns[0].header.text() == view.columns[0].header.text()
+    with qtbot.waitSignal(other.sig_run_finished, timeout=10_000):
+        reopened.columns[2].show_button.click()
+    assert other.recorded is not None and _ids(other.steps) == live[2]
+    fresh.close()

@@ -1,0 +1,154 @@
+"""The session half of the controller: showing a reopened run, and the save, export and open
+jobs it hands to the worker. A mixin of :class:`desktop.controller.Controller`, split off to keep
+each file readable; it uses the controller's state and signals.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+class SessionRequests:
+    """Session requests of the controller (``self`` is the ``Controller``)."""
+
+    def show_session(self, session: Any, path: str | None = None, index: int = -1) -> None:
+        """Show a run of a loaded ``Session`` in every pane, marked as recorded (``index`` -1:
+        the run the file says was shown when it was saved)."""
+        from core.records import ModelInfo, RunSummary
+        from core.session_analysis import RecordedAnalysis
+
+        index = session.shown_index if index < 0 else index
+        run = session.runs[index]
+        self.session_index = index
+        self.request_stop()
+        self.run_id = next(self._ids)  # late records of a live run are dropped from now on
+        info = ModelInfo(**session.model)
+        if self.info is None or info != self.info:
+            self.info = info
+            self.sig_model_loaded.emit(info)
+        self._reset()
+        self.session, self.session_path, self.dirty = session, path, False
+        self.recorded = RecordedAnalysis(run)
+        self.prompt, self.prefill, self.steps = run.prompt, run.prefill, list(run.steps)
+        self.summary = RunSummary.of(self.run_id, run.prompt, run.steps, run.finish_reason)
+        self.follow_live = True
+        self.sig_run_started.emit(run.prompt)
+        self._emit_steps()
+        self.sig_run_finished.emit(self.summary)
+        self.sig_session_changed.emit()
+
+    def request_save_session(self, path: str, with_views: bool = True) -> None:
+        """Save the shown run, every run of its branch tree and the finished comparison's
+        columns on the worker; ``sig_saved`` follows.
+
+        ``with_views`` also records the lens, prompt lens, prompt maps and vocabulary
+        projection (a few seconds of model time) so the file works without the model.
+        """
+        import dataclasses
+
+        from core.session import save_session
+
+        run_id, info, book = self.run_id, self.info, self.compare.book
+        recorded = None
+        if self.recorded is not None and self.session is not None:
+            recorded = dataclasses.replace(self.session, shown=self.session_index)
+        projection = self._results.get(("embedding_projection", getattr(info, "weights_id", "")))
+        compared = self.compare.saved_comparison()
+
+        def job() -> Any:
+            session = recorded
+            if session is None:
+                memo = {} if projection is None else {"embedding_projection": projection}
+                session = self._live_session(run_id, info, book, compared, with_views, memo)
+            return path, save_session(path, session), session
+
+        self.worker.submit("save_session", ("save_session", path), job)
+        self._serve_requested.emit()
+
+    def _live_session(
+        self, run_id: int, info: Any, book: Any, compared: Any, with_views: bool, memo: Any
+    ) -> Any:
+        """(On the worker.) The session of the shown run, its tree and a comparison."""
+        from core.session import Session, SessionComparison, session_from_run
+        from core.session_analysis import recorded_run
+
+        def make(run: Any, label: str | None = None, parent: Any = None) -> Any:
+            if with_views:
+                return recorded_run(run, label, parent, memo)
+            return session_from_run(run, info, label, parent)
+
+        runs, shown = book.saved_runs(run_id, make) or ([], -1)
+        comparisons = []
+        if compared is not None:
+            ids, shared_ms = compared
+            columns = [self.worker.kept_runs.get(i) for i in ids]
+            if all(c is not None for c in columns):
+                first = len(runs)
+                for k, (i, column) in enumerate(zip(ids, columns, strict=True)):
+                    shown = first + k if i == run_id and shown < 0 else shown
+                    runs.append(make(column, f"compare column {k + 1}"))
+                comparisons.append(SessionComparison(tuple(range(first, len(runs))), shared_ms))
+        if shown < 0 and comparisons and self.worker.runs.get(run_id) is None:
+            shown = comparisons[0].runs[0]  # only a comparison was made
+        if shown < 0:
+            run = self.worker.runs.get(run_id)
+            if run is None:
+                raise ValueError("there is no run to save")
+            runs.append(make(run))
+            shown = len(runs) - 1
+        return Session(info.as_dict(), tuple(runs), shown=shown, comparisons=tuple(comparisons))
+
+    def request_export(self, kind: str, path: str) -> None:
+        """Write the shown run as a JSON trace (``trace``) or HTML report (``report``)."""
+        import dataclasses
+
+        if not self.steps:
+            self.sig_error.emit("nothing to export yet: run a prompt first")
+            return
+        steps, prompt, info, recorded = list(self.steps), self.prompt, self.info, self.recorded
+        params = dict(recorded.run.params) if recorded else dataclasses.asdict(self.run_params)
+        finish = self.summary.finish_reason if self.summary else None
+
+        def job() -> Any:
+            from core import trace
+            from core.analysis import logit_lens
+            from core.records import RunSummary
+            from core.report import html_report, write_report
+
+            if kind == "report":
+                summary = RunSummary.of(0, prompt, steps, finish)
+                write_report(path, html_report(info.as_dict(), prompt, steps, summary))
+            else:
+                lenses = [
+                    recorded.get("lens", {"step": s.index, "k": 1}) if recorded
+                    else logit_lens(self.worker.engine, s, 1) for s in steps
+                ]  # fmt: skip
+                data = trace.trace_dict(info.as_dict(), prompt, params, steps, lenses, finish)
+                trace.write_json(data, path)
+            return path, os.path.getsize(path), None
+
+        self.worker.submit("export", ("export", path), job)
+        self._serve_requested.emit()
+
+    @staticmethod
+    def _autosave_path() -> str:
+        from core.loading import cache_root
+
+        return str(cache_root() / "autosave.llmlens")
+
+    def request_autosave(self) -> None:
+        """Save the shown live run to the cache folder (offered back after a crash)."""
+        if self.dirty and self.recorded is None:
+            path = self._autosave_path()
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self.request_save_session(path, with_views=False)
+
+    def request_open_session(self, path: str) -> None:
+        """Read a session file on the worker; it is shown when read (errors: ``sig_error``)."""
+        from core.session import load_session
+
+        self.worker.submit(
+            "open_session", ("open_session", path), lambda: (path, load_session(path))
+        )
+        self._serve_requested.emit()
