@@ -17,7 +17,7 @@ from PySide6.QtCore import QSignalBlocker, Signal
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
 from desktop.controller import Controller
-from desktop.panes.base import Pane
+from desktop.panes.base import Pane, steady_axes
 
 MAP_SIZE = 256  # prompt maps longer than this come back max-pooled from the worker
 MAX_IMAGE = 1024  # cells per side of the heatmap, at most
@@ -147,6 +147,7 @@ class AttentionPane(Pane):
         self.cursor = pg.PlotDataItem(pen=pg.mkPen("r", width=2))
         for item in (self.layer_lines, self.group_lines, self.cursor):
             self.grid_plot.addItem(item)
+        steady_axes(self.map_plot, self.grid_plot)
         self.graphics.ci.layout.setColumnStretchFactor(0, 3)
         self.graphics.ci.layout.setColumnStretchFactor(1, 1)
 

@@ -16,7 +16,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from desktop.controller import Controller
-from desktop.panes.base import Pane
+from desktop.panes.base import Pane, steady_axes
 
 UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB")
 
@@ -50,7 +50,8 @@ class ByteAxis(pg.AxisItem):
             self.power = power
             self.picture = None
             self.update()
-        self.setLabel(UNITS[power])
+        if self.labelText != UNITS[power]:  # a new label re-lays out the plot
+            self.setLabel(UNITS[power])
 
     def tickValues(self, minVal: float, maxVal: float, size: float) -> list:  # noqa: N802
         unit = 1024.0**self.power
@@ -129,6 +130,7 @@ class KVCachePane(Pane):
         )
         plot.addItem(self.key_bars)
         plot.addItem(self.value_bars)
+        steady_axes(self.growth_plot, self.layer_plot)
         self.view.ci.layout.setColumnStretchFactor(0, 3)
         self.view.ci.layout.setColumnStretchFactor(1, 2)
 

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop.controller import Controller
-from desktop.panes.base import Pane
+from desktop.panes.base import Pane, steady_axes
 
 LENS_K = 5
 WAIT_TEXT = "lens computed when the run ends or when you select a step"
@@ -86,6 +86,7 @@ class LayerStackPane(Pane):
         self.attn_curve = self.update_plot.plot(pen=pg.mkPen("#4fc3f7", width=2), name="attention")
         self.mlp_curve = self.update_plot.plot(pen=pg.mkPen("#ffb74d", width=2), name="MLP")
         self.update_plot.setXLink(self.resid_plot)
+        steady_axes(self.resid_plot, self.update_plot)
         self.agree_line = pg.InfiniteLine(
             angle=90, movable=False, pen=pg.mkPen("#81c784", style=Qt.PenStyle.DashLine)
         )

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidg
 
 from core.records import StepRecord
 from desktop.controller import Controller
-from desktop.panes.base import Pane
+from desktop.panes.base import Pane, steady_axes
 from desktop.panes.tokens import piece_label, visible
 
 TOP = 20
@@ -64,6 +64,7 @@ class LogitsPane(Pane):
         self.plot.showGrid(x=True, alpha=0.25)
         self.plot.setMenuEnabled(False)
         self.plot.getAxis("bottom").enableAutoSIPrefix(False)
+        steady_axes(self.plot)
         self.bars = horizontal_bars(TOP)
         self.plot.addItem(self.bars)
         self.values = [pg.TextItem(anchor=(0, 0.5)) for _ in range(TOP)]
@@ -104,7 +105,9 @@ class LogitsPane(Pane):
             item.setPos(float(ends[i]) if i < n else 0.0, i)
         ticks = [(i, tick_label(i + 1, step.top_texts[i])) for i in range(n)]
         self.plot.getAxis("left").setTicks([ticks, []])
-        self.plot.setLabel("bottom", "log10 probability" if log else "probability")
+        label = "log10 probability" if log else "probability"
+        if self.plot.getAxis("bottom").labelText != label:  # a new label re-lays out the plot
+            self.plot.setLabel("bottom", label)
         span = float(ends.max()) - base
         self.plot.setXRange(base, float(ends.max()) + 0.25 * span, padding=0)
         self.plot.setYRange(-0.6, n - 0.4, padding=0)

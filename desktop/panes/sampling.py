@@ -29,7 +29,7 @@ from core.errors import SamplingError
 from core.records import StepRecord
 from core.sampling import STAGE_ORDER, SamplingParams, run_stages
 from desktop.controller import Controller
-from desktop.panes.base import Pane
+from desktop.panes.base import Pane, steady_axes
 from desktop.panes.logits import BAR_BRUSH, CHOSEN_BRUSH, horizontal_bars, tick_label
 
 STAGES = ("raw", *STAGE_ORDER)
@@ -226,6 +226,7 @@ class SamplingPane(Pane):
         plot.setMenuEnabled(False)
         plot.showGrid(x=True, alpha=0.25)
         plot.getAxis("bottom").enableAutoSIPrefix(False)
+        steady_axes(plot)
         bars = horizontal_bars(SHOW)
         plot.addItem(bars)
         plot.setTitle(f"<b>{SHORT.get(name, name)}</b>", size="9pt")

@@ -16,7 +16,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from desktop.controller import Controller
-from desktop.panes.base import Pane
+from desktop.panes.base import Pane, steady_axes
 
 PARTS = (
     ("forward_ms", "forward", "#4fc3f7"),
@@ -49,6 +49,7 @@ class TimingPane(Pane):
         self.plot.setLabel("bottom", "step")
         self.plot.setLabel("left", "ms")
         self.plot.addLegend(offset=(-5, 5), labelTextSize="8pt")
+        steady_axes(self.plot)
         self.bars: dict[str, pg.BarGraphItem] = {}
         for key, name, colour in PARTS:
             bar = pg.BarGraphItem(
