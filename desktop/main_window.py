@@ -308,7 +308,11 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(self._revived_note[3:])
 
     def _on_prefix_reused(self, tokens: int, saved_ms: float) -> None:
-        self.reuse_label.setText(f"reused {tokens} tokens, TTFT saved {saved_ms:.0f} ms")
+        self.reuse_label.setText(f"reused {tokens} tokens, TTFT saved ≈ {saved_ms:.0f} ms")
+        self.reuse_label.setToolTip(
+            "Prompt tokens read from the previous run's KV cache. The time saved is an estimate: "
+            "the last full prefill's time scaled to this prompt's length, minus this prefill's"
+        )
         self.reuse_label.setVisible(True)
 
     # ----------------------------------------------------------------- export
