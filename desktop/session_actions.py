@@ -91,28 +91,36 @@ class SessionActions(QObject):
             self.window.prompt_panel.show_error("nothing to save yet: run a prompt first")
             return
         if not path:
-            path, _ = QFileDialog.getSaveFileName(
-                self.window, "Save session", "run.llmlens", FILTER
-            )
+            caption = f"Save session ({self.size_text()})"  # the size before saving
+            path, _ = QFileDialog.getSaveFileName(self.window, caption, "run.llmlens", FILTER)
         if path:
             path = path if path.endswith(SUFFIX) else path + SUFFIX
             self.window.statusBar().showMessage(f"saving {path} ({self.size_text()})…")
             self.controller.request_save_session(path)
 
     def size_text(self) -> str:
-        """Estimated size of the run as a session (before compression)."""
-        steps, info = self.controller.steps, self.controller.info
-        if not steps or info is None:
+        """Estimated size of what a save writes (before compression): the shown run, the other
+        runs of its branch tree and the finished comparison's columns."""
+        c, info = self.controller, self.controller.info
+        runs = [c.steps] if c.steps else []
+        runs += [r.steps for i, r in c.compare.shown.items() if i != c.run_id]
+        if c.compare.saved_comparison() is not None:
+            runs += [list(col) for col in c.compare.columns]
+        if not runs or info is None:
             return "empty"
+        steps = [s for run in runs for s in run]
         logits = len(steps) * info.vocab_size * 4
         hidden = len(steps) * (2 * info.num_layers + 1) * info.hidden_size * 4
         attention = sum(s.attention.size for s in steps) * 2
-        prompt = len(self.controller.prompt or ())
+        prompt = len(c.prompt or ())
         if prompt <= 256:
             attention += info.num_layers * info.num_heads * prompt * prompt * 2
         total = logits + hidden + attention
-        return (f"≈ {total / 2**20:.1f} MiB: logits {logits / 2**20:.1f}, attention (float16) "
-                f"{attention / 2**20:.1f}, hidden states {hidden / 2**20:.1f}")  # fmt: skip
+        many = f"{len(runs)} runs, " if len(runs) > 1 else ""
+        mib = {k: f"{v / 2**20:.1f}" for k, v in
+               (("total", total), ("logits", logits), ("att", attention), ("hidden", hidden))}
+        return (f"≈ {mib['total']} MiB: {many}logits {mib['logits']}, attention (float16) "
+                f"{mib['att']}, hidden states {mib['hidden']}")  # fmt: skip
 
     def _on_saved(self, path: str, size: int) -> None:
         if Path(path).name == "autosave.llmlens":

@@ -4,6 +4,7 @@ saved whole; a reopened run with its model loaded is revived, continued and bran
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -50,7 +51,7 @@ def _saved(qtbot, ctl, path):
 
 def test_continue_goes_on_like_a_longer_run_and_the_tree_is_saved(qtbot, window, engine,
                                                                   tmp_path):  # fmt: skip
-    from core.session import load_session
+    from core.session import estimate_size, load_session
 
     ctl = window.controller
     _run(qtbot, window, 4)
@@ -63,9 +64,12 @@ def test_continue_goes_on_like_a_longer_run_and_the_tree_is_saved(qtbot, window,
     assert nodes[1].offset == 4  # the root's 4 steps come before the continuation's own
 
     path = tmp_path / "tree.llmlens"
+    said = window.sessions.size_text()  # shown in the save dialog, before saving
     with _saved(qtbot, ctl, path):
         ctl.request_save_session(str(path), with_views=False)
     session = load_session(path)
+    estimate = float(re.search(r"≈ ([0-9.]+) MiB: 2 runs", said).group(1))
+    assert 0.7 < estimate / (estimate_size(session)["total"] / 2**20) < 1.3
     root, grown = session.runs
     assert root.parent is None and grown.parent == (root.run_id, 3)
     assert _ids(root.steps) == first and _ids(grown.steps) == _ids(ctl.steps)
