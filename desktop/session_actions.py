@@ -117,10 +117,8 @@ class SessionActions(QObject):
             attention += info.num_layers * info.num_heads * prompt * prompt * 2
         total = logits + hidden + attention
         many = f"{len(runs)} runs, " if len(runs) > 1 else ""
-        mib = {k: f"{v / 2**20:.1f}" for k, v in
-               (("total", total), ("logits", logits), ("att", attention), ("hidden", hidden))}
-        return (f"≈ {mib['total']} MiB: {many}logits {mib['logits']}, attention (float16) "
-                f"{mib['att']}, hidden states {mib['hidden']}")  # fmt: skip
+        t, lg, at, hd = (f"{v / 2**20:.1f}" for v in (total, logits, attention, hidden))
+        return f"≈ {t} MiB: {many}logits {lg}, attention (float16) {at}, hidden states {hd}"
 
     def _on_saved(self, path: str, size: int) -> None:
         if Path(path).name == "autosave.llmlens":
