@@ -19,7 +19,7 @@ import torch  # noqa: E402
 
 from core.engine import EAGER_PREFILL_LIMIT, Engine, RunConfig  # noqa: E402
 from core.loading import bundled_gguf, load_model  # noqa: E402
-from core.runtime import configure_threads  # noqa: E402
+from core.runtime import configure_threads, synchronize  # noqa: E402
 from core.sampling import GREEDY  # noqa: E402
 
 
@@ -39,20 +39,21 @@ def time_loads() -> dict[str, float]:
 
 def plain_loop(engine: Engine, ids: list[int], n: int) -> tuple[float, list[float]]:
     """The baseline: cached forward + argmax, no hooks, no records. (prefill ms, step ms)."""
-    model = engine.model
+    dev = engine.device
     with torch.inference_mode():
         cache = engine.new_cache()
         t0 = time.perf_counter()
-        logits = engine.forward(torch.tensor([ids]), cache, len(ids) <= EAGER_PREFILL_LIMIT)
+        x = torch.tensor([ids], device=dev)
+        logits = engine.forward(x, cache, len(ids) <= EAGER_PREFILL_LIMIT)
+        synchronize(dev)
         prefill = (time.perf_counter() - t0) * 1e3
         steps = []
         for _ in range(n):
             tok = torch.argmax(logits).reshape(1, 1)
             t0 = time.perf_counter()
             logits = engine.forward(tok, cache, True)
-            torch.argmax(logits)
+            int(torch.argmax(logits))  # the token reaches the host, as a sampler's would
             steps.append((time.perf_counter() - t0) * 1e3)
-    del model
     return prefill, steps
 
 
@@ -68,15 +69,23 @@ def capture_loop(engine: Engine, ids: list[int], n: int) -> tuple[float, list[fl
         now = time.perf_counter()
         wall.append((now - t_last) * 1e3)
         t_last = now
+    kv = run.steps[-1].kv
+    if kv.device_allocated is not None:  # CUDA: what the device holds beside the cache
+        print(
+            f"  KV cache {kv.bytes_total / 2**20:.1f} MiB (formula {kv.formula_bytes / 2**20:.1f}"
+            f" MiB); device allocated {kv.device_allocated / 2**20:.0f} MiB, reserved "
+            f"{kv.device_reserved / 2**20:.0f} MiB"
+        )
     return wall[0], wall[1:]
 
 
 def generate_ms(engine: Engine, ids: list[int], n: int) -> float:
     """Total ms of model.generate() for ``n`` new tokens (prefill included)."""
     with torch.inference_mode():
-        x = torch.tensor([ids])
+        x = torch.tensor([ids], device=engine.device)
         t0 = time.perf_counter()
         engine.model.generate(x, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        synchronize(engine.device)
         return (time.perf_counter() - t0) * 1e3
 
 
@@ -127,7 +136,7 @@ def decode_variants(engine: Engine, ids: list[int], n: int) -> None:
 
 def compiled_decode(engine: Engine, ids: list[int], n: int) -> None:
     """torch.compile (inductor) on a static cache, against the same generate() without it."""
-    model, x = engine.model, torch.tensor([ids])
+    model, x = engine.model, torch.tensor([ids], device=engine.device)
 
     def per_token(**kw: object) -> float:
         with torch.inference_mode():
@@ -152,7 +161,18 @@ def compiled_decode(engine: Engine, ids: list[int], n: int) -> None:
     model.forward = plain_forward
 
 
-def bandwidth_gbs() -> float:
+def bandwidth_gbs(device: torch.device) -> float:
+    """Copy bandwidth of the memory the weights live in (host RAM, or the GPU's)."""
+    if device.type != "cpu":
+        a = torch.ones(256 * 1024 * 1024 // 4, device=device)
+        b = torch.empty_like(a)
+        b.copy_(a)
+        synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(5):
+            b.copy_(a)
+        synchronize(device)
+        return 2 * a.numel() * 4 * 5 / (time.perf_counter() - t0) / 1e9
     a = np.ones(256 * 1024 * 1024 // 8)
     b = np.empty_like(a)
     np.copyto(b, a)
@@ -168,6 +188,8 @@ def main() -> None:
     parser.add_argument("--skip-load", action="store_true")
     parser.add_argument("--long", type=int, default=4000, help="long prompt length (0: skip)")
     parser.add_argument("--compile", action="store_true", help="also try torch.compile (slow)")
+    parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, mps")
+    parser.add_argument("--dtype", default="auto", help="auto: bfloat16 on CUDA, else float32")
     args = parser.parse_args()
     threads = configure_threads()
     print(
@@ -177,11 +199,12 @@ def main() -> None:
     if not args.skip_load:
         for k, v in time_loads().items():
             print(f"load  {k:40s} {v:7.2f} s")
-    engine = Engine(load_model())
+    engine = Engine(load_model(None, args.device, args.dtype))
+    print(f"device {engine.device}, dtype {engine.info.dtype}")
     base = engine.tokenize("Explain transformers like I am 12", chat=False).ids
     filler = engine.tokenize(" the quick brown fox jumps over the lazy dog." * 120, chat=False).ids
     weights = sum(p.numel() * p.element_size() for p in engine.model.parameters())
-    bw = bandwidth_gbs()
+    bw = bandwidth_gbs(engine.device)
     print(
         f"weights {weights / 1e6:.0f} MB, memory copy bandwidth {bw:.1f} GB/s, "
         f"floor {weights / bw / 1e6:.1f} ms/token"
@@ -205,7 +228,8 @@ def main() -> None:
             f"{name:10s} whole run of {args.tokens} tokens: plain loop {plain_total:7.0f} ms  "
             f"generate() {gen:7.0f} ms  ratio {plain_total / gen:4.2f}"
         )
-    decode_variants(engine, (base * 8)[:40], args.tokens)
+    if engine.device.type == "cpu":  # thread counts and a bf16 cast are CPU questions
+        decode_variants(engine, (base * 8)[:40], args.tokens)
     if args.compile:
         compiled_decode(engine, (base * 8)[:40], args.tokens)
     if args.long:
