@@ -139,7 +139,10 @@ def choose(final: StageResult, params: SamplingParams, generator: Any) -> int:
 
     if params.is_greedy:
         return int(torch.argmax(final.scores, dim=-1)[0])
-    return int(torch.multinomial(final.probs, num_samples=1, generator=generator)[0, 0])
+    probs = final.probs
+    if generator is not None and probs.device != generator.device:
+        probs = probs.to(generator.device)  # a CUDA run draws on the host: same seed, same draws
+    return int(torch.multinomial(probs, num_samples=1, generator=generator)[0, 0])
 
 
 def make_generator(params: SamplingParams, device: Any = "cpu") -> Any:
