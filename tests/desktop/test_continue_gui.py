@@ -164,3 +164,19 @@ def test_a_comparison_is_saved_and_reopens_without_the_model(qtbot, window, tmp_
         reopened.columns[2].show_button.click()
     assert other.recorded is not None and _ids(other.steps) == live[2]
     fresh.close()
+
+
+def test_a_stopped_continuation_can_go_on_again(qtbot, window, engine):
+    ctl = window.controller
+    _run(qtbot, window, 3)
+    window.prompt_panel.max_tokens.setValue(200)
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=120_000) as finished:
+        window.prompt_panel.continue_button.click()
+        qtbot.waitUntil(lambda: len(ctl.steps) >= 6, timeout=60_000)
+        ctl.request_stop()
+    assert finished.args[0].finish_reason == "cancelled" and len(ctl.steps) < 3 + 200
+    qtbot.waitUntil(lambda: len(ctl.compare.nodes) == 2, timeout=10_000)
+    n = len(ctl.steps)
+    _continue(qtbot, window, 2)
+    assert _ids(ctl.steps) == _reference(engine, n + 2)
+    assert [node.depth for node in ctl.compare.nodes] == [0, 1, 2]
