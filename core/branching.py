@@ -4,6 +4,7 @@ of its KV cache instead of recomputing it, and reuse the cache of an unchanged p
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,7 +15,14 @@ import numpy as np
 from core.compare import final_probs
 from core.engine import Engine, Run, RunConfig, RunStart, copy_cache
 from core.errors import PromptError
-from core.records import PromptTokens, StepRecord, TokenInfo
+from core.records import (
+    PrefillCapture,
+    PromptTokens,
+    RunSummary,
+    StepRecord,
+    TokenInfo,
+    frozen,
+)
 from core.sampling import SamplingParams
 
 # --- branching -----------------------------------------------------------------------------------
@@ -101,6 +109,77 @@ def copy_generator(generator: Any) -> Any:
     copy = torch.Generator(device=generator.device)
     copy.set_state(generator.get_state())
     return copy
+
+
+# --- paths: a branch the way it reads ------------------------------------------------------------
+
+
+def forced_record(engine: Engine, step: StepRecord, token_id: int, run_id: int) -> StepRecord:
+    """``step`` as if it had chosen ``token_id``: same distribution, another token."""
+    logits = np.asarray(step.logits, np.float64)
+    logprob = float(logits[token_id] - np.logaddexp.reduce(logits))
+    return dataclasses.replace(
+        step,
+        run_id=run_id,
+        token=engine.texts.info(token_id),
+        prob=float(np.exp(logprob)),
+        logprob=logprob,
+        rank=int((step.logits > step.logits[token_id]).sum()),
+        finish_reason=None,
+    )
+
+
+@dataclass
+class PathRun:
+    """A run of a branch tree as it reads: the root's prompt and prefill, then every step from
+    the root on (the steps before the branch point, the forced token as the step it replaced,
+    then the branch's own steps, re-indexed). Run-like, so analyses and sessions take it."""
+
+    run_id: int
+    engine: Engine
+    prompt: PromptTokens
+    params: SamplingParams
+    prefill: PrefillCapture | None
+    run: Run  # the core run whose own steps end this path
+    offset: int  # path steps before ``run``'s step 0
+    steps: list[StepRecord] = field(default_factory=list)
+    finish_reason: str | None = None
+
+    @classmethod
+    def root(cls, run: Run) -> PathRun:
+        path = cls(run.run_id, run.engine, run.prompt, run.params, run.prefill, run, 0)
+        path.steps, path.finish_reason = list(run.steps), run.finish_reason
+        return path
+
+    @classmethod
+    def grown(
+        cls, shown: PathRun, owner: PathRun, local: int, token_id: int, child: Run
+    ) -> PathRun:
+        """The path of ``child``, a branch of ``owner``'s run at its step ``local`` with
+        ``token_id`` (``shown``: the path it was asked from, for the prompt and prefill)."""
+        at = owner.offset + local
+        run_id = child.run_id
+        path = cls(run_id, child.engine, shown.prompt, child.params, shown.prefill, child, at + 1)
+        path.steps = [dataclasses.replace(s, run_id=run_id) for s in owner.steps[:at]]
+        path.steps.append(forced_record(child.engine, owner.steps[at], token_id, run_id))
+        return path
+
+    def add(self, record: StepRecord) -> StepRecord:
+        """Append a step of ``run`` (re-indexed along the path); returns it as appended."""
+        record = dataclasses.replace(record, index=self.offset + record.index)
+        self.steps.append(record)
+        return record
+
+    @property
+    def cache(self) -> Any:
+        return self.run.cache
+
+    @property
+    def generator(self) -> Any:
+        return self.run.generator
+
+    def summary(self) -> RunSummary:
+        return RunSummary.of(self.run_id, self.prompt, self.steps, self.finish_reason)
 
 
 @dataclass(frozen=True)
@@ -295,6 +374,19 @@ class PrefixReuse:
     @property
     def suffix_tokens(self) -> int:
         return self.prompt_tokens - self.tokens_reused
+
+
+def joined_prefill(prev: Run | None, run: Run, reused: int) -> PrefillCapture | None:
+    """The whole-prompt capture of a run that read its first ``reused`` tokens from ``prev``'s
+    cache: those positions' states come from ``prev`` (its prefill, then what each of its decode
+    steps read), the rest from the run's own prefill. Unchanged when nothing was reused."""
+    if not reused or prev is None or prev.prefill is None or run.prefill is None:
+        return run.prefill
+    read = [prev.prefill.hidden] + [s.hidden[:, None] for s in prev.steps[1:]]
+    head = np.concatenate(read, axis=1)[:, :reused]  # (layers + 1, reused, hidden)
+    hidden = np.concatenate([head, run.prefill.hidden], axis=1)
+    positions = frozen(np.arange(len(run.prompt)), np.int64)
+    return PrefillCapture(run.run_id, run.prompt, frozen(hidden), positions)
 
 
 def ttft_saved_ms(full: Run, reused: Run) -> float:

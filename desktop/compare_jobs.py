@@ -4,22 +4,21 @@ Each job is a generator of ``(tag, payload)`` pairs that :meth:`desktop.worker.W
 runs on the model thread. No Qt here, and no cache or tensor in a payload: records, tuples of
 them and plain numbers only. The :class:`BranchBook` is touched only on the worker thread.
 
-A branch is shown the way it reads: the root's prompt, the steps before the branch point, the
-forced token as the step it replaced, then the branch's own steps. :class:`PathRun` is that view
-(run-like, so analyses and sessions take it).
+A branch is shown the way it reads (``core.branching.PathRun``): the root's prompt, the steps
+before the branch point, the forced token as the step it replaced, then the branch's own steps.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from core.records import PrefillCapture, PromptTokens, RunSummary, StepRecord, frozen
+from core.records import PrefillCapture, PromptTokens, RunSummary, StepRecord
 from core.sampling import SamplingParams
+
+if TYPE_CHECKING:  # torch is imported on the model thread only, when a job runs
+    from core.branching import PathRun
 
 Item = tuple[str, Any]
 Job = Callable[[Any], Iterator[Item]]
@@ -59,6 +58,12 @@ class ShownRun:
     steps: tuple[StepRecord, ...]
     summary: RunSummary
     params: SamplingParams
+
+    @classmethod
+    def of(cls, path: Any) -> ShownRun:
+        """A ``core.branching.PathRun``, to show."""
+        return cls(path.run_id, path.prompt, path.prefill, tuple(path.steps), path.summary(),
+                   path.params)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -160,64 +165,7 @@ def register_job(worker: Any, run_id: int) -> Callable[[], None]:
     return job
 
 
-def joined_prefill(prev: Any, run: Any, reused: int) -> PrefillCapture | None:
-    """The whole-prompt capture of a run that read its first ``reused`` tokens from ``prev``'s
-    cache: those positions' states come from ``prev`` (its prefill, then what each of its decode
-    steps read), the rest from the run's own prefill. Unchanged when nothing was reused."""
-    if not reused or prev is None or prev.prefill is None or run.prefill is None:
-        return run.prefill  # type: ignore[no-any-return]
-    read = [prev.prefill.hidden] + [s.hidden[:, None] for s in prev.steps[1:]]
-    head = np.concatenate(read, axis=1)[:, :reused]  # (layers + 1, reused, hidden)
-    hidden = np.concatenate([head, run.prefill.hidden], axis=1)
-    positions = frozen(np.arange(len(run.prompt)), np.int64)
-    return PrefillCapture(run.run_id, run.prompt, frozen(hidden), positions)
-
-
 # --- branches ------------------------------------------------------------------------------------
-
-
-@dataclass
-class PathRun:
-    """A branch as shown: the root's prompt and prefill, every step from the root on."""
-
-    run_id: int
-    engine: Any
-    prompt: PromptTokens
-    params: SamplingParams
-    prefill: PrefillCapture | None
-    run: Any  # the core Run whose own steps end this path
-    offset: int  # path steps before ``run``'s step 0
-    steps: list[StepRecord] = field(default_factory=list)
-    finish_reason: str | None = None
-
-    @property
-    def cache(self) -> Any:
-        return self.run.cache
-
-    @property
-    def generator(self) -> Any:
-        return self.run.generator
-
-    def shown(self) -> ShownRun:
-        summary = RunSummary.of(self.run_id, self.prompt, self.steps, self.finish_reason)
-        return ShownRun(
-            self.run_id, self.prompt, self.prefill, tuple(self.steps), summary, self.params
-        )
-
-
-def forced_record(engine: Any, step: StepRecord, token_id: int, run_id: int) -> StepRecord:
-    """``step`` as if it had chosen ``token_id``: same distribution, another token."""
-    logits = np.asarray(step.logits, np.float64)
-    logprob = float(logits[token_id] - np.logaddexp.reduce(logits))
-    return dataclasses.replace(
-        step,
-        run_id=run_id,
-        token=engine.texts.info(token_id),
-        prob=float(np.exp(logprob)),
-        logprob=logprob,
-        rank=int((step.logits > step.logits[token_id]).sum()),
-        finish_reason=None,
-    )
 
 
 class BranchBook:
@@ -243,6 +191,7 @@ class BranchBook:
         (``recorded``, a ``SessionRun``) is first revived on the loaded model.
         """
         from core.branching import BranchTree
+        from core.branching import PathRun as Path
         from core.engine import Run
         from core.errors import PromptError
         from core.resume import revive
@@ -260,8 +209,7 @@ class BranchBook:
         fresh = run_id not in worker.kept_runs  # a live run: this book keeps it from now on
         self.reset(worker)
         self.tree, self.owned = BranchTree(run), [run_id] if fresh else []
-        root = PathRun(run_id, run.engine, run.prompt, run.params, run.prefill, run, 0)
-        root.steps, root.finish_reason = list(run.steps), run.finish_reason
+        root = Path.root(run)
         self.paths = {run_id: root}
         keep(worker, run_id, run)
         return root, revived
@@ -290,6 +238,7 @@ class BranchBook:
         recorded: Any,
     ) -> Job:  # fmt: skip
         def job(worker: Any) -> Iterator[Item]:
+            from core.branching import PathRun as Path
             from core.branching import branch, continue_run
             from core.engine import RunConfig
 
@@ -310,25 +259,19 @@ class BranchBook:
             child.run_id = new_id
             self.tree.add(owner.run, local, token, child)
             self.parent[new_id] = owner.run_id
-            at = owner.offset + local
-            path = PathRun(new_id, child.engine, shown.prompt, child.params, shown.prefill, child,
-                           at + 1)  # fmt: skip
-            path.steps = [dataclasses.replace(s, run_id=new_id) for s in owner.steps[:at]]
-            path.steps.append(forced_record(worker.engine, owner.steps[at], token, new_id))
+            path = Path.grown(shown, owner, local, token, child)
             yield "run_started", path.prompt
             yield "prefill", path.prefill
             yield from (("step", s) for s in list(path.steps))
             for record in child:
-                record = dataclasses.replace(record, index=path.offset + record.index)
-                path.steps.append(record)
-                yield "step", record
+                yield "step", path.add(record)
             path.finish_reason = child.finish_reason
             self.paths[new_id] = path
             self.owned.append(new_id)
             keep(worker, new_id, path)
-            shown_run = path.shown()
+            shown_run = ShownRun.of(path)
             yield "run_finished", shown_run.summary
-            root = self.paths[self.tree.root].shown()
+            root = ShownRun.of(self.paths[self.tree.root])
             yield "branch_done", (shown_run, root, tuple(self.tree.nodes()))
 
         return job

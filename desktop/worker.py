@@ -138,7 +138,7 @@ class Worker(QObject):
             self._full_prefill = (forward_ms, len(run.prompt))
         if not self.reuse_prefix:
             return
-        from desktop.compare_jobs import joined_prefill
+        from core.branching import joined_prefill
 
         run.prefill = joined_prefill(self._last_run, run, reused)
         ms, tokens = self._full_prefill

@@ -470,3 +470,32 @@ def test_a_saved_comparison_gives_the_same_metrics(tmp_path, tiny_engine):
 
     ids = ", ".join(str(r.run_id) for r in comp.runs)
     assert f"compared  runs {ids} from one prefill" in describe(session)
+
+
+def test_a_branch_path_reads_from_the_root(engine, greedy_run):
+    from core.analysis import logit_lens
+    from core.branching import PathRun
+
+    root = PathRun.root(greedy_run)
+    s, forced = 3, int(greedy_run.steps[3].top_ids[1])
+    child = branch(engine, greedy_run, s, forced, GREEDY, RunConfig(max_new_tokens=3))
+    child.run_id = 99
+    path = PathRun.grown(root, root, s, forced, child)
+    for record in child:
+        path.add(record)
+    steps = path.steps
+    assert [st.index for st in steps] == list(range(len(steps))) and path.offset == s + 1
+    assert [st.token.id for st in steps] == greedy_run.generated_ids[:s] + [forced] + [
+        st.token.id for st in child.steps
+    ]
+    assert {st.run_id for st in steps} == {99}
+    at = steps[s]  # the replaced step: same distribution, the forced token
+    assert np.array_equal(at.logits, greedy_run.steps[s].logits) and at.finish_reason is None
+    assert at.logprob == pytest.approx(
+        float(torch.log_softmax(torch.tensor(at.logits, dtype=torch.float64), -1)[forced])
+    )
+    assert at.rank == 1
+    lens = logit_lens(engine, steps[s + 1], 3)  # analyses take the path's steps as they are
+    assert np.array_equal(lens.top_ids, logit_lens(engine, child.steps[0], 3).top_ids)
+    assert list(path.summary().generated_ids) == [st.token.id for st in steps]
+    assert path.cache is child.cache and path.prefill is greedy_run.prefill
