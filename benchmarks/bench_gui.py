@@ -53,11 +53,18 @@ def show_every_pane(win) -> None:  # noqa: ANN001
     """Split the default tab groups so every pane is on screen at once."""
     d = win.docks
     horizontal, vertical = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
+    left, bottom = Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.BottomDockWidgetArea
+    for name, area in (("Positions", left), ("KV cache", bottom), ("Timing", bottom)):
+        win.removeDockWidget(d[name])  # out of its tab group
+        win.addDockWidget(area, d[name], horizontal)
+        d[name].show()
     win.splitDockWidget(d["Embeddings"], d["Positions"], horizontal)
     win.splitDockWidget(d["Layer stack"], d["KV cache"], horizontal)
     win.splitDockWidget(d["KV cache"], d["Timing"], vertical)
-    for dock in d.values():
-        dock.setVisible(True)
+    QApplication.processEvents()
+    win.resizeDocks([d["Embeddings"], d["Positions"]], [300, 260], horizontal)
+    win.resizeDocks([d["Attention"], d["Layer stack"], d["KV cache"]], [560, 760, 600], horizontal)
+    win.resizeDocks([d["KV cache"], d["Timing"]], [220, 220], vertical)
 
 
 def paints(pane) -> list[float]:  # noqa: ANN001
@@ -78,6 +85,9 @@ def report(run: int, gaps: list[tuple[float, float]], win, gc_pauses: list) -> N
         f"run {run}: 10 ms timer: ticks {len(ms)}, longest gap {longest:.0f} ms{gc_note}, "
         f"p99 {percentile(ms, 0.99):.0f} ms, median {statistics.median(ms):.0f} ms"
     )
+    start = gaps[0][0] - gaps[0][1] / 1e3
+    worst = sorted(gaps, key=lambda g: -g[1])[:5]
+    print("  longest gaps: " + ", ".join(f"{g:.0f} ms at {t - start:.2f} s" for t, g in worst))
     slow_gc = [p for p in gc_pauses if p[1] >= 10]
     total_gc = sum(p[1] for p in gc_pauses)
     print(
@@ -117,8 +127,8 @@ def main() -> int:
     win = MainWindow()
     win.sessions.confirm_close = False
     win.resize(1920, 1200)
-    show_every_pane(win)
     win.show()
+    show_every_pane(win)
     app.processEvents()
     visible_s = time.perf_counter() - T_START
     gaps: list[tuple[float, float]] = []

@@ -135,6 +135,9 @@ class EmbeddingsPane(Pane):
         self.vocab = pg.ScatterPlotItem(
             pxMode=True, size=2, pen=None, brush=pg.mkBrush(150, 150, 190, 70), useCache=True
         )
+        # drawn once into a pixmap, redrawn only when the view moves: repainting the highlights
+        # over 49,152 points cost ~15 ms a step
+        self.vocab.setCacheMode(qw.QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self.prompt_dots = pg.ScatterPlotItem(size=8, pen=pg.mkPen("w"), brush=pg.mkBrush("c"))
         self.response_dots = pg.ScatterPlotItem(
             size=9, symbol="s", pen=pg.mkPen("w"), brush=pg.mkBrush(255, 150, 0)

@@ -74,6 +74,7 @@ class KVCachePane(Pane):
     """Bytes held by the KV cache over the run, per layer for the selected step, and the formula."""
 
     title = "KV cache"
+    live_interval_ms = 100  # two plots over the whole run
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(controller, parent)

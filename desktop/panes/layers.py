@@ -244,7 +244,8 @@ class LayerStackPane(Pane):
             return ""
         if not 0 <= position < pl.top1_ids.shape[1]:
             return ""
-        read = f"'{shown(prompt.tokens[position].text)}'" if prompt is not None else "?"
+        known = prompt is not None and position < len(prompt.tokens)  # a new run may be starting
+        read = f"'{shown(prompt.tokens[position].text)}'" if known else "?"
         where = "embeddings" if layer == 0 else f"layer {layer}"
         return (
             f"position {position} (reads {read}), {where}: lens top-1 "

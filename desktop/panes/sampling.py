@@ -185,6 +185,7 @@ class SamplingPane(Pane):
     """Sampling settings, and the selected step's distribution through each active stage."""
 
     title = "Sampling"
+    live_interval_ms = 150  # re-sampling 49,152 logits and three plots: ~20 ms a render
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(controller, parent)

@@ -3,7 +3,8 @@
 Each pane's own coalescing timer would fire in the same turn as the others, and their
 renders and paints together (≈ 60 ms for nine pyqtgraph panes) would freeze the window that
 long on every token. The scheduler spreads them out: a dirty pane is rendered at most every
-``REPAINT_MS`` and never in the same turn as another.
+``REPAINT_MS`` and never in the same turn as another. Heavy panes may ask for a slower rate
+while a run streams in (``live_interval_ms``); what they show when it ends is the same.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ class RepaintScheduler(QObject):
 
     def _next(self) -> None:
         now = time.monotonic()
-        interval = REPAINT_MS / 1e3
-        due = [k for k in self._dirty if now - self._last.get(k, 0.0) >= interval]
+        intervals = {k: _interval(ref()) for k, ref in self._dirty.items()}
+        due = [k for k, gap in intervals.items() if now - self._last.get(k, 0.0) >= gap]
         if due:
             key = due[0]
             pane = self._dirty.pop(key)()
@@ -50,8 +51,17 @@ class RepaintScheduler(QObject):
             if pane is not None:
                 pane.render_and_paint()
         if self._dirty:
-            waits = [interval - (now - self._last.get(k, 0.0)) for k in self._dirty]
+            waits = [intervals.get(k, 0.0) - (now - self._last.get(k, 0.0)) for k in self._dirty]
             self._timer.start(max(0, int(min(waits) * 1e3)))
+
+
+def _interval(pane: Any) -> float:
+    """Seconds between two renders of ``pane``: ``REPAINT_MS``, or the pane's slower
+    ``live_interval_ms`` while the model thread is busy (a run streaming in)."""
+    if pane is None:
+        return 0.0
+    live = getattr(pane, "live_interval_ms", 0) if pane.controller.busy else 0
+    return max(REPAINT_MS, live) / 1e3
 
 
 _scheduler: RepaintScheduler | None = None

@@ -41,6 +41,7 @@ class TimingPane(Pane):
     """
 
     title = "Timing"
+    live_interval_ms = 100  # stacked bars over the whole run
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(controller, parent)

@@ -1,0 +1,79 @@
+"""The repaint scheduler and a pane's render-then-paint unit: rates, one paint per render."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+from PySide6.QtCore import QEvent, QObject
+
+from desktop.controller import REPAINT_MS
+
+pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
+
+
+class FakePane(QObject):
+    """What the scheduler uses of a pane: the controller's busy flag and render_and_paint."""
+
+    live_interval_ms = 250
+
+    def __init__(self, busy: bool) -> None:
+        super().__init__()
+        self.controller = SimpleNamespace(busy=busy)
+        self.rendered: list[float] = []
+
+    def render_and_paint(self) -> None:
+        self.rendered.append(time.monotonic())
+
+
+def render_twice(qtbot, busy: bool) -> float:
+    """Seconds between two renders asked for back to back."""
+    from desktop.panes.scheduler import RepaintScheduler
+
+    sched, pane = RepaintScheduler(), FakePane(busy)
+    sched.request(pane)
+    qtbot.waitUntil(lambda: len(pane.rendered) == 1, timeout=2000)
+    sched.request(pane)
+    qtbot.waitUntil(lambda: len(pane.rendered) == 2, timeout=2000)
+    return pane.rendered[1] - pane.rendered[0]
+
+
+def test_heavy_panes_repaint_slower_only_while_a_run_streams(qtbot):
+    assert render_twice(qtbot, busy=True) >= 0.25 - 0.005
+    idle = render_twice(qtbot, busy=False)
+    assert REPAINT_MS / 1e3 - 0.005 <= idle < 0.25
+
+
+class PaintCounter(QObject):
+    def __init__(self, widget) -> None:
+        super().__init__()
+        self.count = 0
+        widget.installEventFilter(self)
+
+    def eventFilter(self, _obj, event) -> bool:  # noqa: N802 (Qt override)
+        if event.type() == QEvent.Type.Paint:
+            self.count += 1
+        return False
+
+
+def test_a_render_is_painted_once_inside_the_scheduler_unit(qtbot, ran):
+    """The unit lays out, settles the view matrices and paints; nothing is left to repaint."""
+    from desktop.panes.logits import LogitsPane
+
+    pane = LogitsPane(ran)
+    qtbot.addWidget(pane)
+    pane.resize(700, 450)
+    pane.show()
+    qtbot.waitExposed(pane)
+    for index in (1, 2, 1, 2):  # both steps' labels measured: the axis has its width
+        ran.selected = index
+        pane.render_and_paint()
+        qtbot.wait(50)
+    paints = PaintCounter(pane.plot_widget.viewport())
+    ran.selected = 1
+    pane.render_and_paint()
+    assert paints.count == 1
+    assert pane.render_times_ms and pane.paint_times_ms
+    qtbot.wait(100)
+    assert paints.count == 1
