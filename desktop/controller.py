@@ -257,6 +257,7 @@ class Controller(QObject, SessionRequests):
 
     # ----------------------------------------------------------------- worker events
     def _on_loaded(self, info: Any) -> None:
+        self._collector.settle()
         self.info = self.model_info = info
         self.recorded = self.session = self.session_path = None
         self._reset()
