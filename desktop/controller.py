@@ -191,13 +191,13 @@ class Controller(QObject, SessionRequests):
             self._serve_requested.emit()
         return None
 
-    def waiting_text(self, kind: str, computing: str) -> str:
-        """What a pane says while ``request_analysis(kind)`` has no answer: ``computing``, or
-        why none will come (a run reopened without its derived views and without its model)."""
+    def waiting_text(self, what: str, computing: str) -> str:
+        """What a pane says while an analysis (``what``, in words) has no answer yet:
+        ``computing``, or why none will come (a run reopened without that view recorded and
+        without its model loaded)."""
         if self.recorded is None or self.model_matches():
             return computing
         name = getattr(self.info, "name", "its model")
-        what = kind.replace("_", " ")
         return f"the {what} is not in this session file: load {name} to compute it"
 
     def recorded_run(self) -> Any:

@@ -283,7 +283,7 @@ class AttentionPane(Pane):
         if step.index > 0:
             parts.append(f"step {step.index}: {step.index} response rows over the prompt")
         if amap is None:
-            parts.append("computing the prompt map…")
+            parts.append(self.controller.waiting_text("prompt map", "computing the prompt map…"))
         elif self.block > 1:
             parts.append(f"max-pooled in blocks of {self.block} positions")
         self.header.setText(" · ".join(parts))

@@ -272,7 +272,8 @@ class EmbeddingsPane(Pane):
         if self._vocab_model != ctl.info.weights_id:
             proj = ctl.request_analysis("embedding_projection")
             if proj is None:
-                self.explained.setText("projecting the vocabulary…")
+                waiting = ctl.waiting_text("vocabulary projection", "projecting the vocabulary…")
+                self.explained.setText(waiting)
                 return
             self._set_vocab(proj, ctl.info.weights_id)
         ex = self.projection.explained

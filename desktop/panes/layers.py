@@ -178,7 +178,8 @@ class LayerStackPane(Pane):
             return
         lens = self.controller.request_analysis("lens", step=step.index, k=LENS_K)
         if lens is None:
-            self.lens_status.setText(f"step {step.index}: computing the logit lens…")
+            waiting = self.controller.waiting_text("logit lens", "computing the logit lens…")
+            self.lens_status.setText(f"step {step.index}: {waiting}")
         elif lens is not self._lens:
             self._lens, self._lens_step = lens, step.index
             self._fill_lens(lens, step)
@@ -223,7 +224,11 @@ class LayerStackPane(Pane):
         if not step.is_prefill or self._live():
             return
         result = self.controller.request_analysis("prompt_lens")
-        if result is None or result is self._prompt_lens:
+        if result is None:
+            waiting = self.controller.waiting_text("prompt lens", "computing the prompt lens…")
+            self.hover_label.setText(waiting)
+            return
+        if result is self._prompt_lens:
             return
         self._prompt_lens = result
         probs = np.asarray(result.top1_probs)

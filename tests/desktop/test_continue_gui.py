@@ -180,3 +180,25 @@ def test_a_stopped_continuation_can_go_on_again(qtbot, window, engine):
     _continue(qtbot, window, 2)
     assert _ids(ctl.steps) == _reference(engine, n + 2)
     assert [node.depth for node in ctl.compare.nodes] == [0, 1, 2]
+
+
+def test_views_a_file_lacks_say_which_model_computes_them(qtbot, window, tmp_path):
+    from desktop.main_window import MainWindow
+
+    ctl = window.controller
+    _run(qtbot, window, 3)
+    path = tmp_path / "bare.llmlens"  # as autosave writes it: no lens, no projection
+    with _saved(qtbot, ctl, path):
+        ctl.request_save_session(str(path), with_views=False)
+    fresh = MainWindow()  # no model loaded here
+    fresh.sessions.confirm_close = False
+    qtbot.addWidget(fresh)
+    fresh.show()
+    with qtbot.waitSignal(fresh.controller.sig_run_finished, timeout=60_000):
+        fresh.sessions.open(str(path))
+    layers, embeddings = fresh.panes["Layer stack"], fresh.panes["Embeddings"]
+    expected = "not in this session file: load SmolLM2-135M-Instruct to compute it"
+    qtbot.waitUntil(lambda: expected in layers.lens_status.text(), timeout=10_000)
+    qtbot.waitUntil(lambda: expected in embeddings.explained.text(), timeout=10_000)
+    assert "logit lens" in layers.lens_status.text()
+    fresh.close()
