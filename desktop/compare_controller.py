@@ -343,16 +343,7 @@ class CompareController(QObject):
         for column, run in enumerate(runs):
             for record in run.steps:
                 self._on_compare_step((column, record))
-        self._on_compare_done(
-            CompareOutcome(
-                tuple(comparison.columns()),
-                comparison.divergence_step,
-                tuple(comparison.kl_per_step),
-                tuple(comparison.overlap_per_step),
-                tuple(r.prefill for r in runs),
-                tuple(r.finish_reason for r in runs),
-            )
-        )
+        self._on_compare_done(CompareOutcome.of(comparison, runs))
         self._session_columns = list(saved.runs)
 
     def _on_branch_done(self, item: tuple[ShownRun, ShownRun, tuple[Any, ...]]) -> None:

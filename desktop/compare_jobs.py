@@ -47,6 +47,19 @@ class CompareOutcome:
     prefills: tuple[PrefillCapture | None, ...]
     finish_reasons: tuple[str | None, ...]
 
+    @classmethod
+    def of(cls, comparison: Any, runs: Sequence[Any]) -> CompareOutcome:
+        """The numbers of a ``core.compare.Comparison`` whose columns are ``runs`` (live runs,
+        or a session's recorded ones)."""
+        return cls(
+            tuple(comparison.columns()),
+            comparison.divergence_step,
+            tuple(comparison.kl_per_step),
+            tuple(comparison.overlap_per_step),
+            tuple(r.prefill for r in runs),
+            tuple(r.finish_reason for r in runs),
+        )
+
 
 @dataclass(frozen=True)
 class ShownRun:
@@ -120,18 +133,7 @@ def compare_job(
         )
         for column, record in comparison.steps():
             yield "compare_step", (column, record)
-        runs = comparison.runs
-        yield (
-            "compare_done",
-            CompareOutcome(
-                tuple(comparison.columns()),
-                comparison.divergence_step,
-                tuple(comparison.kl_per_step),
-                tuple(comparison.overlap_per_step),
-                tuple(r.prefill for r in runs),
-                tuple(r.finish_reason for r in runs),
-            ),
-        )
+        yield "compare_done", CompareOutcome.of(comparison, comparison.runs)
 
     return job
 
