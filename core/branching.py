@@ -234,6 +234,7 @@ class BranchNode:
     text: str  # this run's own output
     continued: bool = False  # the forced token is the one the parent chose: a continuation
     label: str = ""  # a saved run's name (sessions)
+    prompt: str = ""  # a root's prompt, as typed
 
 
 @dataclass
@@ -308,6 +309,7 @@ class BranchTree:
                     logp + sum(s.logprob for s in edge.run.steps),
                     edge.run.output_text(),
                     continued,
+                    prompt="" if edge.parent is not None else edge.run.prompt.text,
                 )
             )
             stack.extend((c, depth + 1) for c in reversed(edge.children))
@@ -355,6 +357,7 @@ def session_nodes(runs: Sequence[Any]) -> list[BranchNode]:
                 own.decode("utf-8", errors="replace"),
                 bool(continued),
                 run.label,
+                run.prompt.text if parent_run is None else "",
             )
         )
         stack.extend((c, depth + 1) for c in reversed(children.get(run.run_id, [])))

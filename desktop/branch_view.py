@@ -77,7 +77,8 @@ class BranchView(QWidget):
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.error = error_label()
         self.tree = QTreeWidget()
-        self.tree.setHeaderLabels(["run", "branch point", "forced token", "cum. log-prob", "text"])
+        self.tree.setHeaderLabels(["run", "prompt / branch point", "forced token", "cum. log-prob",
+                                   "text"])  # fmt: skip
         self.tree.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.tree.currentItemChanged.connect(self._on_node)
         self.reuse = QCheckBox("reuse prompt prefix (Run reads only what the last cache lacks)")
@@ -88,7 +89,11 @@ class BranchView(QWidget):
         layout.addLayout(top)
         layout.addWidget(self.table, 3)
         layout.addWidget(self.error)
-        layout.addWidget(QLabel("Branch tree (select a run to show it in every pane)"))
+        layout.addWidget(QLabel(
+            "Runs of this session, with their branches and continuations "
+            "(select one to show it in every pane; File → Save session saves them all)",
+            wordWrap=True,
+        ))  # fmt: skip
         layout.addWidget(self.tree, 2)
         layout.addWidget(self.reuse)
 
@@ -144,7 +149,10 @@ class BranchView(QWidget):
             self.tree.clear()
             items: dict[int, QTreeWidgetItem] = {}
             for node in nodes:
-                point = "root" if node.branch_step is None else f"step {node.offset - 1}"
+                point = f"step {node.offset - 1}"
+                if node.branch_step is None:
+                    text = node.prompt.replace("\n", "↵")
+                    point = f"prompt {text[:40]!r}" + ("…" if len(text) > 40 else "")
                 forced = "" if node.forced_token is None else repr(visible(node.forced_token.text))
                 forced = "(continued)" if node.continued else forced
                 named = node.label and node.branch_step is None and node.label != "root"

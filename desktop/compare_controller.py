@@ -76,6 +76,8 @@ class CompareController(QObject):
         worker.sig_stream_item.connect(self._on_item)
         worker.sig_prefix_reused.connect(self._on_prefix_reused)
         worker.sig_loaded.connect(self._on_model_loaded)
+        worker.history = self._add_history
+        worker.sig_history.connect(self._on_history)
         controller.sig_session_changed.connect(self._on_session_changed)
         self._session: Any = None  # the session whose runs the tree shows
         self._session_path: str | None = None
@@ -346,13 +348,27 @@ class CompareController(QObject):
         self._on_compare_done(CompareOutcome.of(comparison, runs))
         self._session_columns = list(saved.runs)
 
-    def _on_branch_done(self, item: tuple[ShownRun, ShownRun, tuple[Any, ...]]) -> None:
-        self._session, self._session_runs = None, {}
-        shown, root, nodes = item
-        if root.run_id not in self.shown:
-            self.shown = {root.run_id: root}  # a new tree
+    def _on_branch_done(self, item: tuple[ShownRun, tuple[Any, ...]]) -> None:
+        shown, nodes = item
         self.shown[shown.run_id] = shown
+        self._set_nodes(nodes)
+
+    def _add_history(self, run: Any) -> Any:
+        """(On the worker, after each live run.) The run joins the book's history."""
+        return self._book.add_history(self.ctl.worker, run)
+
+    def _on_history(self, item: tuple[ShownRun, tuple[Any, ...]]) -> None:
+        """A finished live run became a root of the history."""
+        shown, nodes = item
+        self.shown[shown.run_id] = shown
+        self._set_nodes(nodes)
+
+    def _set_nodes(self, nodes: tuple[Any, ...]) -> None:
+        """The live history replaces a reopened session's runs in the tree."""
+        self._session, self._session_runs = None, {}
         self.nodes = nodes
+        alive = {n.run_id for n in nodes}
+        self.shown = {k: v for k, v in self.shown.items() if k in alive}
         self.sig_tree_changed.emit(nodes)
 
     def _on_revived(self, item: tuple[float, float, bool]) -> None:

@@ -170,30 +170,68 @@ def register_job(worker: Any, run_id: int) -> Callable[[], None]:
 # --- branches ------------------------------------------------------------------------------------
 
 
+MAX_ROOTS = 12  # live runs kept in the history (each with its branches); older ones are let go
+
+
 class BranchBook:
-    """One :class:`core.branching.BranchTree` and the path of each of its runs."""
+    """The runs of this window: every live run is the root of a
+    :class:`core.branching.BranchTree` of its branches and continuations (the oldest roots are
+    let go beyond :data:`MAX_ROOTS`), and the path of each run. Worker thread only."""
 
     def __init__(self) -> None:
-        self.tree: Any = None
+        self.trees: dict[int, Any] = {}  # root run id → BranchTree, oldest first
+        self.root_of: dict[int, int] = {}  # path id → its tree's root id
         self.paths: dict[int, PathRun] = {}
         self.parent: dict[int, int] = {}
-        self.owned: list[int] = []  # run ids this book put into ``kept_runs``
+        self.owned: set[int] = set()  # run ids this book put into ``kept_runs``
 
     def reset(self, worker: Any) -> None:
-        forget(worker, self.owned)
-        self.tree, self.paths, self.parent, self.owned = None, {}, {}, []
+        forget(worker, list(self.owned))
+        self.trees, self.root_of, self.paths, self.parent, self.owned = {}, {}, {}, {}, set()
 
     def holds(self, run_id: int) -> bool:
         return run_id in self.paths
 
+    def nodes(self) -> tuple[Any, ...]:
+        """Every run of every tree (``BranchNode``), oldest tree first, each depth first."""
+        return tuple(node for tree in self.trees.values() for node in tree.nodes())
+
+    def add_root(self, worker: Any, run: Any) -> PathRun:
+        """Make a finished run the root of a new tree (and keep it on the worker)."""
+        from core.branching import BranchTree
+        from core.branching import PathRun as Path
+
+        run_id = run.run_id
+        if run_id not in worker.kept_runs:  # a live run: this book keeps it from now on
+            self.owned.add(run_id)
+        self.trees[run_id] = BranchTree(run)
+        self.root_of[run_id] = run_id
+        self.paths[run_id] = root = Path.root(run)
+        keep(worker, run_id, run)
+        while len(self.trees) > MAX_ROOTS:
+            self._let_go(worker, next(iter(self.trees)))
+        return root
+
+    def _let_go(self, worker: Any, root_id: int) -> None:
+        ids = [i for i, r in self.root_of.items() if r == root_id]
+        forget(worker, [i for i in ids if i in self.owned])
+        for i in ids:
+            self.paths.pop(i, None)
+            self.parent.pop(i, None)
+            self.root_of.pop(i, None)
+            self.owned.discard(i)
+        del self.trees[root_id]
+
+    def add_history(self, worker: Any, run: Any) -> tuple[ShownRun, tuple[Any, ...]]:
+        """A finished live run joins the history: (it, to show; every node)."""
+        return ShownRun.of(self.add_root(worker, run)), self.nodes()
+
     def _path(self, worker: Any, run_id: int, recorded: Any = None) -> tuple[PathRun, Any]:
         """The path of a run and, when it had to be revived, the ``core.resume.Revived``.
 
-        A run outside the tree becomes the root of a new one; a run opened from a session
+        A run outside every tree becomes the root of a new one; a run opened from a session
         (``recorded``, a ``SessionRun``) is first revived on the loaded model.
         """
-        from core.branching import BranchTree
-        from core.branching import PathRun as Path
         from core.engine import Run
         from core.errors import PromptError
         from core.resume import revive
@@ -208,13 +246,7 @@ class BranchBook:
             run.run_id = run_id
         if not isinstance(run, Run):
             raise PromptError("the shown run is not on the model thread any more: run it again")
-        fresh = run_id not in worker.kept_runs  # a live run: this book keeps it from now on
-        self.reset(worker)
-        self.tree, self.owned = BranchTree(run), [run_id] if fresh else []
-        root = Path.root(run)
-        self.paths = {run_id: root}
-        keep(worker, run_id, run)
-        return root, revived
+        return self.add_root(worker, run), revived
 
     def locate(self, path: PathRun, step: int) -> tuple[PathRun, int]:
         """The path whose own run made path step ``step``, and that run's local step index."""
@@ -259,7 +291,8 @@ class BranchBook:
                 child = branch(worker.engine, owner.run, local, token, owner.run.params, config,
                                worker.cancel)  # fmt: skip
             child.run_id = new_id
-            self.tree.add(owner.run, local, token, child)
+            root_id = self.root_of[owner.run_id]
+            self.trees[root_id].add(owner.run, local, token, child)
             self.parent[new_id] = owner.run_id
             path = Path.grown(shown, owner, local, token, child)
             yield "run_started", path.prompt
@@ -268,23 +301,21 @@ class BranchBook:
             for record in child:
                 yield "step", path.add(record)
             path.finish_reason = child.finish_reason
-            self.paths[new_id] = path
-            self.owned.append(new_id)
-            keep(worker, new_id, path)
+            if root_id in self.trees:  # not let go meanwhile
+                self.paths[new_id], self.root_of[new_id] = path, root_id
+                self.owned.add(new_id)
+                keep(worker, new_id, path)
             shown_run = ShownRun.of(path)
             yield "run_finished", shown_run.summary
-            root = ShownRun.of(self.paths[self.tree.root])
-            yield "branch_done", (shown_run, root, tuple(self.tree.nodes()))
+            yield "branch_done", (shown_run, self.nodes())
 
         return job
 
-    def saved_runs(self, shown_id: int, make: Callable[..., Any]) -> tuple[list[Any], int] | None:
-        """Every run of the tree holding ``shown_id`` as ``make(path, label, parent)`` (root
-        first, depth first) and the index of the shown one; None when it is in no tree."""
-        if shown_id not in self.paths or self.tree is None:
-            return None
+    def saved_runs(self, make: Callable[..., Any]) -> tuple[list[Any], list[int]]:
+        """Every run of every tree as ``make(path, label, parent)`` (oldest tree first, each
+        root first and depth first), and their run ids in that order."""
         runs, order = [], []
-        for node in self.tree.nodes():
+        for node in self.nodes():
             path = self.paths.get(node.run_id)
             if path is None:  # a branch that failed before it finished
                 continue
@@ -296,4 +327,4 @@ class BranchBook:
                 label = f"branch at step {path.offset - 1}, {how}"
             runs.append(make(path, label, parent))
             order.append(node.run_id)
-        return runs, order.index(shown_id)
+        return runs, order

@@ -325,6 +325,7 @@ class Controller(QObject, SessionRequests):
         if kind == "export":
             self.sig_saved.emit(result[0], result[1])
             return
+
         if kind == "save_session":
             path, size, session = result
             if key[1] != self._autosave_path():

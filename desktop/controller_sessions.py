@@ -39,8 +39,8 @@ class SessionRequests:
         self.sig_session_changed.emit()
 
     def request_save_session(self, path: str, with_views: bool = True) -> None:
-        """Save the shown run, every run of its branch tree and the finished comparison's
-        columns on the worker; ``sig_saved`` follows.
+        """Save this window's runs on the worker (the history of live runs with their branches,
+        the finished comparison's columns, the shown run); ``sig_saved`` follows.
 
         ``with_views`` also records the lens, prompt lens, prompt maps and vocabulary
         projection (a few seconds of model time) so the file works without the model.
@@ -69,7 +69,8 @@ class SessionRequests:
     def _live_session(
         self, run_id: int, info: Any, book: Any, compared: Any, with_views: bool, memo: Any
     ) -> Any:
-        """(On the worker.) The session of the shown run, its tree and a comparison."""
+        """(On the worker.) The session of this window's runs: the history (every live run
+        with its branches), the finished comparison, and the shown run."""
         from core.session import Session, SessionComparison, session_from_run
         from core.session_analysis import recorded_run
 
@@ -78,25 +79,27 @@ class SessionRequests:
                 return recorded_run(run, label, parent, memo)
             return session_from_run(run, info, label, parent)
 
-        runs, shown = book.saved_runs(run_id, make) or ([], -1)
+        runs, order = book.saved_runs(make)  # the history: every live run and its branches
         comparisons = []
         if compared is not None:
             ids, shared_ms = compared
             columns = [self.worker.kept_runs.get(i) for i in ids]
             if all(c is not None for c in columns):
-                first = len(runs)
+                at = []
                 for k, (i, column) in enumerate(zip(ids, columns, strict=True)):
-                    shown = first + k if i == run_id and shown < 0 else shown
-                    runs.append(make(column, f"compare column {k + 1}"))
-                comparisons.append(SessionComparison(tuple(range(first, len(runs))), shared_ms))
-        if shown < 0 and comparisons and self.worker.runs.get(run_id) is None:
-            shown = comparisons[0].runs[0]  # only a comparison was made
-        if shown < 0:
+                    if i not in order:  # a column branched from is in the history already
+                        runs.append(make(column, f"compare column {k + 1}"))
+                        order.append(i)
+                    at.append(order.index(i))
+                comparisons.append(SessionComparison(tuple(at), shared_ms))
+        if run_id not in order:
             run = self.worker.runs.get(run_id)
-            if run is None:
+            if run is not None:
+                runs.append(make(run))
+                order.append(run_id)
+            elif not comparisons:
                 raise ValueError("there is no run to save")
-            runs.append(make(run))
-            shown = len(runs) - 1
+        shown = order.index(run_id) if run_id in order else comparisons[0].runs[0]
         return Session(info.as_dict(), tuple(runs), shown=shown, comparisons=tuple(comparisons))
 
     def request_export(self, kind: str, path: str) -> None:

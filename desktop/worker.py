@@ -32,6 +32,7 @@ class Worker(QObject):
             (tag "error": the job failed, payload is the message).
         sig_prefix_reused(int, int, float): run id, prompt tokens read from the previous run's
             cache, and the TTFT saved (ms, estimated from the last full prefill).
+        sig_history(object): what ``history(run)`` returned for a finished live run.
     """
 
     sig_loading = Signal(float, str)
@@ -44,6 +45,7 @@ class Worker(QObject):
     sig_error = Signal(str, str)
     sig_stream_item = Signal(int, str, object)
     sig_prefix_reused = Signal(int, int, float)
+    sig_history = Signal(object)
 
     def __init__(self) -> None:
         super().__init__()
@@ -57,6 +59,7 @@ class Worker(QObject):
         self._prefix: Any = None  # core.branching.PrefixCache of the last finished run
         self._last_run: Any = None
         self._full_prefill: tuple[float, int] = (0.0, 0)  # (ms, tokens) of the last full one
+        self.history: Callable[[Any], Any] | None = None  # called here after each live run
 
     @Slot(object, str, str)
     def load(self, spec: object, device: str, dtype: str) -> None:
@@ -117,6 +120,8 @@ class Worker(QObject):
                 self._serve_pending()
             self.sig_run_finished.emit(run_id, run.summary())
             self._remember(run)
+            if self.history is not None:
+                self.sig_history.emit(self.history(run))
         except LensError as exc:
             self.sig_error.emit("run", str(exc))
         except Exception as exc:
