@@ -171,6 +171,17 @@ def register_job(worker: Any, run_id: int) -> Callable[[], None]:
 
 
 MAX_ROOTS = 12  # live runs kept in the history (each with its branches); older ones are let go
+MAX_HISTORY_BYTES = 1 << 30  # and no more than this held by them (a 4,000-token prompt's
+# hidden states alone are 290 MB); the newest run is always kept
+
+
+def held_bytes(run: Any, steps: Sequence[StepRecord] | None = None) -> int:
+    """Bytes a kept run holds: its prefill's hidden states, its steps' arrays, its KV cache."""
+    steps = run.steps if steps is None else steps
+    total = 0 if run.prefill is None else run.prefill.hidden.nbytes
+    for s in steps:
+        total += s.logits.nbytes + s.hidden.nbytes + s.attn_update.nbytes + s.attention.nbytes
+    return total + (steps[-1].kv.bytes_total if steps else 0)
 
 
 class BranchBook:
@@ -184,10 +195,12 @@ class BranchBook:
         self.paths: dict[int, PathRun] = {}
         self.parent: dict[int, int] = {}
         self.owned: set[int] = set()  # run ids this book put into ``kept_runs``
+        self.bytes: dict[int, int] = {}  # root id → bytes its tree holds
 
     def reset(self, worker: Any) -> None:
         forget(worker, list(self.owned))
         self.trees, self.root_of, self.paths, self.parent, self.owned = {}, {}, {}, {}, set()
+        self.bytes = {}
 
     def holds(self, run_id: int) -> bool:
         return run_id in self.paths
@@ -207,10 +220,17 @@ class BranchBook:
         self.trees[run_id] = BranchTree(run)
         self.root_of[run_id] = run_id
         self.paths[run_id] = root = Path.root(run)
+        self.bytes[run_id] = held_bytes(run)
         keep(worker, run_id, run)
-        while len(self.trees) > MAX_ROOTS:
-            self._let_go(worker, next(iter(self.trees)))
+        self._trim(worker)
         return root
+
+    def _trim(self, worker: Any) -> None:
+        """Let the oldest trees go while there are too many or they hold too much."""
+        while len(self.trees) > 1 and (
+            len(self.trees) > MAX_ROOTS or sum(self.bytes.values()) > MAX_HISTORY_BYTES
+        ):
+            self._let_go(worker, next(iter(self.trees)))
 
     def _let_go(self, worker: Any, root_id: int) -> None:
         ids = [i for i, r in self.root_of.items() if r == root_id]
@@ -221,6 +241,7 @@ class BranchBook:
             self.root_of.pop(i, None)
             self.owned.discard(i)
         del self.trees[root_id]
+        self.bytes.pop(root_id, None)
 
     def add_history(self, worker: Any, run: Any) -> tuple[ShownRun, tuple[Any, ...]]:
         """A finished live run joins the history: (it, to show; every node)."""
@@ -304,7 +325,9 @@ class BranchBook:
             if root_id in self.trees:  # not let go meanwhile
                 self.paths[new_id], self.root_of[new_id] = path, root_id
                 self.owned.add(new_id)
+                self.bytes[root_id] += held_bytes(child)
                 keep(worker, new_id, path)
+                self._trim(worker)
             shown_run = ShownRun.of(path)
             yield "run_finished", shown_run.summary
             yield "branch_done", (shown_run, self.nodes())

@@ -59,3 +59,25 @@ def test_every_live_run_is_kept_shown_again_and_saved(qtbot, loaded_window, tmp_
     session = load_session(path)
     assert [r.prompt.text for r in session.runs] == prompts
     assert all(r.parent is None for r in session.runs) and session.shown_index == 0
+
+
+def test_the_book_holds_a_bounded_number_of_bytes(tiny_engine, monkeypatch):
+    from desktop.compare_jobs import held_bytes
+
+    worker = SimpleNamespace(runs={}, kept_runs={}, engine=tiny_engine, cancel=threading.Event())
+    book = BranchBook()
+    runs = []
+    for run_id in (1, 2, 3):
+        run = tiny_engine.start(tiny_engine.tokenize("hello", chat=False), GREEDY, RunConfig(3))
+        run.run_all()
+        run.run_id = run_id
+        runs.append(run)
+    one = held_bytes(runs[0])
+    assert one >= runs[0].prefill.hidden.nbytes + sum(s.logits.nbytes for s in runs[0].steps)
+    monkeypatch.setattr(compare_jobs, "MAX_HISTORY_BYTES", 2 * one + one // 2)
+    for run in runs:
+        book.add_history(worker, run)
+    assert set(book.trees) == {2, 3}  # three would hold more than the limit
+    monkeypatch.setattr(compare_jobs, "MAX_HISTORY_BYTES", 1)
+    book._trim(worker)
+    assert set(book.trees) == {3}  # the newest run is always kept
