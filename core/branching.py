@@ -1,5 +1,6 @@
-"""Branching and prefix reuse: continue a run from any step with another token, cropping a copy
-of its KV cache instead of recomputing it, and reuse the cache of an unchanged prompt prefix.
+"""Branching: continue a run from any step with another token (or go on from its end),
+cropping a copy of its KV cache instead of recomputing it; branch trees and their paths.
+Prefix reuse across runs is :mod:`core.prefix`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from core.records import (
     RunSummary,
     StepRecord,
     TokenInfo,
-    frozen,
 )
 from core.sampling import SamplingParams
 
@@ -362,80 +362,3 @@ def session_nodes(runs: Sequence[Any]) -> list[BranchNode]:
         )
         stack.extend((c, depth + 1) for c in reversed(children.get(run.run_id, [])))
     return out
-
-
-# --- prefix reuse --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PrefixReuse:
-    """How much of a prompt came from the previous run's cache."""
-
-    tokens_reused: int
-    prompt_tokens: int
-
-    @property
-    def suffix_tokens(self) -> int:
-        return self.prompt_tokens - self.tokens_reused
-
-
-def joined_prefill(prev: Run | None, run: Run, reused: int) -> PrefillCapture | None:
-    """The whole-prompt capture of a run that read its first ``reused`` tokens from ``prev``'s
-    cache: those positions' states come from ``prev`` (its prefill, then what each of its decode
-    steps read), the rest from the run's own prefill. Unchanged when nothing was reused."""
-    if not reused or prev is None or prev.prefill is None or run.prefill is None:
-        return run.prefill
-    read = [prev.prefill.hidden] + [s.hidden[:, None] for s in prev.steps[1:]]
-    head = np.concatenate(read, axis=1)[:, :reused]  # (layers + 1, reused, hidden)
-    hidden = np.concatenate([head, run.prefill.hidden], axis=1)
-    positions = frozen(np.arange(len(run.prompt)), np.int64)
-    return PrefillCapture(run.run_id, run.prompt, frozen(hidden), positions)
-
-
-def ttft_saved_ms(full: Run, reused: Run) -> float:
-    """Measured: the full prompt's prefill time minus the suffix-only prefill time."""
-    return full.steps[0].timing.forward_ms - reused.steps[0].timing.forward_ms
-
-
-class PrefixCache:
-    """The last finished run's context ids and KV cache, so an edited prompt reads only its new
-    suffix. The stored cache is never extended: :meth:`reuse` hands out cropped copies."""
-
-    def __init__(self) -> None:
-        self.ids: list[int] = []
-        self.cache: Any = None
-
-    def remember(self, run: Run) -> None:
-        """Keep a finished run's cache: it holds the prompt and every generated token but the
-        last (which was chosen, never read)."""
-        if not run.steps or run.cache is None:
-            return
-        self.ids = [int(i) for i in run.steps[-1].context_ids]
-        self.cache = run.cache
-
-    def reuse(self, prompt_ids: Sequence[int]) -> tuple[int, Any]:
-        """(longest common prefix, cropped cache copy or None). At least one token is left to
-        read, since the prefill's logits are those of the prompt's last token."""
-        n = 0
-        limit = min(len(self.ids), len(prompt_ids) - 1)
-        while n < limit and self.ids[n] == prompt_ids[n]:
-            n += 1
-        if n == 0 or self.cache is None:
-            return 0, None
-        cache = copy_cache(self.cache)
-        crop_to(cache, n)
-        return n, cache
-
-    def start(
-        self,
-        engine: Engine,
-        prompt: PromptTokens,
-        params: SamplingParams,
-        run_config: RunConfig,
-        cancel: threading.Event | None = None,
-    ) -> tuple[Run, PrefixReuse]:
-        """A run of ``prompt`` that prefills only what the cache does not already hold."""
-        n, cache = self.reuse(prompt.ids)
-        start = RunStart(engine.new_cache() if cache is None else cache)
-        run = engine.start_from(prompt, params, start, run_config, cancel)
-        return run, PrefixReuse(n, len(prompt))

@@ -143,7 +143,7 @@ class Worker(QObject):
             self._full_prefill = (forward_ms, len(run.prompt))
         if not self.reuse_prefix:
             return
-        from core.branching import joined_prefill
+        from core.prefix import joined_prefill
 
         run.prefill = joined_prefill(self._last_run, run, reused)
         ms, tokens = self._full_prefill
@@ -152,7 +152,7 @@ class Worker(QObject):
 
     def _remember(self, run: Any) -> None:
         """Keep the finished run's cache for the next run's prefix reuse."""
-        from core.branching import PrefixCache
+        from core.prefix import PrefixCache
 
         if run.prefill is None or run.prefill.hidden.shape[1] != len(run.prompt):
             return  # its hidden states do not cover the prompt: a later join could not either

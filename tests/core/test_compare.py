@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from core.beam import BeamSearch, beam_search
-from core.branching import BranchTree, PrefixCache, alternatives, branch, ttft_saved_ms
+from core.branching import BranchTree, alternatives, branch
 from core.compare import (
     KL_EPS,
     Comparison,
@@ -29,6 +29,7 @@ from core.compare import (
 from core.compare_cli import main_compare, parse_config
 from core.engine import RunConfig, RunStart
 from core.errors import PromptError, SamplingError
+from core.prefix import PrefixCache, ttft_saved_ms
 from core.records import PromptTokens
 from core.sampling import GREEDY, SamplingParams
 
