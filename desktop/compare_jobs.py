@@ -334,11 +334,18 @@ class BranchBook:
 
         return job
 
-    def saved_runs(self, make: Callable[..., Any]) -> tuple[list[Any], list[int]]:
-        """Every run of every tree as ``make(path, label, parent)`` (oldest tree first, each
-        root first and depth first), and their run ids in that order."""
+    def saved_runs(
+        self, make: Callable[..., Any], only: int | None = None
+    ) -> tuple[list[Any], list[int]]:
+        """Every run of every tree (or only of the tree holding run ``only``) as
+        ``make(path, label, parent)``, oldest tree first, each root first and depth first; and
+        their run ids in that order."""
         runs, order = [], []
-        for node in self.nodes():
+        nodes = self.nodes()
+        if only is not None:
+            root = self.root_of.get(only)
+            nodes = tuple(self.trees[root].nodes()) if root is not None else ()
+        for node in nodes:
             path = self.paths.get(node.run_id)
             if path is None:  # a branch that failed before it finished
                 continue

@@ -38,12 +38,15 @@ class SessionRequests:
         self.sig_run_finished.emit(self.summary)
         self.sig_session_changed.emit()
 
-    def request_save_session(self, path: str, with_views: bool = True) -> None:
+    def request_save_session(
+        self, path: str, with_views: bool = True, everything: bool = True
+    ) -> None:
         """Save this window's runs on the worker (the history of live runs with their branches,
         the finished comparison's columns, the shown run); ``sig_saved`` follows.
 
         ``with_views`` also records the lens, prompt lens, prompt maps and vocabulary
         projection (a few seconds of model time) so the file works without the model.
+        ``everything`` False saves only the shown run's tree (what autosave keeps).
         """
         import dataclasses
 
@@ -54,20 +57,28 @@ class SessionRequests:
         if self.recorded is not None and self.session is not None:
             recorded = dataclasses.replace(self.session, shown=self.session_index)
         projection = self._results.get(("embedding_projection", getattr(info, "weights_id", "")))
-        compared = self.compare.saved_comparison()
+        compared = self.compare.saved_comparison() if everything else None
+        only = None if everything else run_id
 
         def job() -> Any:
             session = recorded
             if session is None:
                 memo = {} if projection is None else {"embedding_projection": projection}
-                session = self._live_session(run_id, info, book, compared, with_views, memo)
+                session = self._live_session(run_id, info, book, compared, with_views, memo, only)
             return path, save_session(path, session), session
 
         self.worker.submit("save_session", ("save_session", path), job)
         self._serve_requested.emit()
 
     def _live_session(
-        self, run_id: int, info: Any, book: Any, compared: Any, with_views: bool, memo: Any
+        self,
+        run_id: int,
+        info: Any,
+        book: Any,
+        compared: Any,
+        with_views: bool,
+        memo: Any,
+        only: int | None = None,
     ) -> Any:
         """(On the worker.) The session of this window's runs: the history (every live run
         with its branches), the finished comparison, and the shown run."""
@@ -79,7 +90,7 @@ class SessionRequests:
                 return recorded_run(run, label, parent, memo)
             return session_from_run(run, info, label, parent)
 
-        runs, order = book.saved_runs(make)  # the history: every live run and its branches
+        runs, order = book.saved_runs(make, only)  # the history: every run and its branches
         comparisons = []
         if compared is not None:
             ids, shared_ms = compared
@@ -141,11 +152,12 @@ class SessionRequests:
         return str(cache_root() / "autosave.llmlens")
 
     def request_autosave(self) -> None:
-        """Save the shown live run to the cache folder (offered back after a crash)."""
+        """Save the shown live run and its branches to the cache folder (offered back after a
+        crash). Not the whole history: this runs after every run, and must stay quick."""
         if self.dirty and self.recorded is None:
             path = self._autosave_path()
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            self.request_save_session(path, with_views=False)
+            self.request_save_session(path, with_views=False, everything=False)
 
     def request_open_session(self, path: str) -> None:
         """Read a session file on the worker; it is shown when read (errors: ``sig_error``)."""

@@ -33,11 +33,14 @@ def test_every_live_run_is_kept_shown_again_and_saved(qtbot, loaded_window, tmp_
     win, ctl = loaded_window, loaded_window.controller
     prompts = ["Explain transformers like I am 12", "What is a KV cache?"]
     runs = []
+    autosave = ctl._autosave_path()
     for text in prompts:
-        with qtbot.waitSignals([ctl.sig_run_finished, ctl.compare.sig_tree_changed],
-                               timeout=120_000):  # fmt: skip
+        signals = [ctl.sig_run_finished, ctl.compare.sig_tree_changed, ctl.sig_saved]
+        saved = [None, None, lambda p, _s: p == autosave]
+        with qtbot.waitSignals(signals, timeout=120_000, check_params_cbs=saved):
             ctl.request_run(text, True, GREEDY, 3)
         runs.append((ctl.run_id, [s.token.id for s in ctl.steps]))
+    assert [r.prompt.text for r in load_session(autosave).runs] == prompts[1:]  # kept quick
     view = win.open_branch()
     tree = view.tree
     assert tree.topLevelItemCount() == 2
