@@ -150,6 +150,7 @@ class CompareController(QObject):
         self._grow("continue", new_id, self._book.continue_job(shown, max_new, new_id, recorded))
 
     def _grow(self, kind: str, new_id: int, job: Any) -> None:
+        self.ctl.keep_origin()
         self.ctl.adopt_run(new_id, self.ctl.run_params)
         self._kinds[new_id], self.running[kind] = kind, new_id
         self.ctl.request_stream(new_id, job)

@@ -67,6 +67,8 @@ class Controller(QObject, SessionRequests):
         self.session: Any = None
         self.session_path: str | None = None
         self.session_index = -1  # the run of ``session`` shown
+        self.origin: Any = None  # a session whose run was revived: its other runs are saved too
+        self.origin_revived: dict[int, int] = {}  # its run ids → the live root made of each
         self.dirty = False  # a live run not saved yet
         self.prompt: Any = None
         self.prefill: Any = None
@@ -200,6 +202,15 @@ class Controller(QObject, SessionRequests):
         name = getattr(self.info, "name", "its model")
         return f"the {what} is not in this session file: load {name} to compute it"
 
+    def keep_origin(self) -> None:
+        """The shown recorded run is about to be revived (continued or branched): remember
+        its file, so that saving keeps the file's other runs."""
+        if self.recorded is None or self.session is None:
+            return
+        if self.origin is not self.session:
+            self.origin, self.origin_revived = self.session, {}
+        self.origin_revived[self.recorded.run.run_id] = self.run_id
+
     def recorded_run(self) -> Any:
         """The ``SessionRun`` shown, or None for a live run."""
         return None if self.recorded is None else self.recorded.run
@@ -258,6 +269,7 @@ class Controller(QObject, SessionRequests):
     # ----------------------------------------------------------------- worker events
     def _on_loaded(self, info: Any) -> None:
         self._collector.settle()
+        self.origin, self.origin_revived = None, {}  # runs of another model
         self.info = self.model_info = info
         self.recorded = self.session = self.session_path = None
         self._reset()

@@ -59,12 +59,15 @@ class SessionRequests:
         projection = self._results.get(("embedding_projection", getattr(info, "weights_id", "")))
         compared = self.compare.saved_comparison() if everything else None
         only = None if everything else run_id
+        origin = self._origin_runs() if everything else ((), ())
 
         def job() -> Any:
             session = recorded
             if session is None:
                 memo = {} if projection is None else {"embedding_projection": projection}
-                session = self._live_session(run_id, info, book, compared, with_views, memo, only)
+                session = self._live_session(
+                    run_id, info, book, compared, with_views, memo, only, origin
+                )
             return path, save_session(path, session), session
 
         self.worker.submit("save_session", ("save_session", path), job)
@@ -79,6 +82,7 @@ class SessionRequests:
         with_views: bool,
         memo: Any,
         only: int | None = None,
+        origin: Any = ((), ()),
     ) -> Any:
         """(On the worker.) The session of this window's runs: the history (every live run
         with its branches), the finished comparison, and the shown run."""
@@ -91,7 +95,9 @@ class SessionRequests:
             return session_from_run(run, info, label, parent)
 
         runs, order = book.saved_runs(make, only)  # the history: every run and its branches
-        comparisons = []
+        kept, kept_comparisons = origin  # a reopened file's runs that were not revived
+        runs, order = [*kept, *runs], [r.run_id for r in kept] + order
+        comparisons = list(kept_comparisons)
         if compared is not None:
             ids, shared_ms = compared
             columns = [self.worker.kept_runs.get(i) for i in ids]
@@ -144,6 +150,36 @@ class SessionRequests:
 
         self.worker.submit("export", ("export", path), job)
         self._serve_requested.emit()
+
+    def _origin_runs(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """(Runs, comparisons) of the reopened file whose runs were revived, but not the revived
+        ones (the live roots made of them are saved instead). Their ids are made fresh (they
+        might clash with this window's) and their parents follow."""
+        import dataclasses
+
+        from core.session import SessionComparison
+
+        origin, revived = self.origin, self.origin_revived
+        if origin is None:
+            return (), ()
+        kept = [r for r in origin.runs if r.run_id not in revived]
+        ids = {**revived, **{r.run_id: self.new_run_id() for r in kept}}
+        runs = tuple(
+            dataclasses.replace(
+                r,
+                run_id=ids[r.run_id],
+                parent=None if r.parent is None else (ids.get(r.parent[0], -1), r.parent[1]),
+            )
+            for r in kept
+        )
+        where = {id(r): i for i, r in enumerate(kept)}
+        index = [where.get(id(r)) for r in origin.runs]
+        comparisons = tuple(
+            SessionComparison(tuple(index[i] for i in c.runs), c.shared_prefill_ms)
+            for c in origin.comparisons
+            if all(index[i] is not None for i in c.runs)
+        )
+        return runs, comparisons
 
     @staticmethod
     def _autosave_path() -> str:

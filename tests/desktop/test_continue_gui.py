@@ -30,8 +30,9 @@ def _reference(engine, n):
 
 
 def _run(qtbot, win, n):
-    with qtbot.waitSignal(win.controller.sig_run_finished, timeout=120_000):
-        win.controller.request_run(PROMPT, True, SAMPLED, n)
+    ctl = win.controller
+    with qtbot.waitSignals([ctl.sig_run_finished, ctl.compare.sig_tree_changed], timeout=120_000):
+        ctl.request_run(PROMPT, True, SAMPLED, n)  # the tree changes: the run joins the history
 
 
 def _continue(qtbot, win, n):
@@ -39,8 +40,10 @@ def _continue(qtbot, win, n):
     panel.max_tokens.setValue(n)
     qtbot.waitUntil(panel.continue_button.isEnabled, timeout=10_000)
     ctl = win.controller
-    with qtbot.waitSignals([ctl.sig_run_finished, ctl.compare.sig_tree_changed], timeout=120_000):
+    before = len(ctl.compare.nodes)
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=120_000):
         panel.continue_button.click()
+    qtbot.waitUntil(lambda: len(ctl.compare.nodes) > before, timeout=10_000)
 
 
 def _saved(qtbot, ctl, path):
@@ -101,6 +104,7 @@ def test_a_reopened_run_is_revived_continued_and_branched(qtbot, window, engine,
     diff, scale, matches = revived.args
     assert matches and diff < 1e-4 * scale
     assert "matches the recording" in window.statusBar().currentMessage()
+    assert "the file's other 1 run is saved" in window.statusBar().currentMessage()
     assert ctl.recorded is None and _ids(ctl.steps) == _reference(engine, 8)
 
     ctl.request_select(2)
@@ -110,6 +114,21 @@ def test_a_reopened_run_is_revived_continued_and_branched(qtbot, window, engine,
         view.branch_button.click()
     assert ctl.steps[2].token.id == alt.token_id and 3 < len(ctl.steps) <= 3 + 16
     assert _ids(ctl.steps)[:2] == _reference(engine, 2)
+
+    from core.session import load_session
+
+    again = tmp_path / "again.llmlens"  # nothing of the reopened file is lost
+    with _saved(qtbot, ctl, again):
+        ctl.request_save_session(str(again), with_views=False)
+    runs = load_session(again).runs  # the file's other run, then the history (2 trees)
+    by_id = {r.run_id: r for r in runs}
+    assert len(runs) == 6 and len(by_id) == 6
+    old_continuation = runs[0]
+    root = by_id[old_continuation.parent[0]]  # its parent is the revived root now
+    assert root.parent is None and len(root.steps) == 4 and old_continuation.parent[1] == 3
+    assert _ids(old_continuation.steps)[:4] == _ids(root.steps)
+    grown = [r for r in runs if r.parent is not None and r.parent[0] == root.run_id]
+    assert len(grown) == 3  # the file's continuation, the new one and the branch
 
 
 def test_a_run_of_another_model_cannot_be_continued(qtbot, window, tmp_path):
