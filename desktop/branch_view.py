@@ -155,7 +155,8 @@ class BranchView(QWidget):
                     point = f"prompt {text[:40]!r}" + ("…" if len(text) > 40 else "")
                 forced = "" if node.forced_token is None else repr(visible(node.forced_token.text))
                 forced = "(continued)" if node.continued else forced
-                named = node.label and node.branch_step is None and node.label != "root"
+                plain = node.branch_step is not None or node.label in ("", "root", "run")
+                named = not plain  # a compare column's name
                 name = f"run {node.run_id}" + (f" · {node.label}" if named else "")
                 cells = [name, point, forced, f"{node.cumulative_logprob:.3f}",
                          node.text.replace("\n", "↵")]  # fmt: skip

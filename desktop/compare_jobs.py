@@ -350,7 +350,7 @@ class BranchBook:
             if path is None:  # a branch that failed before it finished
                 continue
             parent = None
-            label = "root"
+            label = "run"
             if node.parent_run_id is not None:
                 parent = (self.parent[node.run_id], path.offset - 1)
                 how = "continued" if node.continued else f"forced {node.forced_token.text!r}"
