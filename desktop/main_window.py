@@ -199,6 +199,7 @@ class MainWindow(QMainWindow):
         for dock in self.docks.values():
             view.addAction(dock.toggleViewAction())
         view.addSeparator()
+        view.addAction(self._action("Runs of this session (history, branches)…", self.open_branch))
         view.addAction(self._action("&Reset layout", self._reset_layout))
         help_menu = bar.addMenu("&Help")
         help_menu.addAction(self._action("&About LLM Lens", self._about))
