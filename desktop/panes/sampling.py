@@ -33,6 +33,7 @@ from desktop.panes.base import Pane, steady_axes
 from desktop.panes.logits import BAR_BRUSH, CHOSEN_BRUSH, horizontal_bars, tick_label
 
 STAGES = ("raw", *STAGE_ORDER)
+STAGED_KEPT = 64  # staged steps kept (a few KB each)
 SHOW = 15
 SHORT = {
     "repetition_penalty": "rep. penalty",
@@ -214,6 +215,7 @@ class SamplingPane(Pane):
         self._placed: tuple[str, ...] = ()
         self._step: StepRecord | None = None
         self._key: tuple[Any, ...] | None = None
+        self._staged: dict[tuple[Any, ...], list[StageView]] = {}  # oldest first
         self.controls.reflect(self.params)
         self.controls.sig_edited.connect(self._on_edited)
         controller.sig_params_changed.connect(self._on_params_changed)
@@ -263,7 +265,10 @@ class SamplingPane(Pane):
         if key == self._key:
             return
         self._key, self._step = key, step
-        self.views = stage_views(step, self.params)
+        self.views = self._staged.pop(key, None) or stage_views(step, self.params)
+        self._staged[key] = self.views  # scrubbing back to a step does not re-stage it (~10 ms)
+        while len(self._staged) > STAGED_KEPT:
+            self._staged.pop(next(iter(self._staged)))
         self._place(tuple(v.name for v in self.views))
         n = min(SHOW, len(step.top_ids))
         brushes = [
@@ -292,6 +297,7 @@ class SamplingPane(Pane):
 
     def clear(self) -> None:
         self._step, self._key, self.views = None, None, []
+        self._staged.clear()  # (run id, index) is unique within one shown run only
         self._place(("raw",))
         zeros = np.zeros(SHOW)
         for bars in self.bars.values():

@@ -188,3 +188,21 @@ def test_logits_and_sampling_panes(qtbot, ran, tmp_path):
     assert [v.name for v in pane.views] == ["raw", "temperature", "top_k"]
     rows = check_exports(pane, tmp_path, 3 * 15)
     assert rows[-1][:3] == ["top_k", "15", str(int(step.top_ids[14]))]
+
+
+def test_sampling_pane_keeps_staged_steps_until_a_new_run(qtbot, ran):
+    from desktop.panes.sampling import SamplingPane, stage_views
+
+    pane = show(qtbot, SamplingPane(ran))
+    first, second = ran.steps[1], ran.steps[2]
+    pane.render(first)
+    staged = pane.views
+    pane.render(second)
+    pane.render(first)  # scrubbing back: the same staging, not recomputed
+    assert pane.views is staged
+    fresh = stage_views(first, pane.params)
+    for mine, ref in zip(pane.views, fresh, strict=True):
+        assert mine.name == ref.name and np.array_equal(mine.probs, ref.probs)
+    pane.clear()  # a new run: (run id, step) may mean another step now
+    pane.render(first)
+    assert pane.views is not staged
