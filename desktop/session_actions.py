@@ -75,6 +75,9 @@ class SessionActions(QObject):
             self.open(path)
 
     def open(self, path: str) -> None:
+        """Open a session file; unsaved runs of this window are offered a save first."""
+        if not self._may_replace(f"Save the runs of this window before opening {path}?"):
+            return
         self.window.statusBar().showMessage(f"opening {path}…")
         self.controller.request_open_session(path)
         if os.path.isfile(path):
@@ -149,19 +152,23 @@ class SessionActions(QObject):
 
     # ----------------------------------------------------------------- close, crash recovery
     def may_close(self) -> bool:
-        """Ask about an unsaved run; False cancels the close."""
+        """Ask about unsaved runs; False cancels the close."""
+        return self._may_replace("Save the runs of this window as a session before closing?")
+
+    def _may_replace(self, question: str) -> bool:
+        """Ask about unsaved runs before they go; False: stay (cancelled, or saving first)."""
         if not (self.confirm_close and self.controller.dirty):
             return True
         buttons = QMessageBox.StandardButton
         answer = QMessageBox.question(
-            self.window, "Unsaved run", "Save this run as a session before closing?",
+            self.window, "Unsaved runs", question,
             buttons.Save | buttons.Discard | buttons.Cancel, buttons.Save,
         )  # fmt: skip
         if answer == buttons.Cancel:
             return False
         if answer == buttons.Save:
             self.save_as()
-            return False  # closes after the user saved; the save is asynchronous
+            return False  # the user goes on after the save; it is asynchronous
         return True
 
     def start(self) -> str | None:

@@ -132,6 +132,32 @@ def test_unsaved_run_asks_before_closing(qtbot, window, monkeypatch):
     assert window.close() is True
 
 
+def test_unsaved_runs_ask_before_a_file_replaces_them(qtbot, window, tmp_path, monkeypatch):
+    _load_and_run(qtbot, window, tokens=2)
+    ctl = window.controller
+    path = tmp_path / "other.llmlens"
+    _save(qtbot, ctl, path)
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=60_000):
+        ctl.request_run("Hi", True, GREEDY, 2)  # a run made after the save: unsaved
+    assert ctl.dirty
+    window.sessions.confirm_close = True
+    asked: list[str] = []
+
+    def cancel(_parent, _title, text, *_a, **_k):
+        asked.append(text)
+        return QMessageBox.StandardButton.Cancel
+
+    monkeypatch.setattr(QMessageBox, "question", cancel)
+    window.sessions.open(str(path))
+    qtbot.wait(200)
+    assert ctl.recorded is None and ctl.prompt.text == "Hi"  # nothing replaced
+    assert asked and "before opening" in asked[0]
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Discard)
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=60_000):
+        window.sessions.open(str(path))
+    assert ctl.recorded is not None
+
+
 def test_crash_recovery_is_offered_after_an_unclean_exit(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_LENS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path / "config"))
