@@ -365,8 +365,19 @@ class CompareController(QObject):
         self._set_nodes(nodes)
 
     def _set_nodes(self, nodes: tuple[Any, ...]) -> None:
-        """The live history replaces a reopened session's runs in the tree."""
+        """The live history replaces a reopened session's runs in the tree, but a file whose
+        run was continued or branched keeps its other runs listed after it."""
         self._session, self._session_runs = None, {}
+        origin, revived = self.ctl.origin, self.ctl.origin_revived
+        kept = [] if origin is None else [r for r in origin.runs if r.run_id not in revived]
+        if kept:
+            from core.branching import session_nodes
+
+            nodes = (*nodes, *session_nodes(kept))
+            self._session, self._session_path = origin, self.ctl.origin_path
+            self._session_runs = {
+                r.run_id: i for i, r in enumerate(origin.runs) if r.run_id not in revived
+            }
         self.nodes = nodes
         alive = {n.run_id for n in nodes}
         self.shown = {k: v for k, v in self.shown.items() if k in alive}

@@ -69,6 +69,7 @@ class Controller(QObject, SessionRequests):
         self.session_index = -1  # the run of ``session`` shown
         self.origin: Any = None  # a session whose run was revived: its other runs are saved too
         self.origin_revived: dict[int, int] = {}  # its run ids → the live root made of each
+        self.origin_path: str | None = None
         self.dirty = False  # a live run not saved yet
         self.prompt: Any = None
         self.prefill: Any = None
@@ -204,12 +205,31 @@ class Controller(QObject, SessionRequests):
 
     def keep_origin(self) -> None:
         """The shown recorded run is about to be revived (continued or branched): remember
-        its file, so that saving keeps the file's other runs."""
+        its file, so that its other runs stay listed and are saved with the session.
+
+        The file's runs get fresh ids once (they could clash with this window's); the shown
+        file becomes that renumbered copy.
+        """
+        import dataclasses
+
         if self.recorded is None or self.session is None:
             return
+        run = self.recorded.run
         if self.origin is not self.session:
-            self.origin, self.origin_revived = self.session, {}
-        self.origin_revived[self.recorded.run.run_id] = self.run_id
+            ids = {r.run_id: self.new_run_id() for r in self.session.runs}
+            runs = tuple(
+                dataclasses.replace(
+                    r,
+                    run_id=ids[r.run_id],
+                    parent=None if r.parent is None else (ids.get(r.parent[0], -1), r.parent[1]),
+                )
+                for r in self.session.runs
+            )
+            self.origin = dataclasses.replace(self.session, runs=runs)
+            self.origin_revived, self.origin_path = {}, self.session_path
+            run = runs[self.session_index]
+            self.session = self.origin
+        self.origin_revived[run.run_id] = self.run_id
 
     def recorded_run(self) -> Any:
         """The ``SessionRun`` shown, or None for a live run."""

@@ -153,8 +153,7 @@ class SessionRequests:
 
     def _origin_runs(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         """(Runs, comparisons) of the reopened file whose runs were revived, but not the revived
-        ones (the live roots made of them are saved instead). Their ids are made fresh (they
-        might clash with this window's) and their parents follow."""
+        ones (the live roots made of them are saved instead; their children follow them)."""
         import dataclasses
 
         from core.session import SessionComparison
@@ -163,17 +162,14 @@ class SessionRequests:
         if origin is None:
             return (), ()
         kept = [r for r in origin.runs if r.run_id not in revived]
-        ids = {**revived, **{r.run_id: self.new_run_id() for r in kept}}
         runs = tuple(
-            dataclasses.replace(
-                r,
-                run_id=ids[r.run_id],
-                parent=None if r.parent is None else (ids.get(r.parent[0], -1), r.parent[1]),
-            )
+            dataclasses.replace(r, parent=(revived[r.parent[0]], r.parent[1]))
+            if r.parent is not None and r.parent[0] in revived
+            else r
             for r in kept
         )
-        where = {id(r): i for i, r in enumerate(kept)}
-        index = [where.get(id(r)) for r in origin.runs]
+        where = {r.run_id: i for i, r in enumerate(kept)}
+        index = [where.get(r.run_id) for r in origin.runs]
         comparisons = tuple(
             SessionComparison(tuple(index[i] for i in c.runs), c.shared_prefill_ms)
             for c in origin.comparisons

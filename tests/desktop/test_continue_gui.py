@@ -130,6 +130,16 @@ def test_a_reopened_run_is_revived_continued_and_branched(qtbot, window, engine,
     grown = [r for r in runs if r.parent is not None and r.parent[0] == root.run_id]
     assert len(grown) == 3  # the file's continuation, the new one and the branch
 
+    listed = [view.tree.topLevelItem(i) for i in range(view.tree.topLevelItemCount())]
+    assert len(listed) == 3  # two live trees, then the file's other run
+    name = listed[-1].text(0)
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=10_000):
+        view.tree.setCurrentItem(listed[-1])
+    assert ctl.recorded is not None and _ids(ctl.steps) == _ids(old_continuation.steps)
+    assert view.tree.currentItem().text(0) == name  # the tree is rebuilt, the run stays current
+    _continue(qtbot, window, 2)  # the file's last run revived too: three live trees now
+    assert view.tree.topLevelItemCount() == 3 and ctl.recorded is None and len(ctl.steps) == 8
+
 
 def test_a_run_of_another_model_cannot_be_continued(qtbot, window, tmp_path):
     from core.session import load_session, save_session
