@@ -158,6 +158,7 @@ class BranchView(QWidget):
                 plain = node.branch_step is not None or node.label in ("", "root", "run")
                 named = not plain  # a compare column's name
                 name = f"run {node.run_id}" + (f" · {node.label}" if named else "")
+                name += " (recorded)" if self.compare.is_recorded(node.run_id) else ""
                 cells = [name, point, forced, f"{node.cumulative_logprob:.3f}",
                          node.text.replace("\n", "↵")]  # fmt: skip
                 parent = items.get(node.parent_run_id) if node.parent_run_id else None

@@ -304,6 +304,10 @@ class CompareController(QObject):
             return None
         return self.start.run_ids, self.start.shared_prefill_ms
 
+    def is_recorded(self, run_id: int) -> bool:
+        """Whether a tree node is a run of a reopened file (not live on the model thread)."""
+        return run_id in self._session_runs
+
     def current_node(self) -> int:
         """The tree node of the run shown: a session run's saved id, or the live run id."""
         ctl = self.ctl

@@ -133,6 +133,7 @@ def test_a_reopened_run_is_revived_continued_and_branched(qtbot, window, engine,
     listed = [view.tree.topLevelItem(i) for i in range(view.tree.topLevelItemCount())]
     assert len(listed) == 3  # two live trees, then the file's other run
     name = listed[-1].text(0)
+    assert name.endswith("(recorded)") and not listed[0].text(0).endswith("(recorded)")
     with qtbot.waitSignal(ctl.sig_run_finished, timeout=10_000):
         view.tree.setCurrentItem(listed[-1])
     assert ctl.recorded is not None and _ids(ctl.steps) == _ids(old_continuation.steps)
