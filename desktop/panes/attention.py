@@ -126,6 +126,8 @@ class AttentionPane(Pane):
         self.map_plot = self.graphics.addPlot(row=0, col=0)
         self.map_plot.setLabel("left", "query")
         self.map_plot.setLabel("bottom", "key")
+        for side in ("left", "bottom"):  # token positions: never "(x0.001)" on an empty map
+            self.map_plot.getAxis(side).enableAutoSIPrefix(False)
         self.map_plot.invertY(True)
         self.map_plot.setMenuEnabled(False)
         self.image = pg.ImageItem(axisOrder="row-major", nanPolicy="omit")
