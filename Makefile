@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup run test lint bench package package-test clean screenshot
+.PHONY: setup run test static bench package package-test clean screenshot
 
 setup: $(STAMP)
 
@@ -21,11 +21,20 @@ run: setup
 	$(BIN)/llm-lens
 
 test: setup
-	$(BIN)/python -m ruff check core desktop tests benchmarks
-	$(BIN)/python -m ruff format --check core desktop tests benchmarks
-	$(BIN)/lint-imports
-	$(BIN)/python -m mypy
+	$(BIN)/python -m ruff check llm_lens core desktop tests benchmarks
+	$(BIN)/python -m ruff format --check llm_lens core desktop tests benchmarks
+	$(MAKE) --no-print-directory static
 	$(BIN)/python -m pytest -q
+
+# The import contracts and mypy strict. Both read packages from the file system, so they check a
+# copy laid out as installed (llm_lens/core, llm_lens/desktop: setuptools' package-dir mapping).
+static: setup
+	rm -rf build/layout && mkdir -p build/layout/llm_lens
+	cp llm_lens/__init__.py build/layout/llm_lens/
+	cp -r core build/layout/llm_lens/core && cp -r desktop build/layout/llm_lens/desktop
+	cd build/layout && ../../$(BIN)/lint-imports ../../pyproject.toml --no-cache
+	cd build/layout && ../../$(BIN)/python -m mypy --config-file ../../pyproject.toml \
+		-p llm_lens.core -m llm_lens
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py

@@ -17,10 +17,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from core.engine import EAGER_PREFILL_LIMIT, Engine, RunConfig  # noqa: E402
-from core.loading import bundled_gguf, load_model  # noqa: E402
-from core.runtime import configure_threads, synchronize  # noqa: E402
-from core.sampling import GREEDY  # noqa: E402
+from llm_lens.core.loading import bundled_gguf, load_model  # noqa: E402  # noqa: E402
+from llm_lens.core.loop.engine import EAGER_PREFILL_LIMIT, Engine, RunConfig  # noqa: E402  # noqa: E402
+from llm_lens.core.runtime import configure_threads, synchronize  # noqa: E402  # noqa: E402
+from llm_lens.core.sampling import GREEDY  # noqa: E402  # noqa: E402
 
 
 def time_loads() -> dict[str, float]:
@@ -93,7 +93,7 @@ def long_prompt(engine: Engine, filler: list[int], tokens: int = 4000) -> None:
     """A 4,000-token prompt: prefill time, resident memory above the weights, a pane's window."""
     import resource
 
-    from core import analysis
+    from llm_lens.core import attention
 
     ids = (filler * (tokens // len(filler) + 1))[:tokens]
     prompt = engine.tokenize("x", chat=False)
@@ -105,7 +105,7 @@ def long_prompt(engine: Engine, filler: list[int], tokens: int = 4000) -> None:
     run.run_all()
     total = (time.perf_counter() - t0) * 1e3
     t0 = time.perf_counter()
-    analysis.attention_map(engine, run.cache, run.prefill.hidden, 12, 4, max_size=256)
+    attention.attention_map(engine, run.cache, run.prefill.hidden, 12, 4, max_size=256)
     window = (time.perf_counter() - t0) * 1e3
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(

@@ -120,8 +120,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args()
     app = QApplication(sys.argv[:1])
-    from desktop.app import apply_theme
-    from desktop.main_window import MainWindow
+    from llm_lens.desktop.app import apply_theme
+    from llm_lens.desktop.main_window import MainWindow
 
     apply_theme(app)
     win = MainWindow()
@@ -151,7 +151,7 @@ def main() -> int:
         QTimer.singleShot(3000, start_run)
 
     def start_run() -> None:
-        from core.sampling import GREEDY
+        from llm_lens.core.sampling import GREEDY
 
         for pane in win.panes.values():
             pane.render_times_ms.clear()

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from core.records import KVCacheStats, ModelInfo, frozen
+from llm_lens.core.records import KVCacheStats, ModelInfo, frozen
 
 
 def cache_tensors(cache: Any) -> list[tuple[Any, Any]]:

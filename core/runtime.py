@@ -7,7 +7,7 @@ and the GUI needs a core of its own: :func:`configure_threads` must run before t
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -42,7 +42,7 @@ def resolve_device(device: str = "auto") -> torch.device:
     """``auto`` picks CUDA, then MPS, then CPU; an explicit device that is absent is an error."""
     import torch
 
-    from core.errors import ModelLoadError
+    from llm_lens.core.errors import ModelLoadError
 
     if device not in DEVICES and not device.startswith("cuda:"):
         raise ModelLoadError(f"unknown device {device!r}: choose one of {', '.join(DEVICES)}")
@@ -62,7 +62,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """``auto`` is bfloat16 on CUDA and float32 elsewhere (bf16 changes greedy text on CPU)."""
     import torch
 
-    from core.errors import ModelLoadError
+    from llm_lens.core.errors import ModelLoadError
 
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -79,3 +79,8 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+def param_dtype(model: Any) -> torch.dtype:
+    """The dtype of a model's weights (inputs to its modules must match it)."""
+    return next(model.parameters()).dtype  # type: ignore[no-any-return]

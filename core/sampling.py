@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import SamplingError
-from core.records import StageSummary, frozen
+from llm_lens.core.errors import SamplingError
+from llm_lens.core.logits import entropy
+from llm_lens.core.records import StageSummary, frozen
 
 STAGE_ORDER = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p")
 
@@ -176,15 +177,6 @@ def summarize(stages: Sequence[StageResult], top_n: int) -> tuple[StageSummary, 
             )
         )
     return tuple(out)
-
-
-def entropy(probs: Any) -> float:
-    """Shannon entropy in nats of a probability vector (zeros contribute nothing)."""
-    import torch
-
-    p = probs.double()
-    logp = torch.where(p > 0, p.log(), torch.zeros_like(p))
-    return float(-(p * logp).sum())
 
 
 def restage(

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from core.errors import PromptError
-from core.records import PromptTokens, TokenInfo
+from llm_lens.core.errors import PromptError
+from llm_lens.core.records import PromptTokens, TokenInfo
 
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 

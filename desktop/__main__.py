@@ -1,5 +1,5 @@
 import sys
 
-from desktop.cli import main
+from llm_lens.desktop.cli import main
 
 sys.exit(main())

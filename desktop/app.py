@@ -33,7 +33,7 @@ def apply_theme(app: Any) -> None:
     def follow(scheme: Any) -> None:
         app.setPalette(app.style().standardPalette())
         if scheme == Qt.ColorScheme.Dark:
-            from desktop.theme import dark_palette
+            from llm_lens.desktop.theme import dark_palette
 
             app.setPalette(dark_palette())
 
@@ -43,11 +43,11 @@ def apply_theme(app: Any) -> None:
 
 def set_icon(app: Any) -> None:
     """The app's icon from resources/icons (every size the desktop may ask for)."""
-    from pathlib import Path
-
     from PySide6.QtGui import QIcon
 
-    folder = Path(os.environ.get("LLM_LENS_RESOURCES", Path(__file__).parent.parent / "resources"))
+    from llm_lens.desktop.resources import resource_dir
+
+    folder = resource_dir()
     icon = QIcon()
     for png in sorted((folder / "icons").glob("llm-lens-*.png")):
         icon.addFile(str(png))
@@ -65,7 +65,7 @@ def run_gui(args: argparse.Namespace) -> int:
     app.setDesktopFileName("llm-lens")  # lets Wayland match the window to its menu entry
     set_icon(app)
     apply_theme(app)
-    from desktop.main_window import MainWindow
+    from llm_lens.desktop.main_window import MainWindow
 
     window = MainWindow(model_spec=args.model, device=args.device, dtype=args.dtype)
     if args.prompt:
@@ -75,7 +75,7 @@ def run_gui(args: argparse.Namespace) -> int:
         window.resize(int(width), int(height))
     window.show()
     if args.selftest:
-        from desktop.selftest import SelfTest
+        from llm_lens.desktop.selftest import SelfTest
 
         window.sessions.confirm_close = False
         test = SelfTest(window, args.tokens, args.screenshot)

@@ -23,9 +23,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.beam import MAX_BEAMS, MIN_BEAMS
-from desktop.compare_view import error_label
-from desktop.controller import Controller
+from llm_lens.core.runs.beam import MAX_BEAMS, MIN_BEAMS
+from llm_lens.desktop.compare_view import error_label
+from llm_lens.desktop.controller import Controller
 
 GREY = QColor("#9aa0a6")
 FINISHED = QColor("#1e8e3e")

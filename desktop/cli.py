@@ -29,14 +29,14 @@ def gui_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from core.cli import COMMANDS
+    from llm_lens.core.cli import COMMANDS
 
     if argv and argv[0] in COMMANDS:
-        from core.cli import main as core_main
+        from llm_lens.core.cli import main as core_main
 
         return core_main(argv)
     args = gui_parser().parse_args(argv)
-    from desktop.app import run_gui
+    from llm_lens.desktop.app import run_gui
 
     return run_gui(args)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from desktop.compare_jobs import (
+from llm_lens.desktop.compare_jobs import (
     BranchBook,
     CompareOutcome,
     CompareStart,
@@ -192,7 +192,7 @@ class CompareController(QObject):
 
     def alternatives(self, k: int) -> list[Any]:
         """The selected step's top-k tokens with raw and after-sampling probabilities."""
-        from core.branching import alternatives
+        from llm_lens.core.runs.branching import alternatives
 
         step = self.ctl.current_step()
         if step is None:
@@ -208,7 +208,7 @@ class CompareController(QObject):
         if self._session_columns:  # a comparison reopened from a session
             self._show_session_run(self._session_columns[column], step)
             return
-        from core.records import RunSummary
+        from llm_lens.core.records import RunSummary
 
         run_id, steps = self.start.run_ids[column], tuple(self.columns[column])
         finish = self.outcome.finish_reasons[column]
@@ -321,7 +321,7 @@ class CompareController(QObject):
         if ctl.recorded is None or ctl.session is None:
             return
         if ctl.session is not self._session:
-            from core.branching import session_nodes
+            from llm_lens.core.runs.branching import session_nodes
 
             session = ctl.session
             self._session, self._session_path = session, ctl.session_path
@@ -334,7 +334,7 @@ class CompareController(QObject):
     def _replay_comparison(self, session: Any, saved: Any) -> None:
         """Show a session's comparison in the compare view, its metrics recomputed from the
         recorded steps (every column's full logits are in the file)."""
-        from core.compare import Comparison
+        from llm_lens.core.runs.compare import Comparison
 
         runs = [session.runs[i] for i in saved.runs]
         comparison = Comparison.recorded(runs, saved.shared_prefill_ms)
@@ -375,7 +375,7 @@ class CompareController(QObject):
         origin, revived = self.ctl.origin, self.ctl.origin_revived
         kept = [] if origin is None else [r for r in origin.runs if r.run_id not in revived]
         if kept:
-            from core.branching import session_nodes
+            from llm_lens.core.runs.branching import session_nodes
 
             nodes = (*nodes, *session_nodes(kept))
             self._session, self._session_path = origin, self.ctl.origin_path

@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from core.records import PrefillCapture, PromptTokens, RunSummary, StepRecord
-from core.sampling import SamplingParams
+from llm_lens.core.records import PrefillCapture, PromptTokens, RunSummary, StepRecord
+from llm_lens.core.sampling import SamplingParams
 
 if TYPE_CHECKING:  # torch is imported on the model thread only, when a job runs
-    from core.branching import PathRun
+    from llm_lens.core.runs.branching import PathRun
 
 Item = tuple[str, Any]
 Job = Callable[[Any], Iterator[Item]]
@@ -113,8 +113,8 @@ def compare_job(
     ``drop(worker)`` first forgets the runs of the previous comparison."""
 
     def job(worker: Any) -> Iterator[Item]:
-        from core.compare import start_shared
-        from core.engine import RunConfig
+        from llm_lens.core.loop.engine import RunConfig
+        from llm_lens.core.runs.compare import start_shared
 
         engine = worker.engine
         drop(worker)
@@ -142,7 +142,7 @@ def beam_job(text: str, chat: bool, beams: int, max_new: int) -> Job:
     """``core.beam.BeamSearch`` step by step, then its result."""
 
     def job(worker: Any) -> Iterator[Item]:
-        from core.beam import BeamSearch
+        from llm_lens.core.runs.beam import BeamSearch
 
         engine = worker.engine
         prompt = engine.tokenize(text, chat)
@@ -211,8 +211,8 @@ class BranchBook:
 
     def add_root(self, worker: Any, run: Any) -> PathRun:
         """Make a finished run the root of a new tree (and keep it on the worker)."""
-        from core.branching import BranchTree
-        from core.branching import PathRun as Path
+        from llm_lens.core.runs.branching import BranchTree
+        from llm_lens.core.runs.branching import PathRun as Path
 
         run_id = run.run_id
         if run_id not in worker.kept_runs:  # a live run: this book keeps it from now on
@@ -253,9 +253,9 @@ class BranchBook:
         A run outside every tree becomes the root of a new one; a run opened from a session
         (``recorded``, a ``SessionRun``) is first revived on the loaded model.
         """
-        from core.engine import Run
-        from core.errors import PromptError
-        from core.resume import revive
+        from llm_lens.core.errors import PromptError
+        from llm_lens.core.loop.engine import Run
+        from llm_lens.core.runs.resume import revive
 
         if run_id in self.paths:
             return self.paths[run_id], None
@@ -293,9 +293,9 @@ class BranchBook:
         recorded: Any,
     ) -> Job:  # fmt: skip
         def job(worker: Any) -> Iterator[Item]:
-            from core.branching import PathRun as Path
-            from core.branching import branch, continue_run
-            from core.engine import RunConfig
+            from llm_lens.core.loop.engine import RunConfig
+            from llm_lens.core.runs.branching import PathRun as Path
+            from llm_lens.core.runs.branching import branch, continue_run
 
             shown, revived = self._path(worker, shown_id, recorded)
             if revived is not None:

@@ -12,8 +12,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
-from desktop.controller_sessions import SessionRequests
-from desktop.worker import Worker
+from llm_lens.desktop.controller_sessions import SessionRequests
+from llm_lens.desktop.worker import Worker
 
 REPAINT_MS = 33  # panes repaint at most ~30 times a second
 
@@ -59,7 +59,7 @@ class Controller(QObject, SessionRequests):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        from core.sampling import SamplingParams
+        from llm_lens.core.sampling import SamplingParams
 
         self.info: Any = None  # the model of what is shown (a recorded run's model, or live)
         self.model_info: Any = None  # the model loaded on the worker
@@ -92,8 +92,8 @@ class Controller(QObject, SessionRequests):
         self._flush = QTimer(self, singleShot=True, interval=REPAINT_MS)
         self._flush.timeout.connect(self._emit_steps)
         self._stream_requested.connect(self.worker.stream)
-        from desktop.compare_controller import CompareController
-        from desktop.gui_gc import GuiThreadCollector
+        from llm_lens.desktop.compare_controller import CompareController
+        from llm_lens.desktop.gui_gc import GuiThreadCollector
 
         self._collector = GuiThreadCollector(self)  # never collect on the model thread
 
@@ -124,8 +124,8 @@ class Controller(QObject, SessionRequests):
 
     def request_run(self, text: str, chat: bool, params: Any, max_new_tokens: int = 64) -> None:
         """Start a run; a running one is cancelled first and its late records are dropped."""
-        from core.engine import RunConfig
-        from core.errors import LensError
+        from llm_lens.core.errors import LensError
+        from llm_lens.core.loop.engine import RunConfig
 
         if self.model_info is None:
             self.sig_error.emit("no model is loaded yet")
@@ -185,7 +185,7 @@ class Controller(QObject, SessionRequests):
             run_id, recorded = self.run_id, self.recorded
 
             def job() -> Any:
-                from core.analysis import compute
+                from llm_lens.core.loop.analyses import compute
 
                 run = recorded.run if recorded is not None else self.worker.runs.get(run_id)
                 return compute(kind, self.worker.engine, run, args)

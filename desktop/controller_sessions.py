@@ -15,8 +15,8 @@ class SessionRequests:
     def show_session(self, session: Any, path: str | None = None, index: int = -1) -> None:
         """Show a run of a loaded ``Session`` in every pane, marked as recorded (``index`` -1:
         the run the file says was shown when it was saved)."""
-        from core.records import ModelInfo, RunSummary
-        from core.session_analysis import RecordedAnalysis
+        from llm_lens.core.records import ModelInfo, RunSummary
+        from llm_lens.core.sessions.views import RecordedAnalysis
 
         index = session.shown_index if index < 0 else index
         run = session.runs[index]
@@ -50,7 +50,7 @@ class SessionRequests:
         """
         import dataclasses
 
-        from core.session import save_session
+        from llm_lens.core.sessions.write import save_session
 
         run_id, info, book = self.run_id, self.info, self.compare.book
         recorded = None
@@ -86,8 +86,8 @@ class SessionRequests:
     ) -> Any:
         """(On the worker.) The session of this window's runs: the history (every live run
         with its branches), the finished comparison, and the shown run."""
-        from core.session import Session, SessionComparison, session_from_run
-        from core.session_analysis import recorded_run
+        from llm_lens.core.sessions.format import Session, SessionComparison, session_from_run
+        from llm_lens.core.sessions.views import recorded_run
 
         def make(run: Any, label: str | None = None, parent: Any = None) -> Any:
             if with_views:
@@ -131,10 +131,10 @@ class SessionRequests:
         finish = self.summary.finish_reason if self.summary else None
 
         def job() -> Any:
-            from core import trace
-            from core.analysis import logit_lens
-            from core.records import RunSummary
-            from core.report import html_report, write_report
+            from llm_lens.core.exports import trace
+            from llm_lens.core.exports.report import html_report, write_report
+            from llm_lens.core.layers import logit_lens
+            from llm_lens.core.records import RunSummary
 
             if kind == "report":
                 summary = RunSummary.of(0, prompt, steps, finish)
@@ -156,7 +156,7 @@ class SessionRequests:
         ones (the live roots made of them are saved instead; their children follow them)."""
         import dataclasses
 
-        from core.session import SessionComparison
+        from llm_lens.core.sessions.format import SessionComparison
 
         origin, revived = self.origin, self.origin_revived
         if origin is None:
@@ -179,7 +179,7 @@ class SessionRequests:
 
     @staticmethod
     def _autosave_path() -> str:
-        from core.loading import cache_root
+        from llm_lens.core.loading import cache_root
 
         return str(cache_root() / "autosave.llmlens")
 
@@ -193,7 +193,7 @@ class SessionRequests:
 
     def request_open_session(self, path: str) -> None:
         """Read a session file on the worker; it is shown when read (errors: ``sig_error``)."""
-        from core.session import load_session
+        from llm_lens.core.sessions.read import load_session
 
         self.worker.submit(
             "open_session", ("open_session", path), lambda: (path, load_session(path))

@@ -19,16 +19,16 @@ from PySide6.QtWidgets import (
     QProgressBar,
 )
 
-from desktop.controller import Controller
-from desktop.prompt_panel import PromptPanel
+from llm_lens.desktop.controller import Controller
+from llm_lens.desktop.prompt_panel import PromptPanel
+from llm_lens.desktop.resources import resource_dir
 
-RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 STATE_VERSION = 1
 
 
 def load_examples() -> list[dict[str, Any]]:
     """The example prompts shipped in ``resources/prompts.json`` (the article's first)."""
-    path = Path(os.environ.get("LLM_LENS_RESOURCES", RESOURCES)) / "prompts.json"
+    path = resource_dir() / "prompts.json"
     try:
         return list(json.loads(path.read_text(encoding="utf-8"))["prompts"])
     except (OSError, ValueError, KeyError):
@@ -50,15 +50,15 @@ def settings() -> QSettings:
 
 
 def pane_classes() -> list[type]:
-    from desktop.panes.attention import AttentionPane
-    from desktop.panes.embeddings import EmbeddingsPane
-    from desktop.panes.kvcache import KVCachePane
-    from desktop.panes.layers import LayerStackPane
-    from desktop.panes.logits import LogitsPane
-    from desktop.panes.positions import PositionsPane
-    from desktop.panes.sampling import SamplingPane
-    from desktop.panes.timing import TimingPane
-    from desktop.panes.tokens import TokensPane
+    from llm_lens.desktop.panes.attention import AttentionPane
+    from llm_lens.desktop.panes.embeddings import EmbeddingsPane
+    from llm_lens.desktop.panes.kvcache import KVCachePane
+    from llm_lens.desktop.panes.layers import LayerStackPane
+    from llm_lens.desktop.panes.logits import LogitsPane
+    from llm_lens.desktop.panes.positions import PositionsPane
+    from llm_lens.desktop.panes.sampling import SamplingPane
+    from llm_lens.desktop.panes.timing import TimingPane
+    from llm_lens.desktop.panes.tokens import TokensPane
 
     return [
         TokensPane,
@@ -108,7 +108,7 @@ class MainWindow(QMainWindow):
         self._revived_note = ""  # said with the next finished run
         self.views: dict[str, Any] = {}  # the Compare menu's views, made when first opened
         self.view_docks: dict[str, QDockWidget] = {}
-        from desktop.session_actions import SessionActions
+        from llm_lens.desktop.session_actions import SessionActions
 
         self.sessions = SessionActions(self, settings())
         self._build_docks()
@@ -271,9 +271,9 @@ class MainWindow(QMainWindow):
     def open_view(self, title: str) -> Any:
         """Show (creating it the first time) the dock of a Compare-menu view; returns the view."""
         if title not in self.views:
-            from desktop.beam_view import BeamView
-            from desktop.branch_view import BranchView
-            from desktop.compare_view import CompareView
+            from llm_lens.desktop.beam_view import BeamView
+            from llm_lens.desktop.branch_view import BranchView
+            from llm_lens.desktop.compare_view import CompareView
 
             panel, c = self.prompt_panel, self.controller
             source = lambda: (panel.editor.toPlainText(), panel.chat_box.isChecked())  # noqa: E731
@@ -384,13 +384,13 @@ class MainWindow(QMainWindow):
         )
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 (Qt name)
-        from desktop.session_actions import is_session_url
+        from llm_lens.desktop.session_actions import is_session_url
 
         if is_session_url(event.mimeData().urls()):
             event.acceptProposedAction()
 
     def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 (Qt name)
-        from desktop.session_actions import is_session_url
+        from llm_lens.desktop.session_actions import is_session_url
 
         path = is_session_url(event.mimeData().urls())
         if path:

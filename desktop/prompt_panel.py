@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop.controller import Controller
+from llm_lens.desktop.controller import Controller
 
 
 class PromptPanel(QWidget):

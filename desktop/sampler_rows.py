@@ -19,8 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.compare_cli import NEUTRAL, PRESETS
-from core.sampling import SamplingParams
+from llm_lens.core.cli.compare import NEUTRAL, PRESETS
+from llm_lens.core.sampling import SamplingParams
 
 CUSTOM = "custom"
 PRESET_LABELS = {

@@ -27,7 +27,7 @@ class SelfTest:
 
     def _on_loaded(self, info: Any) -> None:
         print(f"selftest: loaded {info.name} on {info.device} ({info.dtype})", file=sys.stderr)
-        from core.sampling import GREEDY
+        from llm_lens.core.sampling import GREEDY
 
         panel = self.window.prompt_panel
         self.window.controller.request_run(

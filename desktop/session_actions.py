@@ -18,7 +18,7 @@ MAX_RECENT = 8
 
 
 def _lock_path() -> Path:
-    from core.loading import cache_root
+    from llm_lens.core.loading import cache_root
 
     return cache_root() / "session.lock"
 

@@ -63,9 +63,9 @@ class Worker(QObject):
 
     @Slot(object, str, str)
     def load(self, spec: object, device: str, dtype: str) -> None:
-        from core.engine import Engine
-        from core.errors import LensError
-        from core.loading import load_model
+        from llm_lens.core.errors import LensError
+        from llm_lens.core.loading import load_model
+        from llm_lens.core.loop.engine import Engine
 
         self.load_cancel.clear()
         try:
@@ -75,7 +75,7 @@ class Worker(QObject):
             self._progress(1.0, "ready")
             self.engine = Engine(loaded)
             self.runs.clear()
-            from core.tokens import cl100k
+            from llm_lens.core.tokens import cl100k
 
             cl100k("warm-up")  # load the cl100k_base table here, not on the GUI's first render
             self.kept_runs.clear()
@@ -92,7 +92,7 @@ class Worker(QObject):
     def _progress(self, fraction: float, message: str) -> None:
         """Report load progress; between stages, honour a cancel request (the previous model
         stays loaded)."""
-        from core.errors import Cancelled
+        from llm_lens.core.errors import Cancelled
 
         if self.load_cancel.is_set():
             raise Cancelled("loading cancelled: the previous model is still loaded")
@@ -100,7 +100,7 @@ class Worker(QObject):
 
     @Slot(int, str, bool, object, object)
     def run(self, run_id: int, text: str, chat: bool, params: object, config: object) -> None:
-        from core.errors import LensError
+        from llm_lens.core.errors import LensError
 
         if self.engine is None:
             self.sig_error.emit("run", "no model is loaded yet")
@@ -143,7 +143,7 @@ class Worker(QObject):
             self._full_prefill = (forward_ms, len(run.prompt))
         if not self.reuse_prefix:
             return
-        from core.prefix import joined_prefill
+        from llm_lens.core.runs.prefix import joined_prefill
 
         run.prefill = joined_prefill(self._last_run, run, reused)
         ms, tokens = self._full_prefill
@@ -152,7 +152,7 @@ class Worker(QObject):
 
     def _remember(self, run: Any) -> None:
         """Keep the finished run's cache for the next run's prefix reuse."""
-        from core.prefix import PrefixCache
+        from llm_lens.core.runs.prefix import PrefixCache
 
         if run.prefill is None or run.prefill.hidden.shape[1] != len(run.prompt):
             return  # its hidden states do not cover the prompt: a later join could not either
@@ -170,7 +170,7 @@ class Worker(QObject):
         """
         import torch
 
-        from core.errors import LensError
+        from llm_lens.core.errors import LensError
 
         if self.engine is None:
             self.sig_stream_item.emit(job_id, "error", "no model is loaded yet")
@@ -209,7 +209,7 @@ class Worker(QObject):
     def _serve_pending(self) -> None:
         import torch
 
-        from core.errors import LensError
+        from llm_lens.core.errors import LensError
 
         while True:
             try:

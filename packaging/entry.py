@@ -24,7 +24,7 @@ def _point_at_bundle() -> None:
 
 def main() -> int:
     _point_at_bundle()
-    from desktop.cli import main as cli_main
+    from llm_lens.desktop.cli import main as cli_main
 
     return cli_main()
 

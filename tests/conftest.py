@@ -11,7 +11,7 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 import pytest  # noqa: E402
 
-from core.runtime import configure_threads  # noqa: E402
+from llm_lens.core.runtime import configure_threads  # noqa: E402  # noqa: E402
 
 configure_threads()
 
@@ -19,14 +19,14 @@ configure_threads()
 @pytest.fixture(scope="session")
 def loaded():
     """The bundled SmolLM2-135M-Instruct (converted once into the user cache)."""
-    from core.loading import load_model
+    from llm_lens.core.loading import load_model
 
     return load_model()
 
 
 @pytest.fixture(scope="session")
 def engine(loaded):
-    from core.engine import Engine
+    from llm_lens.core.loop.engine import Engine
 
     return Engine(loaded)
 
@@ -34,8 +34,8 @@ def engine(loaded):
 @pytest.fixture(scope="session")
 def greedy_run(engine):
     """A finished greedy chat run of 8 tokens on the article's prompt."""
-    from core.engine import RunConfig
-    from core.sampling import GREEDY
+    from llm_lens.core.loop.engine import RunConfig
+    from llm_lens.core.sampling import GREEDY
 
     prompt = engine.tokenize("Explain transformers like I am 12")
     run = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=8))
@@ -48,7 +48,7 @@ def make_tiny(loaded_tokenizer, **overrides):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from core.loading import LoadedModel, describe
+    from llm_lens.core.loading import LoadedModel, describe
 
     cfg = dict(
         vocab_size=len(loaded_tokenizer),
@@ -75,6 +75,6 @@ def tiny(loaded):
 
 @pytest.fixture(scope="session")
 def tiny_engine(tiny):
-    from core.engine import Engine
+    from llm_lens.core.loop.engine import Engine
 
     return Engine(tiny)

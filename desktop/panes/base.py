@@ -10,8 +10,8 @@ from typing import Any
 from PySide6.QtCore import QCoreApplication, QEvent
 from PySide6.QtWidgets import QWidget
 
-from core.fileio import atomic_write
-from desktop.controller import Controller
+from llm_lens.core.fileio import atomic_write
+from llm_lens.desktop.controller import Controller
 
 
 def steady_axes(*plots: Any) -> None:
@@ -52,7 +52,7 @@ class Pane(QWidget):
 
     def schedule(self, *_: object) -> None:
         """Ask for a render; the scheduler runs it soon, never in the same turn as another pane."""
-        from desktop.panes.scheduler import scheduler
+        from llm_lens.desktop.panes.scheduler import scheduler
 
         scheduler().request(self)
 

@@ -16,9 +16,9 @@ import pyqtgraph as pg
 from PySide6 import QtWidgets as qw
 from PySide6.QtCore import QPointF, Qt
 
-from desktop.controller import Controller
-from desktop.panes.attention import visible_text
-from desktop.panes.base import Pane
+from llm_lens.desktop.controller import Controller
+from llm_lens.desktop.panes.attention import visible_text
+from llm_lens.desktop.panes.base import Pane
 
 MAX_LABELS = 60  # text labels drawn at once in either mode
 HOVER_PX = 8  # how close (in pixels) the mouse must be to a point to name it

@@ -25,8 +25,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from desktop.controller import Controller
-from desktop.panes.base import Pane, steady_axes
+from llm_lens.desktop.controller import Controller
+from llm_lens.desktop.panes.base import Pane, steady_axes
 
 LENS_K = 5
 WAIT_TEXT = "lens computed when the run ends or when you select a step"

@@ -14,10 +14,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from core.rope import RopeView, rope_view
-from desktop.controller import Controller
-from desktop.panes.attention import visible_text
-from desktop.panes.base import Pane
+from llm_lens.core.positions import RopeView, rope_view
+from llm_lens.desktop.controller import Controller
+from llm_lens.desktop.panes.attention import visible_text
+from llm_lens.desktop.panes.base import Pane
 
 EMPTY_POSITIONS = 64  # positions drawn before any prompt exists
 NOTES = {

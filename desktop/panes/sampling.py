@@ -25,12 +25,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.errors import SamplingError
-from core.records import StepRecord
-from core.sampling import STAGE_ORDER, SamplingParams, run_stages
-from desktop.controller import Controller
-from desktop.panes.base import Pane, steady_axes
-from desktop.panes.logits import BAR_BRUSH, CHOSEN_BRUSH, horizontal_bars, tick_label
+from llm_lens.core.errors import SamplingError
+from llm_lens.core.records import StepRecord
+from llm_lens.core.sampling import STAGE_ORDER, SamplingParams, run_stages
+from llm_lens.desktop.controller import Controller
+from llm_lens.desktop.panes.base import Pane, steady_axes
+from llm_lens.desktop.panes.logits import BAR_BRUSH, CHOSEN_BRUSH, horizontal_bars, tick_label
 
 STAGES = ("raw", *STAGE_ORDER)
 STAGED_KEPT = 64  # staged steps kept (a few KB each)

@@ -15,7 +15,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer
 
-from desktop.controller import REPAINT_MS
+from llm_lens.desktop.controller import REPAINT_MS
 
 
 class RepaintScheduler(QObject):

@@ -35,10 +35,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.records import PromptTokens, StepRecord, TokenInfo
-from core.tokens import TiktokenView, cl100k
-from desktop.controller import Controller
-from desktop.panes.base import Pane
+from llm_lens.core.records import PromptTokens, StepRecord, TokenInfo
+from llm_lens.core.tokens import TiktokenView, cl100k
+from llm_lens.desktop.controller import Controller
+from llm_lens.desktop.panes.base import Pane
 
 _WHITESPACE = str.maketrans({" ": "·", "\n": "↵", "\t": "→"})
 HPAD, VPAD, GAP = 4.0, 2.0, 3.0

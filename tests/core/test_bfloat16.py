@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from core import analysis
-from core.branching import branch, continue_run
-from core.engine import Engine, RunConfig
-from core.resume import revive
-from core.sampling import SamplingParams
-from core.session import session_from_run
+from llm_lens.core import attention, embeddings, layers
+from llm_lens.core.loop.engine import Engine, RunConfig
+from llm_lens.core.runs.branching import branch, continue_run
+from llm_lens.core.runs.resume import revive
+from llm_lens.core.sampling import SamplingParams
+from llm_lens.core.sessions.format import session_from_run
 from tests.conftest import make_tiny
 
 
@@ -35,13 +35,13 @@ def test_a_bfloat16_model_runs_every_view(bf16_engine):
     for s in steps:
         assert s.logits.dtype == np.float32 and np.isfinite(s.logits).all()
         assert np.allclose(s.attention.sum(-1), 1, atol=1e-2)  # each head's row is a distribution
-    lens = analysis.logit_lens(eng, steps[2], 5)
+    lens = layers.logit_lens(eng, steps[2], 5)
     assert lens.top_ids.shape == (eng.info.num_layers + 1, 5)
     assert int(lens.top_ids[-1, 0]) == int(steps[2].top_ids[0])  # the last layer is the model
-    amap = analysis.attention_map(eng, run.cache, run.prefill.hidden, 1, 2)
+    amap = attention.attention_map(eng, run.cache, run.prefill.hidden, 1, 2)
     assert np.allclose(amap.weights.sum(-1), 1, atol=1e-2)
-    assert analysis.prompt_lens(eng, run.prefill.hidden).top1_ids.shape[1] == len(run.prompt)
-    assert analysis.embedding_projection(eng).coords.shape == (eng.info.vocab_size, 2)
+    assert layers.prompt_lens(eng, run.prefill.hidden).top1_ids.shape[1] == len(run.prompt)
+    assert embeddings.embedding_projection(eng).coords.shape == (eng.info.vocab_size, 2)
 
     child = continue_run(eng, run, RunConfig(3))
     child.run_all()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from core.cli import main
+from llm_lens.core.cli import main
 
 
 def _trace(tmp_path, *args):
@@ -105,7 +105,8 @@ def test_entry_point_dispatches_kv_without_qt(tmp_path):
         )
     )
     code = (
-        "import sys; from desktop.cli import main; rc = main(['kv', '--config', sys.argv[1], "
+        "import sys; from llm_lens.desktop.cli import main; "
+        "rc = main(['kv', '--config', sys.argv[1], "
         "'--tokens', '10', '--dtype', 'float32', '--json']); "
         "assert 'PySide6' not in sys.modules; sys.exit(rc)"
     )

@@ -14,9 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from core.beam import BeamSearch, beam_search
-from core.branching import BranchTree, alternatives, branch
-from core.compare import (
+from llm_lens.core.cli.compare import main as main_compare
+from llm_lens.core.cli.compare import parse_config
+from llm_lens.core.errors import PromptError, SamplingError
+from llm_lens.core.loop.engine import RunConfig, RunStart
+from llm_lens.core.records import PromptTokens
+from llm_lens.core.runs.beam import BeamSearch, beam_search
+from llm_lens.core.runs.branching import BranchTree, alternatives, branch
+from llm_lens.core.runs.compare import (
     KL_EPS,
     Comparison,
     compare,
@@ -26,12 +31,8 @@ from core.compare import (
     mean_pairwise_kl,
     samples,
 )
-from core.compare_cli import main_compare, parse_config
-from core.engine import RunConfig, RunStart
-from core.errors import PromptError, SamplingError
-from core.prefix import PrefixCache, ttft_saved_ms
-from core.records import PromptTokens
-from core.sampling import GREEDY, SamplingParams
+from llm_lens.core.runs.prefix import PrefixCache, ttft_saved_ms
+from llm_lens.core.sampling import GREEDY, SamplingParams
 
 PROMPT = "Explain transformers like I am 12"
 
@@ -443,14 +444,10 @@ def test_compare_cli_writes_traces_and_metrics(tmp_path, engine, greedy_run):
 
 
 def test_a_saved_comparison_gives_the_same_metrics(tmp_path, tiny_engine):
-    from core.compare import Comparison
-    from core.session import (
-        Session,
-        SessionComparison,
-        load_session,
-        save_session,
-        session_from_run,
-    )
+    from llm_lens.core.runs.compare import Comparison
+    from llm_lens.core.sessions.format import Session, SessionComparison, session_from_run
+    from llm_lens.core.sessions.read import load_session
+    from llm_lens.core.sessions.write import save_session
 
     prompt = tiny_engine.tokenize("Once upon a time", chat=False)
     comp = samples(tiny_engine, prompt, SamplingParams(temperature=1.5, top_p=1.0), 3, 4,
@@ -467,15 +464,15 @@ def test_a_saved_comparison_gives_the_same_metrics(tmp_path, tiny_engine):
     assert again.kl_per_step == comp.kl_per_step
     assert again.overlap_per_step == comp.overlap_per_step
     assert again.columns() == comp.columns()
-    from core.session_cli import describe
+    from llm_lens.core.cli.inspect import describe
 
     ids = ", ".join(str(r.run_id) for r in comp.runs)
     assert f"compared  runs {ids} from one prefill" in describe(session)
 
 
 def test_a_branch_path_reads_from_the_root(engine, greedy_run):
-    from core.analysis import logit_lens
-    from core.branching import PathRun
+    from llm_lens.core.layers import logit_lens
+    from llm_lens.core.runs.branching import PathRun
 
     root = PathRun.root(greedy_run)
     s, forced = 3, int(greedy_run.steps[3].top_ids[1])

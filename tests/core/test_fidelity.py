@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from core import analysis
-from core.engine import EAGER_PREFILL_LIMIT, RunConfig
-from core.sampling import GREEDY, SamplingParams
+from llm_lens.core import attention, layers
+from llm_lens.core.loop.engine import EAGER_PREFILL_LIMIT, RunConfig
+from llm_lens.core.sampling import GREEDY, SamplingParams
 
 pytestmark = pytest.mark.slow
 
@@ -144,11 +144,11 @@ def test_prefill_attention_row_and_maps_equal_eager_output_attentions(loaded, en
     hidden = greedy20.prefill.hidden
     for layer in LENS_LAYERS:
         for head in HEADS:
-            amap = analysis.attention_map(engine, greedy20.cache, hidden, layer, head)
+            amap = attention.attention_map(engine, greedy20.cache, hidden, layer, head)
             assert not amap.pooled
             np.testing.assert_allclose(amap.weights, ref[layer, head], atol=1e-5)
     # every thumbnail of every head, unpooled when the size covers the prompt
-    overview = analysis.attention_overview(engine, greedy20.cache, hidden, size=len(prompt_ids))
+    overview = attention.attention_overview(engine, greedy20.cache, hidden, size=len(prompt_ids))
     np.testing.assert_allclose(overview, ref, atol=1e-5)
 
 
@@ -179,7 +179,7 @@ def test_recorded_residual_stream_equals_output_hidden_states(loaded, greedy20):
 
 def test_logit_lens_last_layer_equals_the_real_top_tokens(engine, greedy20):
     for step in (greedy20.steps[0], greedy20.steps[5]):
-        lens = analysis.logit_lens(engine, step, k=5)
+        lens = layers.logit_lens(engine, step, k=5)
         assert lens.top_ids.shape == (engine.info.num_layers + 1, 5)
         np.testing.assert_array_equal(lens.top_ids[-1], step.top_ids[:5])
         np.testing.assert_allclose(lens.top_probs[-1], step.top_probs[:5], rtol=1e-4, atol=1e-6)
@@ -189,7 +189,7 @@ def test_logit_lens_last_layer_equals_the_real_top_tokens(engine, greedy20):
 def test_logit_lens_equals_per_layer_unbatched_computation(loaded, engine, greedy20):
     model = loaded.model
     step = greedy20.steps[2]
-    lens = analysis.logit_lens(engine, step, k=5)
+    lens = layers.logit_lens(engine, step, k=5)
     with torch.inference_mode():
         for layer in range(engine.info.num_layers + 1):
             h = torch.from_numpy(np.array(step.hidden[layer]))[None]  # (1, hidden)
@@ -202,8 +202,8 @@ def test_logit_lens_equals_per_layer_unbatched_computation(loaded, engine, greed
 
 def test_prompt_lens_agrees_with_step_lens_and_real_predictions(loaded, engine, greedy20):
     hidden = greedy20.prefill.hidden
-    plens = analysis.prompt_lens(engine, hidden, chunk=16)  # several chunks over 38 tokens
-    lens0 = analysis.logit_lens(engine, greedy20.steps[0], k=1)
+    plens = layers.prompt_lens(engine, hidden, chunk=16)  # several chunks over 38 tokens
+    lens0 = layers.logit_lens(engine, greedy20.steps[0], k=1)
     np.testing.assert_array_equal(plens.top1_ids[:, -1], lens0.top_ids[:, 0])
     np.testing.assert_allclose(plens.top1_probs[:, -1], lens0.top_probs[:, 0], rtol=1e-4)
     # the last layer's lens at every prompt position is the model's own next-token prediction
@@ -268,11 +268,11 @@ def test_long_prompt_maps_equal_the_eager_maps(loaded, engine, long_run):
     hidden = long_run.prefill.hidden
     for layer, head in LONG_HEADS:
         ref = kept[layer].numpy()  # (T, T)
-        full = analysis.attention_map(engine, long_run.cache, hidden, layer, head, max_size=2048)
+        full = attention.attention_map(engine, long_run.cache, hidden, layer, head, max_size=2048)
         assert not full.pooled and full.weights.shape == (tokens, tokens)
         np.testing.assert_allclose(full.weights, ref, atol=1e-5)
         np.testing.assert_allclose(full.weights[-80:, 300:], ref[-80:, 300:], atol=1e-5)
-        pooled = analysis.attention_map(engine, long_run.cache, hidden, layer, head, max_size=128)
+        pooled = attention.attention_map(engine, long_run.cache, hidden, layer, head, max_size=128)
         block = -(-tokens // 128)
         assert pooled.pooled and pooled.weights.shape == (-(-tokens // block),) * 2
         np.testing.assert_array_equal(pooled.q_positions, np.arange(0, tokens, block))

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from core.engine import Engine, RunConfig
-from core.errors import PromptError
-from core.records import KVCacheStats, PrefillCapture, StageSummary, StepRecord, TokenInfo
-from core.sampling import GREEDY, SamplingParams
+from llm_lens.core.errors import PromptError
+from llm_lens.core.loop.engine import Engine, RunConfig
+from llm_lens.core.records import KVCacheStats, PrefillCapture, StageSummary, StepRecord, TokenInfo
+from llm_lens.core.sampling import GREEDY, SamplingParams
 from tests.conftest import make_tiny
 
 PROMPT = "Explain transformers like I am 12"

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from core.kvconfig import (
+from llm_lens.core.cli.kv import main as main_kv
+from llm_lens.core.kvconfig import (
     ConfigError,
     KVLayout,
     dtype_bytes,
@@ -17,7 +18,6 @@ from core.kvconfig import (
     kv_report,
     layout_from_config,
     load_config,
-    main_kv,
 )
 
 # Trimmed copies of the public config.json files (the fields that matter, plus some that don't).

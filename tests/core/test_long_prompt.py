@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from core import analysis, kvcache
-from core.engine import EAGER_PREFILL_LIMIT, Engine, RunConfig
-from core.records import PromptTokens
-from core.sampling import GREEDY
+from llm_lens.core import attention, kvcache
+from llm_lens.core.loop.engine import EAGER_PREFILL_LIMIT, Engine, RunConfig
+from llm_lens.core.records import PromptTokens
+from llm_lens.core.sampling import GREEDY
 from tests.conftest import make_tiny
 
 T = 3000
@@ -50,7 +50,7 @@ def test_a_long_run_keeps_no_quadratic_array(long_run):
 def test_on_demand_window_is_bounded_and_equals_the_full_map(long_run):
     engine, run = long_run
     hidden = run.prefill.hidden
-    m = analysis.attention_map(engine, run.cache, hidden, 1, 3, max_size=256)
+    m = attention.attention_map(engine, run.cache, hidden, 1, 3, max_size=256)
     assert m.pooled and m.weights.shape[0] <= 256 and m.weights.shape[1] <= 256
     # reference: the eager map of that layer, max-pooled the same way
     with torch.inference_mode():
@@ -63,7 +63,7 @@ def test_on_demand_window_is_bounded_and_equals_the_full_map(long_run):
                    attention_mask=_causal(T))[1]  # fmt: skip
     full = out[0, 3].float().numpy()
     block = -(-T // 256)
-    assert np.allclose(m.weights, analysis._pool(full, block), atol=1e-5)
+    assert np.allclose(m.weights, attention.pool_rows(full, block), atol=1e-5)
 
 
 def _causal(t):

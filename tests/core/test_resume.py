@@ -11,12 +11,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from core.branching import branch, continue_run
-from core.engine import RunConfig
-from core.errors import PromptError
-from core.resume import revive
-from core.sampling import GREEDY, SamplingParams
-from core.session import Session, SessionError, load_session, save_session, session_from_run
+from llm_lens.core.errors import PromptError
+from llm_lens.core.loop.engine import RunConfig
+from llm_lens.core.runs.branching import branch, continue_run
+from llm_lens.core.runs.resume import revive
+from llm_lens.core.sampling import GREEDY, SamplingParams
+from llm_lens.core.sessions.format import Session, SessionError, session_from_run
+from llm_lens.core.sessions.read import load_session
+from llm_lens.core.sessions.write import save_session
 
 PROMPT = "Explain transformers like I am 12"
 SAMPLED = SamplingParams(temperature=1.3, top_k=0, top_p=1.0, seed=7)
@@ -91,7 +93,7 @@ def test_a_revived_run_branches_like_the_live_one(engine, greedy_run):
 
 
 def test_revive_reports_a_model_that_does_not_reproduce_the_recording(tiny_engine, loaded):
-    from core.engine import Engine
+    from llm_lens.core.loop.engine import Engine
     from tests.conftest import make_tiny
 
     run = run_of(tiny_engine, GREEDY, 3)

@@ -20,8 +20,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from core.errors import SamplingError
-from core.sampling import (
+from llm_lens.core.errors import SamplingError
+from llm_lens.core.sampling import (
     GREEDY,
     STAGE_ORDER,
     SamplingParams,

@@ -22,19 +22,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from core.engine import RunConfig
-from core.sampling import GREEDY, SamplingParams, restage
-from core.session import (
-    PARTS,
-    Session,
-    SessionError,
-    estimate_size,
-    load_session,
-    save_session,
-    session_from_run,
-)
-from core.session_analysis import prompt_attention_maps
-from core.session_cli import main_inspect, write_trace_session
+from llm_lens.core.cli.inspect import main as main_inspect
+from llm_lens.core.cli.inspect import write_trace_session
+from llm_lens.core.loop.engine import RunConfig
+from llm_lens.core.sampling import GREEDY, SamplingParams, restage
+from llm_lens.core.sessions.format import PARTS, Session, SessionError, session_from_run
+from llm_lens.core.sessions.read import load_session
+from llm_lens.core.sessions.views import prompt_attention_maps
+from llm_lens.core.sessions.write import estimate_size, save_session
 
 ROOT = Path(__file__).resolve().parents[2]
 HALF = {
@@ -119,8 +114,8 @@ def test_loading_needs_neither_the_model_nor_torch(saved, greedy_run):
     code = (
         "import json, sys\n"
         "sys.modules['torch'] = None  # any import of torch now fails\n"
-        "from core.session import load_session\n"
-        "from core.session_cli import main_inspect\n"
+        "from llm_lens.core.sessions.read import load_session\n"
+        "from llm_lens.core.cli.inspect import main as main_inspect\n"
         "run = load_session(sys.argv[1]).runs[0]\n"
         "assert main_inspect([sys.argv[1]]) == 0\n"
         "print(json.dumps([len(run.steps), float(run.steps[3].logits.sum()), run.output_text()]))"
@@ -476,23 +471,23 @@ def test_the_documented_notebook_example_runs(saved, greedy_run, capsys):
 
 def test_recorded_analysis_answers_like_the_model(greedy_run, engine, tmp_path):
     """A reopened session answers the panes' requests with what the model computed."""
-    from core import analysis
-    from core.session_analysis import RecordedAnalysis, recorded_run
+    from llm_lens.core import attention, layers
+    from llm_lens.core.sessions.views import RecordedAnalysis, recorded_run
 
     path = tmp_path / "rec.llmlens"
     save_session(path, Session(model=engine.info.as_dict(), runs=(recorded_run(greedy_run),)))
     recorded = RecordedAnalysis(load_session(path).runs[0])
     for step in (0, 3):
-        live = analysis.logit_lens(engine, greedy_run.steps[step], 5)
+        live = layers.logit_lens(engine, greedy_run.steps[step], 5)
         got = recorded.get("lens", {"step": step, "k": 5})
         assert np.array_equal(got.top_ids, live.top_ids) and got.top_texts == live.top_texts
         np.testing.assert_allclose(got.top_probs, live.top_probs, rtol=1e-6)
-    live_map = analysis.attention_map(
+    live_map = attention.attention_map(
         engine, greedy_run.cache, greedy_run.prefill.hidden, 4, 2, max_size=256
     )
     got_map = recorded.get("attention_map", {"layer": 4, "head": 2, "max_size": 256})
     np.testing.assert_allclose(got_map.weights, live_map.weights, atol=1e-3)  # float16 on disk
-    live_pl = analysis.prompt_lens(engine, greedy_run.prefill.hidden)
+    live_pl = layers.prompt_lens(engine, greedy_run.prefill.hidden)
     assert np.array_equal(recorded.get("prompt_lens", {}).top1_ids, live_pl.top1_ids)
     proj = recorded.get("embedding_projection", {})
     assert proj.coords.shape == (engine.info.vocab_size, 2)

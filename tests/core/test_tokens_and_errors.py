@@ -17,11 +17,11 @@ import pytest
 import tiktoken
 import torch
 
-from core.engine import Engine, RunConfig
-from core.errors import ModelLoadError, PromptError
-from core.loading import bundled_gguf, folder_identity, gguf_to_folder, load_model
-from core.sampling import GREEDY
-from core.tokens import cl100k, tokenize_prompt
+from llm_lens.core.errors import ModelLoadError, PromptError
+from llm_lens.core.loading import bundled_gguf, folder_identity, gguf_to_folder, load_model
+from llm_lens.core.loop.engine import Engine, RunConfig
+from llm_lens.core.sampling import GREEDY
+from llm_lens.core.tokens import cl100k, tokenize_prompt
 from tests.conftest import make_tiny
 
 UNICODE_CASES = {

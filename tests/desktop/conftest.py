@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture
 def controller(qtbot):
     """A Controller whose worker thread has loaded the bundled model; stopped afterwards."""
-    from desktop.controller import Controller
+    from llm_lens.desktop.controller import Controller
 
     ctl = Controller()
     with qtbot.waitSignal(ctl.sig_model_loaded, timeout=120_000):
@@ -21,7 +21,7 @@ def controller(qtbot):
 def loaded_window(qtbot, tmp_path, monkeypatch):
     """The main window, shown, with the bundled model loaded; its settings in tmp_path."""
     monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
-    from desktop.main_window import MainWindow
+    from llm_lens.desktop.main_window import MainWindow
 
     win = MainWindow()
     win.sessions.confirm_close = False
@@ -36,7 +36,7 @@ def loaded_window(qtbot, tmp_path, monkeypatch):
 @pytest.fixture
 def ran(qtbot, controller):
     """The controller after a finished greedy run of 6 tokens on the article's prompt."""
-    from core.sampling import GREEDY
+    from llm_lens.core.sampling import GREEDY
 
     with qtbot.waitSignal(controller.sig_run_finished, timeout=120_000):
         controller.request_run("Explain transformers like I am 12", True, GREEDY, 6)

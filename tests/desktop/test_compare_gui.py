@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from core.engine import RunConfig
-from core.sampling import GREEDY
+from llm_lens.core.loop.engine import RunConfig
+from llm_lens.core.sampling import GREEDY
 
 PROMPT = "Explain transformers like I am 12"
 
@@ -32,7 +32,7 @@ def _chip_centre(column, index):
 
 
 def test_three_columns_equal_separate_runs_and_follow_selection(qtbot, window, engine):
-    from core.compare import compare
+    from llm_lens.core.runs.compare import compare
 
     view = window.open_compare()
     presets = [("factual", 1), ("creative", 2), ("wild", 3)]
@@ -73,7 +73,7 @@ def test_three_columns_equal_separate_runs_and_follow_selection(qtbot, window, e
 
 
 def test_same_seed_many_samples_rows(qtbot, window, engine):
-    from core.compare import samples
+    from llm_lens.core.runs.compare import samples
 
     view = window.open_compare()
     view.mode.setCurrentIndex(1)
@@ -120,7 +120,7 @@ def test_bad_settings_are_inline_messages(qtbot, window):
 
 
 def test_branch_at_step_two_with_the_second_alternative(qtbot, window, engine):
-    from core.branching import extend_prompt
+    from llm_lens.core.runs.branching import extend_prompt
 
     ctl = window.controller
     with qtbot.waitSignal(ctl.sig_run_finished, timeout=120_000):
@@ -152,8 +152,8 @@ def test_branch_at_step_two_with_the_second_alternative(qtbot, window, engine):
 
 
 def test_beam_view_best_beam_equals_core(qtbot, window, engine):
-    from core.beam import beam_search
-    from desktop.beam_view import GREY
+    from llm_lens.core.runs.beam import beam_search
+    from llm_lens.desktop.beam_view import GREY
 
     view = window.open_beam()
     view.beams.setValue(3)

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from core.engine import RunConfig
-from core.sampling import SamplingParams
+from llm_lens.core.loop.engine import RunConfig
+from llm_lens.core.sampling import SamplingParams
 
 PROMPT = "Explain transformers like I am 12"
 SAMPLED = SamplingParams(temperature=1.3, top_k=0, top_p=1.0, seed=7)
@@ -54,7 +54,8 @@ def _saved(qtbot, ctl, path):
 
 def test_continue_goes_on_like_a_longer_run_and_the_tree_is_saved(qtbot, window, engine,
                                                                   tmp_path):  # fmt: skip
-    from core.session import estimate_size, load_session
+    from llm_lens.core.sessions.read import load_session
+    from llm_lens.core.sessions.write import estimate_size
 
     ctl = window.controller
     _run(qtbot, window, 4)
@@ -115,7 +116,7 @@ def test_a_reopened_run_is_revived_continued_and_branched(qtbot, window, engine,
     assert ctl.steps[2].token.id == alt.token_id and 3 < len(ctl.steps) <= 3 + 16
     assert _ids(ctl.steps)[:2] == _reference(engine, 2)
 
-    from core.session import load_session
+    from llm_lens.core.sessions.read import load_session
 
     again = tmp_path / "again.llmlens"  # nothing of the reopened file is lost
     with _saved(qtbot, ctl, again):
@@ -143,7 +144,8 @@ def test_a_reopened_run_is_revived_continued_and_branched(qtbot, window, engine,
 
 
 def test_a_run_of_another_model_cannot_be_continued(qtbot, window, tmp_path):
-    from core.session import load_session, save_session
+    from llm_lens.core.sessions.read import load_session
+    from llm_lens.core.sessions.write import save_session
 
     ctl = window.controller
     _run(qtbot, window, 3)
@@ -164,7 +166,7 @@ def test_a_run_of_another_model_cannot_be_continued(qtbot, window, tmp_path):
 
 
 def test_a_comparison_is_saved_and_reopens_without_the_model(qtbot, window, tmp_path):
-    from desktop.main_window import MainWindow
+    from llm_lens.desktop.main_window import MainWindow
 
     ctl = window.controller
     window.prompt_panel.editor.setPlainText(PROMPT)
@@ -213,7 +215,7 @@ def test_a_stopped_continuation_can_go_on_again(qtbot, window, engine):
 
 
 def test_views_a_file_lacks_say_which_model_computes_them(qtbot, window, tmp_path):
-    from desktop.main_window import MainWindow
+    from llm_lens.desktop.main_window import MainWindow
 
     ctl = window.controller
     _run(qtbot, window, 3)

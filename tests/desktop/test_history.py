@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from core.engine import RunConfig
-from core.sampling import GREEDY
-from desktop import compare_jobs
-from desktop.compare_jobs import BranchBook
+from llm_lens.core.loop.engine import RunConfig
+from llm_lens.core.sampling import GREEDY
+from llm_lens.desktop import compare_jobs
+from llm_lens.desktop.compare_jobs import BranchBook
 
 
 def test_the_book_lets_the_oldest_runs_go(tiny_engine, monkeypatch):
@@ -28,7 +28,7 @@ def test_the_book_lets_the_oldest_runs_go(tiny_engine, monkeypatch):
 
 
 def test_every_live_run_is_kept_shown_again_and_saved(qtbot, loaded_window, tmp_path):
-    from core.session import load_session
+    from llm_lens.core.sessions.read import load_session
 
     win, ctl = loaded_window, loaded_window.controller
     prompts = ["Explain transformers like I am 12", "What is a KV cache?"]
@@ -65,7 +65,7 @@ def test_every_live_run_is_kept_shown_again_and_saved(qtbot, loaded_window, tmp_
 
 
 def test_the_book_holds_a_bounded_number_of_bytes(tiny_engine, monkeypatch):
-    from desktop.compare_jobs import held_bytes
+    from llm_lens.desktop.compare_jobs import held_bytes
 
     worker = SimpleNamespace(runs={}, kept_runs={}, engine=tiny_engine, cancel=threading.Event())
     book = BranchBook()

@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QImage
 
-from core import analysis
+from llm_lens.core import embeddings, positions
 from tests.desktop.conftest import wait_result
 
 pytestmark = pytest.mark.slow
@@ -35,7 +35,7 @@ def _render(pane, controller, index):
 
 
 def test_attention_prefill_and_decode_maps(qtbot, ran, tmp_path):
-    from desktop.panes.attention import TILE, AttentionPane, visible_text
+    from llm_lens.desktop.panes.attention import TILE, AttentionPane, visible_text
 
     pane = AttentionPane(ran)
     qtbot.addWidget(pane)
@@ -82,7 +82,7 @@ def test_attention_prefill_and_decode_maps(qtbot, ran, tmp_path):
 
 
 def test_attention_overview_at_prefill(qtbot, ran):
-    from desktop.panes.attention import TILE, AttentionPane
+    from llm_lens.desktop.panes.attention import TILE, AttentionPane
 
     pane = AttentionPane(ran)
     qtbot.addWidget(pane)
@@ -97,13 +97,13 @@ def test_attention_overview_at_prefill(qtbot, ran):
 
 
 def test_positions_pane_is_the_models_rope(qtbot, ran, tmp_path):
-    from desktop.panes.positions import PositionsPane
+    from llm_lens.desktop.panes.positions import PositionsPane
 
     pane = PositionsPane(ran)
     qtbot.addWidget(pane)
     pane.render(ran.current_step())
     info = ran.info
-    view = analysis.rope_view(info.head_dim, info.rope_theta, len(ran.prompt))
+    view = positions.rope_view(info.head_dim, info.rope_theta, len(ran.prompt))
     _x, y = pane.freq_curve.getOriginalDataset()
     np.testing.assert_array_equal(y, view.inv_freq)
     np.testing.assert_array_equal(pane.angles.image, view.angles)
@@ -120,7 +120,7 @@ def test_positions_pane_is_the_models_rope(qtbot, ran, tmp_path):
 def test_positions_pane_notes_learned_positions(qtbot, ran):
     from dataclasses import replace
 
-    from desktop.panes.positions import PositionsPane
+    from llm_lens.desktop.panes.positions import PositionsPane
 
     pane = PositionsPane(ran)
     qtbot.addWidget(pane)
@@ -131,7 +131,7 @@ def test_positions_pane_notes_learned_positions(qtbot, ran):
 
 
 def test_embeddings_vocabulary_overlay_and_neighbours(qtbot, ran, tmp_path):
-    from desktop.panes.embeddings import EmbeddingsPane
+    from llm_lens.desktop.panes.embeddings import EmbeddingsPane
 
     pane = EmbeddingsPane(ran)
     qtbot.addWidget(pane)
@@ -163,7 +163,7 @@ def test_embeddings_vocabulary_overlay_and_neighbours(qtbot, ran, tmp_path):
     qtbot.mouseClick(pane.vocab_widget.viewport(), Qt.MouseButton.LeftButton, pos=widget_pos)
     assert f"Nearest to {token}" in pane.neighbour_title.text()  # the click asked for it
     qtbot.waitUntil(lambda: pane.neighbour_list.count() == 10, timeout=60_000)
-    expected = analysis.neighbours(ran.worker.engine, token)
+    expected = embeddings.neighbours(ran.worker.engine, token)
     got = [pane.neighbour_list.item(i).data(Qt.ItemDataRole.UserRole) for i in range(10)]
     assert got == expected.ids.tolist()
     sims = [pane.neighbour_list.item(i).data(Qt.ItemDataRole.UserRole + 1) for i in range(10)]
@@ -179,7 +179,7 @@ def test_embeddings_vocabulary_overlay_and_neighbours(qtbot, ran, tmp_path):
 
 
 def test_embeddings_layer_paths(qtbot, ran, tmp_path):
-    from desktop.panes.embeddings import EmbeddingsPane
+    from llm_lens.desktop.panes.embeddings import EmbeddingsPane
 
     pane = EmbeddingsPane(ran)
     qtbot.addWidget(pane)
@@ -198,9 +198,9 @@ def test_embeddings_layer_paths(qtbot, ran, tmp_path):
 
 
 def test_svg_export(qtbot, ran, tmp_path):
-    from desktop.panes.attention import AttentionPane
-    from desktop.panes.embeddings import EmbeddingsPane
-    from desktop.panes.positions import PositionsPane
+    from llm_lens.desktop.panes.attention import AttentionPane
+    from llm_lens.desktop.panes.embeddings import EmbeddingsPane
+    from llm_lens.desktop.panes.positions import PositionsPane
 
     wait_result(qtbot, ran, "attention_map", layer=0, head=0, max_size=256)
     wait_result(qtbot, ran, "embedding_projection")
@@ -214,7 +214,7 @@ def test_svg_export(qtbot, ran, tmp_path):
 
 
 def test_pooling_helpers():
-    from desktop.panes.attention import pool_rows, strip, visible_text
+    from llm_lens.desktop.panes.attention import pool_rows, strip, visible_text
 
     w = np.arange(25, dtype=np.float32).reshape(5, 5)
     np.testing.assert_array_equal(pool_rows(w, 2), [[6, 8, 9], [16, 18, 19], [21, 23, 24]])

@@ -33,7 +33,7 @@ def _check_exports(pane, tmp_path, rows: int) -> list[list[str]]:
 
 
 def test_layer_stack_norms_lens_and_prompt_heatmap(qtbot, ran, tmp_path, monkeypatch):
-    from desktop.panes.layers import WAIT_TEXT, LayerStackPane, first_agreement, shown
+    from llm_lens.desktop.panes.layers import WAIT_TEXT, LayerStackPane, first_agreement, shown
 
     pane = LayerStackPane(ran)
     qtbot.addWidget(pane)
@@ -99,7 +99,7 @@ def test_layer_stack_norms_lens_and_prompt_heatmap(qtbot, ran, tmp_path, monkeyp
 
 
 def test_kv_cache_plots_records_and_formula(qtbot, ran, tmp_path):
-    from desktop.panes.kvcache import KVCachePane, human_bytes
+    from llm_lens.desktop.panes.kvcache import KVCachePane, human_bytes
 
     pane = KVCachePane(ran)
     qtbot.addWidget(pane)
@@ -137,7 +137,7 @@ def test_kv_cache_plots_records_and_formula(qtbot, ran, tmp_path):
     # keys and values hold equal bytes in this model: tell them apart with a doctored record
     from dataclasses import replace
 
-    from core.records import frozen
+    from llm_lens.core.records import frozen
 
     odd = np.asarray(steps[1].kv.per_layer) * np.array([1, 2]) + np.arange(30)[:, None]
     pane.render(replace(steps[1], kv=replace(steps[1].kv, per_layer=frozen(odd))))
@@ -152,7 +152,7 @@ def test_kv_cache_plots_records_and_formula(qtbot, ran, tmp_path):
 
 
 def test_timing_bars_marker_and_click(qtbot, ran, tmp_path):
-    from desktop.panes.timing import TimingPane
+    from llm_lens.desktop.panes.timing import TimingPane
 
     pane = TimingPane(ran)
     qtbot.addWidget(pane)
@@ -206,9 +206,9 @@ def test_timing_bars_marker_and_click(qtbot, ran, tmp_path):
 
 
 def test_svg_export(qtbot, ran, tmp_path):
-    from desktop.panes.kvcache import KVCachePane
-    from desktop.panes.layers import LayerStackPane
-    from desktop.panes.timing import TimingPane
+    from llm_lens.desktop.panes.kvcache import KVCachePane
+    from llm_lens.desktop.panes.layers import LayerStackPane
+    from llm_lens.desktop.panes.timing import TimingPane
 
     for cls in (LayerStackPane, KVCachePane, TimingPane):
         pane = cls(ran)
@@ -222,7 +222,7 @@ def test_svg_export(qtbot, ran, tmp_path):
 def test_byte_axis_ticks_in_binary_units(qtbot):
     import pyqtgraph as pg
 
-    from desktop.panes.kvcache import ByteAxis, byte_axis
+    from llm_lens.desktop.panes.kvcache import ByteAxis, byte_axis
 
     widget = pg.PlotWidget(axisItems={"left": ByteAxis()})
     qtbot.addWidget(widget)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from PySide6.QtCore import QEvent, QObject
 
-from desktop.controller import REPAINT_MS
+from llm_lens.desktop.controller import REPAINT_MS
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
 
@@ -29,7 +29,7 @@ class FakePane(QObject):
 
 def render_twice(qtbot, busy: bool) -> float:
     """Seconds between two renders asked for back to back."""
-    from desktop.panes.scheduler import RepaintScheduler
+    from llm_lens.desktop.panes.scheduler import RepaintScheduler
 
     sched, pane = RepaintScheduler(), FakePane(busy)
     sched.request(pane)
@@ -59,7 +59,7 @@ class PaintCounter(QObject):
 
 def test_a_render_is_painted_once_inside_the_scheduler_unit(qtbot, ran):
     """The unit lays out, settles the view matrices and paints; nothing is left to repaint."""
-    from desktop.panes.logits import LogitsPane
+    from llm_lens.desktop.panes.logits import LogitsPane
 
     pane = LogitsPane(ran)
     qtbot.addWidget(pane)

@@ -41,8 +41,8 @@ def check_exports(pane, tmp_path, rows: int, svg: bool = True) -> list[list[str]
 
 
 def test_token_labels_show_whitespace_and_partial_bytes():
-    from desktop.panes.logits import bar_values, tick_label
-    from desktop.panes.tokens import piece_label, visible
+    from llm_lens.desktop.panes.logits import bar_values, tick_label
+    from llm_lens.desktop.panes.tokens import piece_label, visible
 
     assert visible(" a\n\tb") == "·a↵→b"
     assert piece_label("\ufffd", b"\xe2\x80") == "‹e2 80›"
@@ -55,7 +55,7 @@ def test_token_labels_show_whitespace_and_partial_bytes():
 def test_tokens_pane(qtbot, ran, tmp_path):
     import tiktoken
 
-    from desktop.panes.tokens import TokensPane, piece_label
+    from llm_lens.desktop.panes.tokens import TokensPane, piece_label
 
     pane = show(qtbot, TokensPane(ran))
     prompt, steps = ran.prompt, ran.steps
@@ -118,10 +118,10 @@ def test_tokens_pane(qtbot, ran, tmp_path):
 def test_logits_and_sampling_panes(qtbot, ran, tmp_path):
     import torch
 
-    from core.records import TokenInfo
-    from core.sampling import SamplingParams, restage, run_stages
-    from desktop.panes.logits import CHOSEN_BRUSH, LogitsPane
-    from desktop.panes.sampling import SamplingPane
+    from llm_lens.core.records import TokenInfo
+    from llm_lens.core.sampling import SamplingParams, restage, run_stages
+    from llm_lens.desktop.panes.logits import CHOSEN_BRUSH, LogitsPane
+    from llm_lens.desktop.panes.sampling import SamplingPane
 
     ran.request_select(1)
     step = ran.current_step()
@@ -191,7 +191,7 @@ def test_logits_and_sampling_panes(qtbot, ran, tmp_path):
 
 
 def test_sampling_pane_keeps_staged_steps_until_a_new_run(qtbot, ran):
-    from desktop.panes.sampling import SamplingPane, stage_views
+    from llm_lens.desktop.panes.sampling import SamplingPane, stage_views
 
     pane = show(qtbot, SamplingPane(ran))
     first, second = ran.steps[1], ran.steps[2]

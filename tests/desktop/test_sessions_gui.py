@@ -11,13 +11,13 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QMessageBox
 
-from core.sampling import GREEDY
+from llm_lens.core.sampling import GREEDY
 
 
 @pytest.fixture
 def window(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path / "config"))
-    from desktop.main_window import MainWindow
+    from llm_lens.desktop.main_window import MainWindow
 
     win = MainWindow()
     win.sessions.confirm_close = False
@@ -55,7 +55,7 @@ def test_save_then_reopen_without_the_model(qtbot, window, tmp_path):
     saved_path, size = _save(qtbot, ctl, path)
     assert saved_path == str(path) and size == path.stat().st_size and not ctl.dirty
 
-    from desktop.main_window import MainWindow
+    from llm_lens.desktop.main_window import MainWindow
 
     fresh = MainWindow()  # no model loaded in this one
     fresh.sessions.confirm_close = False
@@ -161,7 +161,7 @@ def test_unsaved_runs_ask_before_a_file_replaces_them(qtbot, window, tmp_path, m
 def test_crash_recovery_is_offered_after_an_unclean_exit(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_LENS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path / "config"))
-    from desktop.main_window import MainWindow
+    from llm_lens.desktop.main_window import MainWindow
 
     win = MainWindow()
     win.sessions.confirm_close = False

@@ -12,20 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from core.analysis import (
-    AttentionMap,
-    EmbeddingProjection,
-    LensResult,
-    PromptLens,
-    _pool,
-    attention_map,
-    embedding_projection,
-    hidden_paths,
-    logit_lens,
-    prompt_lens,
-)
-from core.records import frozen
-from core.session import PROMPT_ATTENTION_LIMIT, SessionRun, session_from_run
+from llm_lens.core.attention import AttentionMap, attention_map, pool_rows
+from llm_lens.core.embeddings import EmbeddingProjection, embedding_projection, hidden_paths
+from llm_lens.core.layers import LensResult, PromptLens, logit_lens, prompt_lens
+from llm_lens.core.records import frozen
+from llm_lens.core.sessions.format import PROMPT_ATTENTION_LIMIT, SessionRun, session_from_run
 
 LENS_K = 5
 
@@ -139,7 +130,7 @@ class RecordedAnalysis:
             return None
         t = maps.shape[-1]
         block = max(1, -(-t // max_size))
-        weights = _pool(np.array(maps[layer, head], np.float32), block)
+        weights = pool_rows(np.array(maps[layer, head], np.float32), block)
         positions = np.arange(0, t, block)
         return AttentionMap(layer, head, frozen(weights), frozen(positions), frozen(positions),
                             block > 1)  # fmt: skip
@@ -153,7 +144,7 @@ class RecordedAnalysis:
         out = np.zeros((layers, heads, size, size), np.float32)
         for layer in range(layers):
             for head in range(heads):
-                m = _pool(np.array(maps[layer, head], np.float32), block)[:size, :size]
+                m = pool_rows(np.array(maps[layer, head], np.float32), block)[:size, :size]
                 out[layer, head, : m.shape[0], : m.shape[1]] = m
         return frozen(out)
 

@@ -10,7 +10,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from core.records import frozen
+from llm_lens.core.records import frozen
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from core.branching import crop_to
-from core.engine import Engine, Run, RunConfig, RunStart, copy_cache
-from core.records import PrefillCapture, PromptTokens, frozen
-from core.sampling import SamplingParams
+from llm_lens.core.loop.engine import Engine, Run, RunConfig, RunStart, copy_cache
+from llm_lens.core.records import PrefillCapture, PromptTokens, frozen
+from llm_lens.core.runs.branching import crop_to
+from llm_lens.core.sampling import SamplingParams
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
-from core.engine import EAGER_PREFILL_LIMIT, Engine
-from core.errors import PromptError, SamplingError
-from core.records import PromptTokens
-from core.runtime import synchronize
+from llm_lens.core.errors import PromptError, SamplingError
+from llm_lens.core.loop.engine import EAGER_PREFILL_LIMIT, Engine
+from llm_lens.core.records import PromptTokens
+from llm_lens.core.runtime import synchronize
 
 NEG = -1.0e9  # transformers' "impossible" score
 MIN_BEAMS, MAX_BEAMS = 2, 8

@@ -13,17 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from core.compare import final_probs
-from core.engine import Engine, Run, RunConfig, RunStart, copy_cache
-from core.errors import PromptError
-from core.records import (
+from llm_lens.core.errors import PromptError
+from llm_lens.core.loop.engine import Engine, Run, RunConfig, RunStart, copy_cache
+from llm_lens.core.records import (
     PrefillCapture,
     PromptTokens,
     RunSummary,
     StepRecord,
     TokenInfo,
 )
-from core.sampling import SamplingParams
+from llm_lens.core.runs.compare import final_probs
+from llm_lens.core.sampling import SamplingParams
 
 # --- branching -----------------------------------------------------------------------------------
 

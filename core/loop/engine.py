@@ -19,11 +19,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from core import kvcache, sampling
-from core.capture import Anatomy, AttentionProbe, Capture
-from core.errors import PromptError
-from core.loading import LoadedModel
-from core.records import (
+from llm_lens.core import kvcache, sampling
+from llm_lens.core import logits as logits_stage
+from llm_lens.core.anatomy import Anatomy
+from llm_lens.core.attention import AttentionProbe
+from llm_lens.core.errors import PromptError
+from llm_lens.core.loading import LoadedModel
+from llm_lens.core.loop.capture import Capture
+from llm_lens.core.records import (
     PrefillCapture,
     PromptTokens,
     RunSummary,
@@ -31,9 +34,9 @@ from core.records import (
     StepTiming,
     frozen,
 )
-from core.runtime import synchronize
-from core.sampling import SamplingParams
-from core.tokens import TokenText, tokenize_prompt
+from llm_lens.core.runtime import synchronize
+from llm_lens.core.sampling import SamplingParams
+from llm_lens.core.tokens import TokenText, tokenize_prompt
 
 EAGER_PREFILL_LIMIT = 256  # longer prompts prefill with SDPA: faster (3.0 s vs 5.2 s at 1,000
 # tokens here), and eager would materialise 9 × T² attention floats a layer
@@ -282,28 +285,24 @@ class Run:
         context: list[int],
         kv_before: int,
     ) -> StepRecord:
-        eng, n = self.engine, self.config.top_n
-        logits = logits.float()
-        logp = torch.log_softmax(logits, dim=-1)  # (vocab,)
-        top_l, top_i = torch.topk(logits, min(n, logits.shape[0]))
+        eng = self.engine
+        read = logits_stage.read_logits(logits, token_id, self.config.top_n)
         hidden, updates = cap.last_position()
-        chosen = float(logits[token_id])
-        top_ids = top_i.cpu().numpy()
         return StepRecord(
             run_id=self.run_id,
             index=len(self.steps),
             position=position,
             token=eng.texts.info(token_id),
-            prob=float(logp[token_id].exp()),
-            logprob=float(logp[token_id]),
-            rank=int((logits > chosen).sum()),
-            entropy=sampling.entropy(logp.exp()),
-            logits=frozen(logits.cpu().numpy()),
-            top_ids=frozen(top_ids, np.int64),
-            top_logits=frozen(top_l.cpu().numpy()),
-            top_probs=frozen(logp[top_i].exp().cpu().numpy()),
-            top_texts=tuple(eng.texts.text(int(i)) for i in top_ids),
-            stages=sampling.summarize(stages, n),
+            prob=read.prob,
+            logprob=read.logprob,
+            rank=read.rank,
+            entropy=read.entropy,
+            logits=read.logits,
+            top_ids=read.top_ids,
+            top_logits=read.top_logits,
+            top_probs=read.top_probs,
+            top_texts=tuple(eng.texts.text(int(i)) for i in read.top_ids),
+            stages=sampling.summarize(stages, self.config.top_n),
             attention=frozen(self._attention_row(cap, position)),
             hidden=frozen(hidden.float().cpu().numpy()),
             attn_update=frozen(updates.float().cpu().numpy()),

@@ -1,6 +1,4 @@
-"""Headless commands: ``llm-lens trace`` runs the loop and writes a JSON trace; ``llm-lens kv``
-computes KV-cache sizes from a config. No Qt is imported here.
-"""
+"""``llm-lens trace``: run the loop headless and write the JSON trace."""
 
 from __future__ import annotations
 
@@ -8,18 +6,11 @@ import argparse
 import sys
 from typing import Any
 
-from core.errors import LensError
-
-COMMANDS = ("trace", "kv", "inspect", "compare")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise LensError(message)
+from llm_lens.core.cli.args import Parser, guarded
 
 
 def trace_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="llm-lens trace", description="Run the model headless; write a JSON trace.")
+    p = Parser(prog="llm-lens trace", description="Run the model headless; write a JSON trace.")
     p.add_argument("prompt")
     p.add_argument("--model", default=None, help="folder, .gguf file or hub id (default: bundled)")
     p.add_argument("--raw", action="store_true", help="skip the chat template")
@@ -41,10 +32,10 @@ def trace_parser() -> argparse.ArgumentParser:
 
 
 def run_trace(args: argparse.Namespace) -> dict[str, Any]:
-    from core.engine import Engine, RunConfig
-    from core.loading import load_model
-    from core.sampling import GREEDY, SamplingParams
-    from core.trace import run_dict
+    from llm_lens.core.exports.trace import run_dict
+    from llm_lens.core.loading import load_model
+    from llm_lens.core.loop.engine import Engine, RunConfig
+    from llm_lens.core.sampling import GREEDY, SamplingParams
 
     params = (
         GREEDY
@@ -68,38 +59,19 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
     if not args.quiet:
         print(file=sys.stderr)
     if args.session:
-        from core.session_cli import write_trace_session
+        from llm_lens.core.cli.inspect import write_trace_session
 
         write_trace_session(run, engine.info, args.session)
     return run_dict(engine, run)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry of the headless commands; errors are one line on stderr and exit status 2."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    command, rest = argv[0], argv[1:]
-    if command == "kv":
-        from core.kvconfig import main_kv
-
-        return main_kv(rest)
-    if command == "inspect":
-        from core.session_cli import main_inspect
-
-        return main_inspect(rest)
-    if command == "compare":
-        from core.compare_cli import main_compare
-
-        return main_compare(rest)
-    try:
-        args = trace_parser().parse_args(rest)
+def main(argv: list[str]) -> int:
+    def body() -> int:
+        args = trace_parser().parse_args(argv)
         data = run_trace(args)
-        from core.trace import emit_json
+        from llm_lens.core.exports.trace import emit_json
 
         emit_json(data, args.out)
-    except LensError as exc:
-        print(f"llm-lens {command}: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"llm-lens {command}: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return 0
+
+    return guarded("trace", body)

@@ -18,11 +18,11 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from core import sampling
-from core.engine import Engine, Run, RunConfig
-from core.errors import SamplingError
-from core.records import PromptTokens, RunSummary, StepRecord
-from core.sampling import SamplingParams
+from llm_lens.core import sampling
+from llm_lens.core.errors import SamplingError
+from llm_lens.core.loop.engine import Engine, Run, RunConfig
+from llm_lens.core.records import PromptTokens, RunSummary, StepRecord
+from llm_lens.core.sampling import SamplingParams
 
 MAX_CONFIGS = 4
 MAX_SAMPLES = 16

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.engine import EAGER_PREFILL_LIMIT, Engine, Run, RunConfig
-from core.errors import PromptError
-from core.sampling import SamplingParams
+from llm_lens.core.errors import PromptError
+from llm_lens.core.loop.engine import EAGER_PREFILL_LIMIT, Engine, Run, RunConfig
+from llm_lens.core.sampling import SamplingParams
 
 MATCH_TOLERANCE = 1e-3  # of the largest |logit|: float32 on one machine differs by ~1e-6
 

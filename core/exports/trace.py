@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from core.analysis import LensResult, logit_lens
-from core.fileio import atomic_write_text
-from core.records import PromptTokens, RunSummary, StepRecord
+from llm_lens.core.fileio import atomic_write_text
+from llm_lens.core.layers import LensResult, logit_lens
+from llm_lens.core.records import PromptTokens, RunSummary, StepRecord
 
 SCHEMA = "llm-lens-trace/1"
 

@@ -13,8 +13,9 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from core.errors import LensError, SamplingError
-from core.sampling import SamplingParams
+from llm_lens.core.cli.args import Parser, guarded
+from llm_lens.core.errors import SamplingError
+from llm_lens.core.sampling import SamplingParams
 
 SCHEMA = "llm-lens-compare/1"
 NEUTRAL: dict[str, Any] = {
@@ -40,11 +41,6 @@ KEYS: dict[str, type] = {
     "repetition_penalty": float,
     "seed": int,
 }
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise LensError(message)
 
 
 def parse_config(spec: str) -> SamplingParams:
@@ -77,7 +73,7 @@ def parse_config(spec: str) -> SamplingParams:
 
 
 def compare_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = Parser(
         prog="llm-lens compare",
         description="Run 2–4 sampling configurations from one shared prefill; write JSON.",
     )
@@ -102,7 +98,7 @@ def compare_parser() -> argparse.ArgumentParser:
 
 
 def parse_configs(specs: list[str]) -> list[SamplingParams]:
-    from core.compare import MAX_CONFIGS
+    from llm_lens.core.runs.compare import MAX_CONFIGS
 
     if len(specs) > MAX_CONFIGS:
         raise SamplingError(f"at most four configurations can be compared; got {len(specs)}")
@@ -118,10 +114,10 @@ def config_dict(spec: str, params: SamplingParams) -> dict[str, Any]:
 
 def run_compare(args: argparse.Namespace) -> dict[str, Any]:
     """Load the model, run the comparison, return the JSON-able result."""
-    from core.compare import compare
-    from core.engine import Engine, RunConfig
-    from core.loading import load_model
-    from core.trace import model_dict, run_dict
+    from llm_lens.core.exports.trace import model_dict, run_dict
+    from llm_lens.core.loading import load_model
+    from llm_lens.core.loop.engine import Engine, RunConfig
+    from llm_lens.core.runs.compare import compare
 
     configs = parse_configs(args.config)
     run_config = RunConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop))
@@ -147,19 +143,16 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main_compare(argv: list[str] | None = None) -> int:
-    """Entry of ``llm-lens compare`` (``argv`` without the word ``compare``); errors are one line
-    on stderr and exit status 2."""
-    try:
-        args = compare_parser().parse_args(sys.argv[1:] if argv is None else argv)
+def main(argv: list[str]) -> int:
+    """Entry of ``llm-lens compare`` (``argv`` without the word ``compare``)."""
+
+    def body() -> int:
+        args = compare_parser().parse_args(argv)
         parse_configs(args.config)  # refuse bad configurations before loading the model
         data = run_compare(args)
-        from core.trace import emit_json
+        from llm_lens.core.exports.trace import emit_json
 
         emit_json(data, args.out)
-    except (LensError, OSError) as exc:
-        print(f"llm-lens compare: error: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:  # --help
-        return exc.code if isinstance(exc.code, int) else 0
-    return 0
+        return 0
+
+    return guarded("compare", body)

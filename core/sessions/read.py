@@ -1,7 +1,7 @@
 """Reading ``.llmlens`` sessions safely: no unpickling, every size checked before allocation.
 
-Split from :mod:`core.session` (which writes them); ``core.session.load_session`` is the
-public entry point.
+Writing is :mod:`~llm_lens.core.sessions.write`; both share the layout in
+:mod:`~llm_lens.core.sessions.format`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.lib import format as npformat
 
-from core.records import (
+from llm_lens.core.records import (
     KVCacheStats,
     PrefillCapture,
     PromptTokens,
@@ -27,22 +27,22 @@ from core.records import (
     TokenInfo,
     frozen,
 )
-from core.session import (
-    _KV_SCALARS,
-    _STAGE_ARRAYS,
-    _STEP_ARRAYS,
-    _STEP_SCALARS,
-    _TIMING,
+from llm_lens.core.sessions.format import (
     DTYPES,
     FORMAT_NAME,
     FORMAT_VERSION,
+    KV_SCALARS,
     MANIFEST,
     MAX_MANIFEST_BYTES,
+    STAGE_ARRAYS,
+    STEP_ARRAYS,
+    STEP_SCALARS,
+    TIMING_FIELDS,
     Session,
     SessionComparison,
     SessionError,
     SessionRun,
-    _check_limits,
+    check_limits,
 )
 
 
@@ -120,7 +120,7 @@ def _read_arrays(zf: zipfile.ZipFile, manifest: dict[str, Any]) -> dict[str, np.
     if not isinstance(entries, dict):
         raise SessionError("the manifest lists no arrays")
     declared = {name: _declared(name, entry) for name, entry in entries.items()}
-    _check_limits([(name, nbytes) for name, (_, _, nbytes) in declared.items()])
+    check_limits([(name, nbytes) for name, (_, _, nbytes) in declared.items()])
     return {name: _read_npy(zf, name, *spec) for name, spec in declared.items()}
 
 
@@ -227,8 +227,8 @@ def _prompt(d: dict[str, Any]) -> PromptTokens:
 
 
 def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRecord:
-    scalars = {k: d[k] for k in _STEP_SCALARS}
-    kv = KVCacheStats(**{k: d["kv"][k] for k in _KV_SCALARS}, per_layer=arr["kv_per_layer"])
+    scalars = {k: d[k] for k in STEP_SCALARS}
+    kv = KVCacheStats(**{k: d["kv"][k] for k in KV_SCALARS}, per_layer=arr["kv_per_layer"])
     summaries = tuple(
         StageSummary(g["name"], g["removed_mass"], g["kept"], g["entropy"], *next(stages))
         for g in d["stages"]
@@ -246,7 +246,7 @@ def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRec
         hidden=arr["hidden"],
         attn_update=arr["attn_update"],
         kv=kv,
-        timing=StepTiming(*(float(d["timing"][k]) for k in _TIMING)),
+        timing=StepTiming(*(float(d["timing"][k]) for k in TIMING_FIELDS)),
         context_ids=arr["context_ids"],
         finish_reason=d["finish_reason"],
     )
@@ -257,9 +257,9 @@ def _steps(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[StepRecord
     n, n_stages = len(steps), sum(len(s["stages"]) for s in steps)
     per = {
         name: _unpack(fields.get(name), arrays, n, dtype, name)
-        for name, _, _, dtype, _ in _STEP_ARRAYS
+        for name, _, _, dtype, _ in STEP_ARRAYS
     }
-    stage_columns = [_unpack(fields.get(f), arrays, n_stages, t, f) for f, t, _ in _STAGE_ARRAYS]
+    stage_columns = [_unpack(fields.get(f), arrays, n_stages, t, f) for f, t, _ in STAGE_ARRAYS]
     stages = zip(*stage_columns, strict=True)
     return tuple(_step(s, {k: v[i] for k, v in per.items()}, stages) for i, s in enumerate(steps))
 
@@ -322,3 +322,8 @@ def _session(m: dict[str, Any], arrays: dict[str, np.ndarray]) -> Session:
         shown=int(m.get("shown", -1)),  # added within version 1
         comparisons=_comparisons(m.get("comparisons", []), len(m["runs"])),  # added within 1
     )
+
+
+def load_session(path: str | os.PathLike[str]) -> Session:
+    """Open a session file; raises :class:`SessionError` with one clear line if it is bad."""
+    return read_session(path)

@@ -8,44 +8,32 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any
 
-from core.errors import LensError
-from core.session import (
-    FORMAT,
-    PARTS,
-    Session,
-    SessionRun,
-    estimate_size,
-    load_session,
-    save_session,
-)
+from llm_lens.core.cli.args import Parser, guarded
+from llm_lens.core.sessions.format import FORMAT, PARTS, Session, SessionRun
+from llm_lens.core.sessions.read import load_session
+from llm_lens.core.sessions.write import estimate_size, save_session
 
 TEXT_LIMIT = 400  # characters of a prompt or output shown by inspect
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise LensError(message)
-
-
 def inspect_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="llm-lens inspect", description="Summarize an LLM Lens session file.")
+    p = Parser(prog="llm-lens inspect", description="Summarize an LLM Lens session file.")
     p.add_argument("file", help="a .llmlens session file")
     return p
 
 
-def main_inspect(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:
     """Print a session's summary; a bad file is one line on stderr and exit status 2."""
-    try:
+
+    def body() -> int:
         args = inspect_parser().parse_args(argv)
         session = load_session(args.file)
         print(describe(session, os.path.getsize(args.file)))
-    except (LensError, OSError) as exc:
-        print(f"llm-lens inspect: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return 0
+
+    return guarded("inspect", body)
 
 
 def describe(session: Session, file_size: int | None = None) -> str:
@@ -106,6 +94,6 @@ def _bytes(n: int) -> str:
 
 def write_trace_session(run: Any, info: Any, path: str | os.PathLike[str]) -> int:
     """Save a finished run as a one-run session (with prompt maps when T ≤ 256); bytes written."""
-    from core.session_analysis import recorded_run
+    from llm_lens.core.sessions.views import recorded_run
 
     return save_session(path, Session(model=info.as_dict(), runs=(recorded_run(run),)))

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from core.fileio import atomic_write_text
-from core.records import PromptTokens, RunSummary, StepRecord
+from llm_lens.core.fileio import atomic_write_text
+from llm_lens.core.records import PromptTokens, RunSummary, StepRecord
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;max-width:60em;margin:2em auto;color:#222}

@@ -1,166 +1,39 @@
-"""Sessions (``.llmlens``): runs saved whole, to reopen, replay and re-sample without the model.
-
-A session file is a zip of ``manifest.json`` and ``.npy`` arrays, readable from a notebook with
-zipfile, json and numpy alone (``docs/session-format.md``). A session file may come from anyone,
-so loading never unpickles and checks every size before it allocates. No torch is imported here:
-a saved session replays and re-samples on a machine without the model.
+"""Writing ``.llmlens`` sessions: plan every array first (so the size is known before any
+byte is written), then write a temporary file beside the target and rename it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import tempfile
 import zipfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from core.errors import LensError
-from core.records import (
-    PrefillCapture,
-    PromptTokens,
-    StepRecord,
-    TokenInfo,
-    frozen,
+from llm_lens.core.records import PromptTokens, StepRecord, TokenInfo, frozen
+from llm_lens.core.sessions.format import (
+    COMPRESS_LEVEL,
+    FORMAT,
+    KV_SCALARS,
+    MANIFEST,
+    PARTS,
+    STAGE_ARRAYS,
+    STEP_ARRAYS,
+    STEP_SCALARS,
+    TIMING_FIELDS,
+    Session,
+    SessionError,
+    SessionRun,
+    check_limits,
 )
 
-FORMAT_NAME = "llm-lens-session"
-FORMAT_VERSION = 1
-FORMAT = f"{FORMAT_NAME}/{FORMAT_VERSION}"
-MANIFEST = "manifest.json"
-MAX_ARRAY_BYTES = 2 << 30  # one array
-MAX_TOTAL_BYTES = 4 << 30  # all arrays of a session, uncompressed
-MAX_MANIFEST_BYTES = 256 << 20
-PROMPT_ATTENTION_LIMIT = 256  # prompt maps (layers, heads, T, T) are kept only up to this T
-COMPRESS_LEVEL = 1  # float data deflates only ~9% at any level; 1 is the fastest
-DTYPES = frozenset(
-    {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"}
-)
-PARTS = ("attention", "logits", "hidden", "other")
 _HALF_MAX = float(np.finfo(np.float16).max)
-
-
-class SessionError(LensError):
-    """A session file cannot be read or written; the message says why in one line."""
-
-
-def app_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("llm-lens")
-    except PackageNotFoundError:
-        return "unknown"
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-@dataclass(frozen=True)
-class SessionRun:
-    """One run as saved: its prompt, settings, every step, and the prompt's per-position data."""
-
-    run_id: int
-    label: str
-    parent: tuple[int, int] | None  # (run_id, step index) it branched from; None for a root run
-    prompt: PromptTokens
-    params: dict[str, Any]  # the SamplingParams fields
-    finish_reason: str | None
-    steps: tuple[StepRecord, ...]
-    prefill: PrefillCapture | None = None  # hidden stored as float16, loaded as float32
-    prompt_attention: np.ndarray | None = None  # (layers, heads, T, T); float16 on disk
-    # derived views recorded with the model so panes work without it (core.session_analysis)
-    extras: dict[str, np.ndarray] = field(default_factory=dict)
-    extras_json: dict[str, Any] = field(default_factory=dict)
-    # the sampler's torch.Generator state after the last step (uint8), so a continuation of the
-    # reopened run draws what the live run would have drawn next
-    generator_state: np.ndarray | None = None
-
-    @property
-    def generated_ids(self) -> list[int]:
-        return [s.token.id for s in self.steps]
-
-    def output_text(self) -> str:
-        """The response, decoded from the bytes of its tokens (special tokens left out)."""
-        raw = b"".join(s.token.raw for s in self.steps if not s.token.special)
-        return raw.decode("utf-8", errors="replace")
-
-
-@dataclass(frozen=True)
-class SessionComparison:
-    """Runs of a session that were compared side by side from one shared prefill."""
-
-    runs: tuple[int, ...]  # indices into ``Session.runs``, in column order
-    shared_prefill_ms: float
-
-
-@dataclass(frozen=True)
-class Session:
-    """Everything a session file holds: the model's identity and one or more runs."""
-
-    model: dict[str, Any]  # ModelInfo.as_dict(), with weights_id
-    runs: tuple[SessionRun, ...]
-    created: str = field(default_factory=_now)  # ISO 8601, UTC
-    app_version: str = field(default_factory=app_version)
-    shown: int = -1  # index of the run the app shows when the file is opened
-    comparisons: tuple[SessionComparison, ...] = ()
-
-    @property
-    def shown_index(self) -> int:
-        """``shown`` as an index in ``range(len(runs))`` (the last run if out of range)."""
-        return self.shown if 0 <= self.shown < len(self.runs) else len(self.runs) - 1
-
-
-def session_from_run(
-    run: Any,
-    info: Any,
-    label: str | None = None,
-    parent: tuple[int, int] | None = None,
-    prompt_attention: np.ndarray | None = None,
-) -> SessionRun:
-    """A :class:`SessionRun` of a finished ``core.engine.Run`` (or anything with its fields).
-
-    ``prompt_attention`` is the (layers, heads, T, T) prompt maps, for prompts of at most
-    :data:`PROMPT_ATTENTION_LIMIT` tokens.
-    """
-    maps = None
-    if prompt_attention is not None:
-        t = len(run.prompt)
-        expected = (info.num_layers, info.num_heads, t, t)
-        if t > PROMPT_ATTENTION_LIMIT or tuple(prompt_attention.shape) != expected:
-            raise ValueError(
-                f"prompt attention must be {expected} with T ≤ {PROMPT_ATTENTION_LIMIT}; "
-                f"got {tuple(prompt_attention.shape)}"
-            )
-        maps = frozen(prompt_attention, np.float32)
-    params = run.params
-    if dataclasses.is_dataclass(params) and not isinstance(params, type):
-        params = dataclasses.asdict(params)
-    generator = getattr(run, "generator", None)
-    state = None if generator is None else frozen(generator.get_state().numpy(), np.uint8)
-    return SessionRun(
-        run_id=int(run.run_id),
-        label=f"run {run.run_id}" if label is None else label,
-        parent=parent,
-        prompt=run.prompt,
-        params=dict(params),
-        finish_reason=run.finish_reason,
-        steps=tuple(run.steps),
-        prefill=run.prefill,
-        prompt_attention=maps,
-        generator_state=state,
-    )
-
-
-# ---- Saving ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -182,27 +55,6 @@ def _half_or_full(arrays: Sequence[np.ndarray]) -> str:
     """float16 unless a value would overflow it (then float32, so nothing turns into inf)."""
     fits = all(a.size == 0 or float(np.abs(a).max()) <= _HALF_MAX for a in arrays)
     return "float16" if fits else "float32"
-
-
-# (field, part, stored dtype or "half", loaded dtype, getter)
-_STEP_ARRAYS: tuple[tuple[str, str, str, str, Callable[[StepRecord], np.ndarray]], ...] = (
-    ("logits", "logits", "float32", "float32", lambda s: s.logits),
-    ("top_ids", "other", "int64", "int64", lambda s: s.top_ids),
-    ("top_logits", "other", "float32", "float32", lambda s: s.top_logits),
-    ("top_probs", "other", "float32", "float32", lambda s: s.top_probs),
-    ("attention", "attention", "half", "float32", lambda s: s.attention),
-    ("hidden", "hidden", "float32", "float32", lambda s: s.hidden),
-    ("attn_update", "hidden", "float32", "float32", lambda s: s.attn_update),
-    ("kv_per_layer", "other", "int64", "int64", lambda s: s.kv.per_layer),
-    ("context_ids", "other", "int64", "int64", lambda s: s.context_ids),
-)
-_STAGE_ARRAYS = (("stage_top_ids", "int64", "top_ids"), ("stage_top_probs", "float32", "top_probs"))
-_STEP_SCALARS = ("run_id", "index", "position", "prob", "logprob", "rank", "entropy")
-_KV_SCALARS = (
-    "tokens", "bytes_total", "bytes_added", "formula_bytes", "mha_bytes", "device_allocated",
-    "device_reserved",
-)  # fmt: skip
-_TIMING = ("forward_ms", "sample_ms", "capture_ms")
 
 
 def _pack(
@@ -249,15 +101,15 @@ def _prompt_json(p: PromptTokens) -> dict[str, Any]:
 
 
 def _step_json(s: StepRecord) -> dict[str, Any]:
-    d: dict[str, Any] = {k: getattr(s, k) for k in _STEP_SCALARS}
+    d: dict[str, Any] = {k: getattr(s, k) for k in STEP_SCALARS}
     d["token"] = _token_json(s.token)
     d["top_texts"] = list(s.top_texts)
     d["stages"] = [
         {"name": g.name, "removed_mass": g.removed_mass, "kept": g.kept, "entropy": g.entropy}
         for g in s.stages
     ]
-    d["kv"] = {k: getattr(s.kv, k) for k in _KV_SCALARS}
-    d["timing"] = {k: getattr(s.timing, k) for k in _TIMING}
+    d["kv"] = {k: getattr(s.kv, k) for k in KV_SCALARS}
+    d["timing"] = {k: getattr(s.timing, k) for k in TIMING_FIELDS}
     d["finish_reason"] = s.finish_reason
     return d
 
@@ -266,8 +118,8 @@ def _plan_arrays(prefix: str, run: SessionRun) -> tuple[dict[str, Any], list[_Me
     fields: dict[str, Any] = {}
     members: list[_Member] = []
     steps, stages = run.steps, [g for s in run.steps for g in s.stages]
-    columns = [(n, p, d, [get(s) for s in steps]) for n, p, d, _, get in _STEP_ARRAYS]
-    columns += [(n, "other", d, [getattr(g, a) for g in stages]) for n, d, a in _STAGE_ARRAYS]
+    columns = [(n, p, d, [get(s) for s in steps]) for n, p, d, _, get in STEP_ARRAYS]
+    columns += [(n, "other", d, [getattr(g, a) for g in stages]) for n, d, a in STAGE_ARRAYS]
     for name, part, dtype, arrays in columns:
         if arrays:
             fields[name], new = _pack(f"{prefix}/{name}", arrays, part, dtype)
@@ -361,7 +213,7 @@ def save_session(path: str | os.PathLike[str], session: Session) -> int:
     path = Path(path)
     manifest, members = _plan(session)
     try:
-        _check_limits([(m.name, m.nbytes) for m in members])
+        check_limits([(m.name, m.nbytes) for m in members])
     except SessionError as exc:
         raise SessionError(f"{path}: cannot save, {exc}") from None
     try:
@@ -390,21 +242,3 @@ def _write_zip(f: Any, manifest: bytes, members: list[_Member]) -> None:
             big = m.nbytes + (1 << 16) >= zipfile.ZIP64_LIMIT
             with zf.open(m.name, "w", force_zip64=big) as out:
                 np.save(out, np.asarray(m.build(), dtype=m.dtype), allow_pickle=False)
-
-
-def _check_limits(sizes: list[tuple[str, int]]) -> None:
-    for name, nbytes in sizes:
-        if nbytes > MAX_ARRAY_BYTES:
-            raise SessionError(
-                f"too large: array {name} needs {nbytes:,} bytes (limit {MAX_ARRAY_BYTES:,})"
-            )
-    total = sum(n for _, n in sizes)
-    if total > MAX_TOTAL_BYTES:
-        raise SessionError(f"too large: arrays need {total:,} bytes (limit {MAX_TOTAL_BYTES:,})")
-
-
-def load_session(path: str | os.PathLike[str]) -> Session:
-    """Open a session file; raises :class:`SessionError` with one clear line if it is bad."""
-    from core.session_read import read_session
-
-    return read_session(path)

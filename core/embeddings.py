@@ -1,0 +1,99 @@
+"""Embeddings: the input table projected to two dimensions, each token's path through the layers,
+and a token's nearest neighbours in the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from llm_lens.core.records import frozen
+
+
+@dataclass(frozen=True)
+class EmbeddingProjection:
+    """PCA of the whole input-embedding table (every vocabulary row) to two dimensions."""
+
+    coords: np.ndarray  # (vocab, 2) float32
+    components: np.ndarray  # (2, hidden) float32
+    mean: np.ndarray  # (hidden,) float32
+    explained: np.ndarray  # (2,) fraction of variance
+
+
+@dataclass(frozen=True)
+class HiddenPaths:
+    """Each token's residual stream through the layers, projected by a PCA fitted on them."""
+
+    coords: np.ndarray  # (tokens, layers + 1, 2) float32
+    explained: np.ndarray  # (2,)
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    token_id: int
+    ids: np.ndarray  # (k,) int64
+    texts: tuple[str, ...]
+    similarities: np.ndarray  # (k,) cosine
+
+
+def _pca2(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(coords, components, mean, explained fraction) of a 2-D PCA via randomized SVD."""
+    mean = x.mean(dim=0)
+    centred = x - mean
+    torch.manual_seed(0)
+    _u, s, v = torch.pca_lowrank(centred, q=6, center=False, niter=4)
+    comps = v[:, :2].T  # (2, hidden)
+    total = (centred**2).sum()
+    explained = (s[:2] ** 2) / total
+    return centred @ comps.T, comps, mean, explained
+
+
+def embedding_projection(engine: Any) -> EmbeddingProjection:
+    """PCA of every row of the input embedding table (~1 s for 49,152 × 576 on one core)."""
+    with torch.inference_mode():
+        table = engine.anatomy.embed.weight.detach().float().cpu()  # (vocab, hidden)
+        coords, comps, mean, explained = _pca2(table)
+    return EmbeddingProjection(
+        frozen(coords.numpy()),
+        frozen(comps.numpy()),
+        frozen(mean.numpy()),
+        frozen(explained.numpy()),
+    )
+
+
+def hidden_paths(hidden: np.ndarray) -> HiddenPaths:
+    """Project (layers + 1, tokens, hidden) states with a PCA fitted on those states.
+
+    States more than 10× the median norm (the first token's "attention sink" reaches ~6,000
+    against ~600 here) are left out of the fit, or they would take the first component alone;
+    they are still projected.
+    """
+    layers, tokens, dim = hidden.shape
+    states = torch.from_numpy(np.array(hidden)).transpose(0, 1).reshape(-1, dim).float()
+    if states.shape[0] < 3:
+        return HiddenPaths(frozen(np.zeros((tokens, layers, 2), np.float32)), frozen(np.zeros(2)))
+    norms = states.norm(dim=-1)
+    typical = states[norms <= 10 * norms.median()]
+    _coords, comps, mean, explained = _pca2(typical if typical.shape[0] >= 3 else states)
+    coords = (states - mean) @ comps.T  # (tokens * (layers + 1), 2)
+    return HiddenPaths(frozen(coords.reshape(tokens, layers, 2).numpy()), frozen(explained.numpy()))
+
+
+def neighbours(engine: Any, token_id: int, k: int = 10) -> Neighbours:
+    """Nearest vocabulary rows to ``token_id``'s embedding by cosine similarity."""
+    with torch.inference_mode():
+        table = engine.anatomy.embed.weight.detach().float()
+        unit = torch.nn.functional.normalize(table, dim=-1)
+        sims = unit @ unit[token_id]  # (vocab,)
+        top_s, top_i = torch.topk(sims, k + 1)
+    pairs = [(int(i), float(s)) for i, s in zip(top_i, top_s, strict=True) if int(i) != token_id]
+    ids = np.array([p[0] for p in pairs[:k]], np.int64)
+    return Neighbours(
+        token_id,
+        frozen(ids),
+        tuple(engine.texts.text(int(i)) for i in ids),
+        frozen(np.array([p[1] for p in pairs[:k]], np.float32)),
+    )

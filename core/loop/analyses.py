@@ -1,0 +1,45 @@
+"""The views a pane asks for, by name, computed off the GUI thread from a run and its cache.
+
+Each stage module holds its own maths (:mod:`~llm_lens.core.layers` for the lens,
+:mod:`~llm_lens.core.attention` for maps, :mod:`~llm_lens.core.embeddings` for projections);
+this is only the dispatch the worker and the session reader share.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llm_lens.core.attention import attention_map, attention_overview
+from llm_lens.core.embeddings import embedding_projection, hidden_paths, neighbours
+from llm_lens.core.layers import logit_lens, prompt_lens
+
+
+def compute(kind: str, engine: Any, run: Any, args: dict[str, Any]) -> Any:
+    """One analysis by name, for a run (anything with ``steps``, ``prefill``, ``cache``).
+
+    Returns None when the run lacks what the kind needs (no prefill yet, no KV cache for a
+    recorded run). Kinds: lens, prompt_lens, attention_map, attention_overview,
+    embedding_projection, hidden_paths, neighbours.
+    """
+    if kind == "embedding_projection":
+        return embedding_projection(engine)
+    if kind == "neighbours":
+        return neighbours(engine, args["token_id"], args.get("k", 10))
+    prefill = getattr(run, "prefill", None)
+    if prefill is None:
+        return None
+    cache = getattr(run, "cache", None)
+    if kind == "lens":
+        return logit_lens(engine, run.steps[args["step"]], args.get("k", 5))
+    if kind == "prompt_lens":
+        return prompt_lens(engine, prefill.hidden)
+    if kind == "hidden_paths":
+        return hidden_paths(prefill.hidden)
+    if cache is None:
+        return None
+    if kind == "attention_map":
+        layer, head, size = args["layer"], args["head"], args.get("max_size", 512)
+        return attention_map(engine, cache, prefill.hidden, layer, head, size)
+    if kind == "attention_overview":
+        return attention_overview(engine, cache, prefill.hidden)
+    raise ValueError(f"unknown analysis {kind!r}")
