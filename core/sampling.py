@@ -179,12 +179,19 @@ def summarize(stages: Sequence[StageResult], top_n: int) -> tuple[StageSummary, 
     return tuple(out)
 
 
-def restage(
-    logits: np.ndarray, context_ids: np.ndarray, params: SamplingParams, top_n: int = 20
-) -> tuple[StageSummary, ...]:
-    """Re-run the stages of a recorded step under new settings, without the model."""
+def stages_of(
+    logits: np.ndarray, context_ids: np.ndarray, params: SamplingParams
+) -> list[StageResult]:
+    """Re-run the stages of a recorded step (numpy logits and context) under ``params``,
+    without the model; the last result is the distribution a draw would use."""
     import torch
 
     logits_t = torch.from_numpy(np.array(logits, dtype=np.float32))  # records are read-only
-    stages = run_stages(logits_t, torch.from_numpy(np.array(context_ids, dtype=np.int64)), params)
-    return summarize(stages, top_n)
+    return run_stages(logits_t, torch.from_numpy(np.array(context_ids, dtype=np.int64)), params)
+
+
+def restage(
+    logits: np.ndarray, context_ids: np.ndarray, params: SamplingParams, top_n: int = 20
+) -> tuple[StageSummary, ...]:
+    """Re-run the stages of a recorded step under new settings, summarised to the top ``top_n``."""
+    return summarize(stages_of(logits, context_ids, params), top_n)

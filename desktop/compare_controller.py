@@ -13,18 +13,16 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from llm_lens.desktop.compare_jobs import (
-    BranchBook,
     CompareOutcome,
     CompareStart,
     ShownRun,
     beam_job,
     compare_job,
-    forget,
+    grow_job,
     register_job,
 )
 
-MIN_COLUMNS, MAX_COLUMNS = 2, 4
-MIN_SAMPLES, MAX_SAMPLES = 2, 16
+MIN_SAMPLES = 2  # the view compares runs: one sample has nothing to compare with
 GROWING = ("branch", "continue")  # jobs that stream into the panes as the shown run
 
 
@@ -71,12 +69,10 @@ class CompareController(QObject):
         self.running: dict[str, int] = {}  # view → job id of its running job
         self._kinds: dict[int, str] = {}
         self._owner = -1  # controller.run_id when a job set busy
-        self._book = BranchBook()  # touched only by jobs, on the worker thread
         worker = controller.worker
         worker.sig_stream_item.connect(self._on_item)
         worker.sig_prefix_reused.connect(self._on_prefix_reused)
         worker.sig_loaded.connect(self._on_model_loaded)
-        worker.history = self._add_history
         worker.sig_history.connect(self._on_history)
         controller.sig_session_changed.connect(self._on_session_changed)
         self._session: Any = None  # the session whose runs the tree shows
@@ -87,9 +83,13 @@ class CompareController(QObject):
     # ----------------------------------------------------------------- requests
     def request_compare(self, text: str, chat: bool, configs: list[Any], max_new: int) -> None:
         """2–4 sampling configurations side by side from one shared prefill."""
-        n = len(configs)
-        if not MIN_COLUMNS <= n <= MAX_COLUMNS:
-            self.sig_error.emit("compare", f"compare 2 to 4 configurations; got {n}")
+        from llm_lens.core.errors import SamplingError
+        from llm_lens.core.runs.compare import check_configs
+
+        try:
+            check_configs(len(configs))
+        except SamplingError as exc:
+            self.sig_error.emit("compare", str(exc))
             return
         self._compare(text, chat, configs, max_new)
 
@@ -97,8 +97,12 @@ class CompareController(QObject):
         self, text: str, chat: bool, params: Any, k: int, seed: int, max_new: int
     ) -> None:
         """K samples of one configuration with seeds seed … seed + K − 1."""
+        from llm_lens.core.runs.compare import MAX_SAMPLES
+
         if not MIN_SAMPLES <= k <= MAX_SAMPLES:
-            self.sig_error.emit("compare", f"samples must be between 2 and 16; got {k}")
+            self.sig_error.emit(
+                "compare", f"samples must be between {MIN_SAMPLES} and {MAX_SAMPLES}; got {k}"
+            )
             return
         if seed < 0:
             self.sig_error.emit("compare", f"seed must be ≥ 0; got {seed}")
@@ -111,10 +115,9 @@ class CompareController(QObject):
     ) -> None:
         ids = [self.ctl.new_run_id() for _ in configs]
         old = [i for i in (self.start.run_ids if self.start else ()) if i != self.ctl.run_id]
-        book = self._book
 
-        def drop(worker: Any) -> None:
-            forget(worker, [i for i in old if not book.holds(i)])
+        def drop(worker: Any) -> None:  # on the model thread
+            worker.store.forget([i for i in old if not worker.history.holds(i)])
 
         self._run("compare", compare_job(text, chat, configs, max_new, ids, drop, samples))
 
@@ -130,27 +133,26 @@ class CompareController(QObject):
             return
         ctl = self.ctl
         shown, new_id, recorded = ctl.run_id, ctl.new_run_id(), ctl.recorded_run()
-        job = self._book.branch_job(shown, step, token_id, max_new, new_id, recorded)
-        self._grow("branch", new_id, job)
+        self._grow("branch", new_id, grow_job(shown, step, token_id, max_new, new_id, recorded))
 
     def request_continue(self, max_new: int) -> None:
         """Let the shown run go on for ``max_new`` more tokens with its own sampler settings (a
         run opened from a session is first revived on the loaded model)."""
         ctl = self.ctl
+        from llm_lens.core.runs.branching import continue_problem
+
         problem = self._grow_problem(len(ctl.steps) - 1)
         reason = ctl.summary.finish_reason if ctl.summary is not None else None
-        if not problem and reason == "eos":
-            problem = "the run ended with its end-of-sequence token: branch from an earlier step"
-        if not problem and reason == "context":
-            problem = "the run filled the model's context: it cannot go on"
+        if not problem:
+            problem = continue_problem(len(ctl.steps), reason, ctl.info.context_length)
         if problem:
             self.sig_error.emit("continue", problem)
             return
         shown, new_id, recorded = ctl.run_id, ctl.new_run_id(), ctl.recorded_run()
-        self._grow("continue", new_id, self._book.continue_job(shown, max_new, new_id, recorded))
+        self._grow("continue", new_id, grow_job(shown, None, None, max_new, new_id, recorded))
 
     def _grow(self, kind: str, new_id: int, job: Any) -> None:
-        self.ctl.keep_origin()
+        self.ctl.sessions.keep_origin()
         self.ctl.adopt_run(new_id, self.ctl.run_params)
         self._kinds[new_id], self.running[kind] = kind, new_id
         self.ctl.request_stream(new_id, job)
@@ -180,11 +182,6 @@ class CompareController(QObject):
 
     def request_stop(self) -> None:
         self.ctl.request_stop()
-
-    @property
-    def book(self) -> BranchBook:
-        """The branch tree's book (read by jobs on the worker thread only)."""
-        return self._book
 
     def set_reuse_prefix(self, on: bool) -> None:
         """Let the next runs read only the part of the prompt the last run's cache lacks."""
@@ -294,7 +291,7 @@ class CompareController(QObject):
     def _show_session_run(self, index: int, step: int) -> None:
         ctl = self.ctl
         if ctl.recorded is None or ctl.session is not self._session or ctl.session_index != index:
-            ctl.show_session(self._session, self._session_path, index)
+            ctl.sessions.show(self._session, self._session_path, index)
         if step >= 0:
             ctl.request_select(step)
 
@@ -358,10 +355,6 @@ class CompareController(QObject):
         self.shown[shown.run_id] = shown
         self._set_nodes(nodes)
 
-    def _add_history(self, run: Any) -> Any:
-        """(On the worker, after each live run.) The run joins the book's history."""
-        return self._book.add_history(self.ctl.worker, run)
-
     def _on_history(self, item: tuple[ShownRun, tuple[Any, ...]]) -> None:
         """A finished live run became a root of the history."""
         shown, nodes = item
@@ -372,16 +365,15 @@ class CompareController(QObject):
         """The live history replaces a reopened session's runs in the tree, but a file whose
         run was continued or branched keeps its other runs listed after it."""
         self._session, self._session_runs = None, {}
-        origin, revived = self.ctl.origin, self.ctl.origin_revived
-        kept = [] if origin is None else [r for r in origin.runs if r.run_id not in revived]
-        if kept:
+        origin = self.ctl.sessions.origin
+        kept = [] if origin is None else origin.kept_runs()
+        if origin is not None and kept:
             from llm_lens.core.runs.branching import session_nodes
 
             nodes = (*nodes, *session_nodes(kept))
-            self._session, self._session_path = origin, self.ctl.origin_path
-            self._session_runs = {
-                r.run_id: i for i, r in enumerate(origin.runs) if r.run_id not in revived
-            }
+            self._session, self._session_path = origin.session, origin.path
+            where = {r.run_id: i for i, r in enumerate(origin.session.runs)}
+            self._session_runs = {r.run_id: where[r.run_id] for r in kept}
         self.nodes = nodes
         alive = {n.run_id for n in nodes}
         self.shown = {k: v for k, v in self.shown.items() if k in alive}
@@ -397,6 +389,5 @@ class CompareController(QObject):
     def _on_model_loaded(self, _info: Any) -> None:
         self.start, self.columns, self.outcome = None, [], None
         self.beam_frames, self.beam_result, self.nodes, self.shown = [], None, (), {}
-        self._book = BranchBook()  # the worker dropped every kept run with the old model
         self._session, self._session_runs, self._session_columns = None, {}, []
         self.sig_tree_changed.emit(())

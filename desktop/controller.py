@@ -12,13 +12,12 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
-from llm_lens.desktop.controller_sessions import SessionRequests
 from llm_lens.desktop.worker import Worker
 
 REPAINT_MS = 33  # panes repaint at most ~30 times a second
 
 
-class Controller(QObject, SessionRequests):
+class Controller(QObject):
     """State of the exploration and the only way to talk to the model thread.
 
     Signals:
@@ -35,8 +34,12 @@ class Controller(QObject, SessionRequests):
         sig_session_changed(): a session was opened, or the shown run became a live one.
         sig_saved(str, int): a session was written (path, bytes).
 
-    ``compare`` (:class:`~desktop.compare_controller.CompareController`) runs comparisons,
-    beam searches and branches.
+    It is composed of parts with one job each: ``sessions``
+    (:class:`~llm_lens.desktop.session_controller.SessionController`) shows reopened runs and
+    saves, exports and opens files; ``compare``
+    (:class:`~llm_lens.desktop.compare_controller.CompareController`) runs comparisons, beam
+    searches, branches and continuations. This class holds what is shown (the run, its steps,
+    the selected step, the sampler settings) and talks to the model thread.
     """
 
     sig_model_loading = Signal(float, str)
@@ -67,9 +70,6 @@ class Controller(QObject, SessionRequests):
         self.session: Any = None
         self.session_path: str | None = None
         self.session_index = -1  # the run of ``session`` shown
-        self.origin: Any = None  # a session whose run was revived: its other runs are saved too
-        self.origin_revived: dict[int, int] = {}  # its run ids → the live root made of each
-        self.origin_path: str | None = None
         self.dirty = False  # a live run not saved yet
         self.prompt: Any = None
         self.prefill: Any = None
@@ -90,13 +90,15 @@ class Controller(QObject, SessionRequests):
         self.worker.moveToThread(self._thread)
         self._wire()
         self._flush = QTimer(self, singleShot=True, interval=REPAINT_MS)
-        self._flush.timeout.connect(self._emit_steps)
+        self._flush.timeout.connect(self.emit_steps)
         self._stream_requested.connect(self.worker.stream)
         from llm_lens.desktop.compare_controller import CompareController
         from llm_lens.desktop.gui_gc import GuiThreadCollector
+        from llm_lens.desktop.session_controller import SessionController
 
         self._collector = GuiThreadCollector(self)  # never collect on the model thread
 
+        self.sessions = SessionController(self)
         self.compare = CompareController(self)
         self._thread.start()
 
@@ -187,7 +189,7 @@ class Controller(QObject, SessionRequests):
             def job() -> Any:
                 from llm_lens.core.loop.analyses import compute
 
-                run = recorded.run if recorded is not None else self.worker.runs.get(run_id)
+                run = recorded.run if recorded is not None else self.worker.store.runs.get(run_id)
                 return compute(kind, self.worker.engine, run, args)
 
             self.worker.submit(kind, key, job)
@@ -203,33 +205,19 @@ class Controller(QObject, SessionRequests):
         name = getattr(self.info, "name", "its model")
         return f"the {what} is not in this session file: load {name} to compute it"
 
-    def keep_origin(self) -> None:
-        """The shown recorded run is about to be revived (continued or branched): remember
-        its file, so that its other runs stay listed and are saved with the session.
+    def cached_result(self, kind: str, scope: Any, **args: Any) -> Any:
+        """An analysis result already computed (None if not), without scheduling anything."""
+        return self._results.get((kind, scope, *sorted(args.items())))
 
-        The file's runs get fresh ids once (they could clash with this window's); the shown
-        file becomes that renumbered copy.
-        """
-        import dataclasses
-
-        if self.recorded is None or self.session is None:
-            return
-        run = self.recorded.run
-        if self.origin is not self.session:
-            ids = {r.run_id: self.new_run_id() for r in self.session.runs}
-            runs = tuple(
-                dataclasses.replace(
-                    r,
-                    run_id=ids[r.run_id],
-                    parent=None if r.parent is None else (ids.get(r.parent[0], -1), r.parent[1]),
-                )
-                for r in self.session.runs
-            )
-            self.origin = dataclasses.replace(self.session, runs=runs)
-            self.origin_revived, self.origin_path = {}, self.session_path
-            run = runs[self.session_index]
-            self.session = self.origin
-        self.origin_revived[run.run_id] = self.run_id
+    def show_recorded(self, session: Any, path: str | None, recorded: Any) -> None:
+        """Make a session's run (``recorded``, a ``RecordedAnalysis``) the shown one; the
+        caller announces it (``SessionController.show``)."""
+        self._reset()
+        self.session, self.session_path, self.dirty = session, path, False
+        self.recorded = recorded
+        run = recorded.run
+        self.prompt, self.prefill, self.steps = run.prompt, run.prefill, list(run.steps)
+        self.follow_live = True
 
     def recorded_run(self) -> Any:
         """The ``SessionRun`` shown, or None for a live run."""
@@ -268,7 +256,7 @@ class Controller(QObject, SessionRequests):
         self, run_id: int, prompt: Any, prefill: Any, steps: Any, summary: Any, params: Any = None
     ) -> None:
         """Show a finished run made on the worker (a comparison column, a branch) in every pane
-        as if it had just run live; analyses read ``worker.runs[run_id]``."""
+        as if it had just run live; analyses read ``worker.store.runs[run_id]``."""
         if self.busy:  # the live run's late records and end are dropped from now on
             self.request_stop()
             self._set_busy(False)
@@ -283,13 +271,13 @@ class Controller(QObject, SessionRequests):
         self.follow_live, self.dirty = True, True
         self.sig_run_started.emit(prompt)
         self.sig_session_changed.emit()
-        self._emit_steps()
+        self.emit_steps()
         self.sig_run_finished.emit(summary)
 
     # ----------------------------------------------------------------- worker events
     def _on_loaded(self, info: Any) -> None:
         self._collector.settle()
-        self.origin, self.origin_revived = None, {}  # runs of another model
+        self.sessions.forget_origin()  # its runs belong to another model
         self.info = self.model_info = info
         self.recorded = self.session = self.session_path = None
         self._reset()
@@ -333,7 +321,8 @@ class Controller(QObject, SessionRequests):
         if not self._flush.isActive():
             self._flush.start()
 
-    def _emit_steps(self) -> None:
+    def emit_steps(self) -> None:
+        """Announce the steps that arrived (and follow the newest while live)."""
         self.sig_steps_changed.emit()
         if self.follow_live and self.steps:
             self.selected = len(self.steps) - 1
@@ -343,7 +332,7 @@ class Controller(QObject, SessionRequests):
         if run_id != self.run_id:
             return
         self._flush.stop()
-        self._emit_steps()
+        self.emit_steps()
         self.summary = summary
         self.dirty = True
         self._set_busy(False)
@@ -352,7 +341,7 @@ class Controller(QObject, SessionRequests):
     def _on_result(self, kind: str, key: Any, result: Any) -> None:
         self._asked.discard(key)
         if kind == "open_session":
-            self.show_session(result[1], result[0])
+            self.sessions.show(result[1], result[0])
             return
         if kind == "export":
             self.sig_saved.emit(result[0], result[1])
@@ -360,7 +349,7 @@ class Controller(QObject, SessionRequests):
 
         if kind == "save_session":
             path, size, session = result
-            if key[1] != self._autosave_path():
+            if key[1] != self.sessions.autosave_path():
                 self.session, self.session_path, self.dirty = session, path, False
             self.sig_saved.emit(path, size)
             return

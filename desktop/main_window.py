@@ -302,8 +302,8 @@ class MainWindow(QMainWindow):
     def _on_revived(self, diff: float, scale: float, matches: bool) -> None:
         """A recorded run was re-read on the loaded model before it went on."""
         what = "matches the recording" if matches else "DIFFERS from the recording"
-        c = self.controller
-        others = len(c.origin.runs) - len(c.origin_revived) if c.origin is not None else 0
+        origin = self.controller.sessions.origin
+        others = len(origin.kept_runs()) if origin is not None else 0
         runs = "run is" if others == 1 else "runs are"
         kept = f"; the file's other {others} {runs} saved with this session" if others else ""
         self._revived_note = (

@@ -11,6 +11,24 @@ from PySide6.QtWidgets import QApplication
 TIMEOUT_MS = 300_000
 
 
+def missing_resources() -> str:
+    """What the installed package lacks of its shipped files ('' when nothing is missing)."""
+    import json
+
+    from llm_lens.desktop.resources import resource_dir
+
+    folder = resource_dir()
+    try:
+        prompts = json.loads((folder / "prompts.json").read_text(encoding="utf-8"))["prompts"]
+    except (OSError, ValueError, KeyError):
+        return f"no example prompts in {folder}"
+    if QApplication.windowIcon().isNull():
+        return f"no icon in {folder / 'icons'}"
+    print(f"selftest: {len(prompts)} example prompts and the icon found in {folder}",
+          file=sys.stderr)  # fmt: skip
+    return ""
+
+
 class SelfTest:
     """Drives the window through load → run → analyses, then checks and exits the event loop."""
 
@@ -46,6 +64,10 @@ class SelfTest:
         empty = [name for name, pane in self.window.panes.items() if not pane.render_times_ms]
         if empty:
             self._fail(f"panes that received no data: {', '.join(empty)}")
+            return
+        missing = missing_resources()
+        if missing:
+            self._fail(missing)
             return
         if self.screenshot:
             if not self.window.grab().save(self.screenshot, "PNG"):

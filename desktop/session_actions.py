@@ -35,7 +35,7 @@ class SessionActions(QObject):
         self.recent_menu = QMenu("Open &recent")
         c = self.controller
         c.sig_saved.connect(self._on_saved)
-        c.sig_run_finished.connect(lambda _s: c.request_autosave())
+        c.sig_run_finished.connect(lambda _s: c.sessions.request_autosave())
         c.sig_session_changed.connect(self._update_title)
         self._refresh_recent()
 
@@ -79,7 +79,7 @@ class SessionActions(QObject):
         if not self._may_replace(f"Save the runs of this window before opening {path}?"):
             return
         self.window.statusBar().showMessage(f"opening {path}…")
-        self.controller.request_open_session(path)
+        self.controller.sessions.request_open(path)
         if os.path.isfile(path):
             self._remember(os.path.abspath(path))
 
@@ -99,7 +99,7 @@ class SessionActions(QObject):
         if path:
             path = path if path.endswith(SUFFIX) else path + SUFFIX
             self.window.statusBar().showMessage(f"saving {path} ({self.size_text()})…")
-            self.controller.request_save_session(path)
+            self.controller.sessions.request_save(path)
 
     def size_text(self) -> str:
         """Estimated size of what a save writes (before compression): the shown run, the other
@@ -142,13 +142,13 @@ class SessionActions(QObject):
         path, _ = QFileDialog.getSaveFileName(self.window, "Export JSON trace", "trace.json",
                                               "JSON (*.json)")  # fmt: skip
         if path:
-            self.controller.request_export("trace", path)
+            self.controller.sessions.request_export("trace", path)
 
     def export_report(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self.window, "Export HTML report", "report.html",
                                               "HTML (*.html)")  # fmt: skip
         if path:
-            self.controller.request_export("report", path)
+            self.controller.sessions.request_export("report", path)
 
     # ----------------------------------------------------------------- close, crash recovery
     def may_close(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import queue
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
@@ -32,7 +32,11 @@ class Worker(QObject):
             (tag "error": the job failed, payload is the message).
         sig_prefix_reused(int, int, float): run id, prompt tokens read from the previous run's
             cache, and the TTFT saved (ms, estimated from the last full prefill).
-        sig_history(object): what ``history(run)`` returned for a finished live run.
+        sig_history(object): (``ShownRun``, every ``BranchNode``) after a live run joined
+            the history.
+
+    It owns the runs: ``store`` (:class:`~llm_lens.core.runs.history.RunStore`: the runs that
+    answer analyses and those kept) and ``history`` (the tree of every live run's branches).
     """
 
     sig_loading = Signal(float, str)
@@ -49,17 +53,18 @@ class Worker(QObject):
 
     def __init__(self) -> None:
         super().__init__()
+        from llm_lens.core.runs.history import RunHistory, RunStore
+
         self.engine: Any = None
-        self.runs: dict[int, Any] = {}
+        self.store = RunStore()
+        self.history = RunHistory()
         self.cancel = threading.Event()
         self.load_cancel = threading.Event()
         self.pending: queue.Queue[tuple[str, Any, Callable[[], Any]]] = queue.Queue()
-        self.kept_runs: dict[int, Any] = {}  # comparison columns and branches, by run id
         self.reuse_prefix = False  # runs read only the prompt suffix the last run did not hold
         self._prefix: Any = None  # core.branching.PrefixCache of the last finished run
         self._last_run: Any = None
         self._full_prefill: tuple[float, int] = (0.0, 0)  # (ms, tokens) of the last full one
-        self.history: Callable[[Any], Any] | None = None  # called here after each live run
 
     @Slot(object, str, str)
     def load(self, spec: object, device: str, dtype: str) -> None:
@@ -74,11 +79,11 @@ class Worker(QObject):
             )
             self._progress(1.0, "ready")
             self.engine = Engine(loaded)
-            self.runs.clear()
+            self.history.reset(self.store)  # every kept run belongs to the old model
+            self.store.clear()
             from llm_lens.core.tokens import cl100k
 
             cl100k("warm-up")  # load the cl100k_base table here, not on the GUI's first render
-            self.kept_runs.clear()
             self._prefix = self._last_run = None
         except LensError as exc:
             self.sig_error.emit("load", str(exc))
@@ -100,33 +105,28 @@ class Worker(QObject):
 
     @Slot(int, str, bool, object, object)
     def run(self, run_id: int, text: str, chat: bool, params: object, config: object) -> None:
-        from llm_lens.core.errors import LensError
+        """A live run: streamed like any job, then it joins the history."""
+        self._drive(run_id, lambda _w: self._live(run_id, text, chat, params, config), "run")
 
-        if self.engine is None:
-            self.sig_error.emit("run", "no model is loaded yet")
-            return
-        self.cancel.clear()
-        try:
-            prompt = self.engine.tokenize(text, chat)
-            run, reused = self._start(prompt, params, config)
-            run.run_id = run_id
-            self.runs = {run_id: run}
-            self.sig_run_started.emit(run_id, prompt)
-            for record in run:
-                if record.index == 0:
-                    self._after_prefill(run, reused)
-                    self.sig_prefill.emit(run_id, run.prefill)
-                self.sig_step.emit(run_id, record)
-                self._serve_pending()
-            self.sig_run_finished.emit(run_id, run.summary())
-            self._remember(run)
-            if self.history is not None:
-                self.sig_history.emit(self.history(run))
-        except LensError as exc:
-            self.sig_error.emit("run", str(exc))
-        except Exception as exc:
-            traceback.print_exc()
-            self.sig_error.emit("run", f"the run failed: {exc}")
+    def _live(
+        self, run_id: int, text: str, chat: bool, params: Any, config: Any
+    ) -> Iterator[tuple[str, Any]]:
+        from llm_lens.desktop.compare_jobs import ShownRun
+
+        prompt = self.engine.tokenize(text, chat)
+        run, reused = self._start(prompt, params, config)
+        run.run_id = run_id
+        self.store.runs = {run_id: run}  # kept runs answer again when shown (register_job)
+        yield "run_started", prompt
+        for record in run:
+            if record.index == 0:
+                self._after_prefill(run, reused)
+                yield "prefill", run.prefill
+            yield "step", record
+        yield "run_finished", run.summary()
+        self._remember(run)
+        shown = ShownRun.of(self.history.add_root(self.store, run))
+        self.sig_history.emit((shown, self.history.nodes()))
 
     def _start(self, prompt: Any, params: Any, config: Any) -> tuple[Any, int]:
         """A run of ``prompt`` and how many prompt tokens it takes from the last run's cache
@@ -167,13 +167,25 @@ class Worker(QObject):
         Tags ``run_started``, ``prefill``, ``step`` and ``run_finished`` leave as the normal run
         signals with ``job_id`` as the run id (a branch streams like a run); any other tag as
         ``sig_stream_item``. Queued analyses are served between items; ``cancel`` stops it.
+        A failure is the item ``("error", message)``.
         """
+        self._drive(job_id, job, None)
+
+    def _drive(self, job_id: int, job: Any, where: str | None) -> None:
+        """Run ``job``'s items as signals; a failure goes to ``sig_error(where, …)``, or when
+        ``where`` is None to ``sig_stream_item(job_id, "error", …)``."""
         import torch
 
         from llm_lens.core.errors import LensError
 
+        def fail(message: str) -> None:
+            if where is None:
+                self.sig_stream_item.emit(job_id, "error", message)
+            else:
+                self.sig_error.emit(where, message)
+
         if self.engine is None:
-            self.sig_stream_item.emit(job_id, "error", "no model is loaded yet")
+            fail("no model is loaded yet")
             return
         self.cancel.clear()
         as_run = {
@@ -192,10 +204,10 @@ class Worker(QObject):
                         self.sig_stream_item.emit(job_id, tag, payload)
                     self._serve_pending()
         except LensError as exc:
-            self.sig_stream_item.emit(job_id, "error", str(exc))
+            fail(str(exc))
         except Exception as exc:
             traceback.print_exc()
-            self.sig_stream_item.emit(job_id, "error", f"it failed: {exc}")
+            fail(f"the {where or 'job'} failed: {exc}")
 
     def submit(self, kind: str, key: Any, job: Callable[[], Any]) -> None:
         """Queue an analysis job (any thread); it runs between steps or when idle."""

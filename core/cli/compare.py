@@ -98,12 +98,9 @@ def compare_parser() -> argparse.ArgumentParser:
 
 
 def parse_configs(specs: list[str]) -> list[SamplingParams]:
-    from llm_lens.core.runs.compare import MAX_CONFIGS
+    from llm_lens.core.runs.compare import check_configs
 
-    if len(specs) > MAX_CONFIGS:
-        raise SamplingError(f"at most four configurations can be compared; got {len(specs)}")
-    if len(specs) < 2:
-        raise SamplingError(f"give at least two --config options; got {len(specs)}")
+    check_configs(len(specs))
     return [parse_config(s) for s in specs]
 
 

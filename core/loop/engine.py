@@ -129,11 +129,16 @@ class Engine:
 
     def forward(self, ids: Any, cache: Any, eager: bool) -> Any:
         """One forward pass over ``ids`` (1, seq) extending ``cache``; returns last logits."""
+        return self.forward_batch(ids, cache, eager)[0]  # (vocab,)
+
+    def forward_batch(self, ids: Any, cache: Any, eager: bool) -> Any:
+        """One forward pass over ``ids`` (batch, seq) extending ``cache``, with eager attention
+        (which builds the weights) or SDPA; returns the last position's logits (batch, vocab)."""
         impl = "eager" if eager else "sdpa"
         if self.model.config._attn_implementation != impl:
             self.model.set_attn_implementation(impl)
         out = self.model(ids, use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
-        return out.logits[0, -1]  # (vocab,)
+        return out.logits[:, -1]  # (batch, vocab)
 
 
 def captured_forward(

@@ -139,15 +139,11 @@ class BeamSearch:
     def _forward(self, ids: Any) -> tuple[Any, float]:
         """(beams, vocab) float32 last-position logits; the cache grows by ids' length."""
         eng = self.engine
-        impl = "eager" if ids.shape[1] <= EAGER_PREFILL_LIMIT else "sdpa"
-        if eng.model.config._attn_implementation != impl:
-            eng.model.set_attn_implementation(impl)
         t0 = time.perf_counter()
-        out = eng.model(
-            ids.to(eng.device), use_cache=True, logits_to_keep=1, **{eng.cache_kw: self.cache}
-        )
+        eager = ids.shape[1] <= EAGER_PREFILL_LIMIT
+        logits = eng.forward_batch(ids.to(eng.device), self.cache, eager)  # (beams, vocab)
         synchronize(eng.device)
-        return out.logits[:, -1, :].float().cpu(), (time.perf_counter() - t0) * 1e3
+        return logits.float().cpu(), (time.perf_counter() - t0) * 1e3
 
     def _step(self, ids: Any, t: int) -> tuple[BeamStep, Any]:
         logits, ms = self._forward(ids)

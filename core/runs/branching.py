@@ -86,20 +86,26 @@ def continue_run(
     same settings would have gone on to generate (``run`` itself stays as it is). Nothing is
     computed until the returned run is iterated; its step 0 reads only ``run``'s last token.
     """
-    if not run.steps:
-        raise PromptError("the run has no steps to continue from: run it first")
-    if run.finish_reason == "eos":
-        raise PromptError(
-            "the run ended with its end-of-sequence token: branch from an earlier step to go on"
-        )
-    if run.finish_reason == "context":
-        limit = engine.info.context_length
-        raise PromptError(f"the run filled the model's context ({limit} tokens): it cannot go on")
+    problem = continue_problem(len(run.steps), run.finish_reason, engine.info.context_length)
+    if problem:
+        raise PromptError(problem)
     last = run.steps[-1]
     child = branch(engine, run, len(run.steps) - 1, last.token.id, run.params, run_config, cancel)
     if run.generator is not None:
         child.generator = copy_generator(run.generator)
     return child
+
+
+def continue_problem(steps: int, finish_reason: str | None, context_length: int) -> str:
+    """Why a run of ``steps`` steps that ended with ``finish_reason`` cannot go on ('' if it
+    can): the one rule for the window's Continue and for :func:`continue_run`."""
+    if not steps:
+        return "the run has no steps to continue from: run it first"
+    if finish_reason == "eos":
+        return "the run ended with its end-of-sequence token: branch from an earlier step to go on"
+    if finish_reason == "context":
+        return f"the run filled the model's context ({context_length} tokens): it cannot go on"
+    return ""
 
 
 def copy_generator(generator: Any) -> Any:

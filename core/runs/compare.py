@@ -24,8 +24,18 @@ from llm_lens.core.loop.engine import Engine, Run, RunConfig
 from llm_lens.core.records import PromptTokens, RunSummary, StepRecord
 from llm_lens.core.sampling import SamplingParams
 
-MAX_CONFIGS = 4
-MAX_SAMPLES = 16
+MIN_CONFIGS, MAX_CONFIGS = 2, 4  # configurations side by side
+MAX_SAMPLES = 16  # runs of one configuration over seeds
+
+
+def check_configs(n: int) -> None:
+    """Raise :class:`SamplingError` unless ``n`` configurations can be compared."""
+    if n > MAX_CONFIGS:
+        raise SamplingError(f"at most four configurations can be compared; got {n}")
+    if n < MIN_CONFIGS:
+        raise SamplingError(f"a comparison needs at least two configurations; got {n}")
+
+
 KL_EPS = 1e-12
 
 
@@ -69,9 +79,8 @@ def final_probs(step: StepRecord, params: SamplingParams) -> np.ndarray:
 
     For greedy settings that is the raw (or repetition-penalised) softmax, not a one-hot.
     """
-    logits = torch.tensor(np.asarray(step.logits))  # a copy: records are read-only
-    stages = sampling.run_stages(logits, torch.tensor(np.asarray(step.context_ids)), params)
-    return stages[-1].probs[0].double().cpu().numpy()  # type: ignore[no-any-return]
+    final = sampling.stages_of(step.logits, step.context_ids, params)[-1]
+    return final.probs[0].double().cpu().numpy()  # type: ignore[no-any-return]
 
 
 # --- shared prefill ------------------------------------------------------------------------------
@@ -231,10 +240,7 @@ def compare(
     cancel: threading.Event | None = None,
 ) -> Comparison:
     """Run 2–4 sampling configurations side by side from one shared prefill, to the end."""
-    if len(configs) > MAX_CONFIGS:
-        raise SamplingError(f"at most four configurations can be compared; got {len(configs)}")
-    if len(configs) < 2:
-        raise SamplingError(f"a comparison needs at least two configurations; got {len(configs)}")
+    check_configs(len(configs))
     return start_shared(engine, prompt, configs, run_config, cancel).run_all()
 
 

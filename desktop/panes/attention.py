@@ -32,17 +32,6 @@ def visible_text(text: str, limit: int = 10) -> str:
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
-def pool_rows(weights: np.ndarray, factor: int) -> np.ndarray:
-    """Max-pool a (q, k) matrix by ``factor`` along both axes (zero-padded at the end)."""
-    if factor == 1:
-        return np.asarray(weights, np.float32)
-    q, k = weights.shape
-    qp, kp = -(-q // factor) * factor, -(-k // factor) * factor
-    padded = np.zeros((qp, kp), np.float32)
-    padded[:q, :k] = weights
-    return padded.reshape(qp // factor, factor, kp // factor, factor).max(axis=(1, 3))
-
-
 def strip(row: np.ndarray, bins: int) -> np.ndarray:
     """A 1-D attention row resampled to ``bins`` cells: max-pooled, or repeated if short."""
     n = row.shape[-1]
@@ -208,6 +197,8 @@ class AttentionPane(Pane):
 
     def _assemble(self, amap: Any, step: Any, layer: int, head: int) -> tuple[np.ndarray, int]:
         """The padded image and its content size; sets ``matrix``, ``positions``, ``labels``."""
+        from llm_lens.core.attention import pool_rows  # imports torch: not at start-up
+
         ctl = self.controller
         n_prompt = len(ctl.prompt)
         total = n_prompt + max(len(ctl.steps), step.index + 1) - 1

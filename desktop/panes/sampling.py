@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from llm_lens.core.errors import SamplingError
 from llm_lens.core.records import StepRecord
-from llm_lens.core.sampling import STAGE_ORDER, SamplingParams, run_stages
+from llm_lens.core.sampling import STAGE_ORDER, SamplingParams, stages_of
 from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.panes.base import Pane, steady_axes
 from llm_lens.desktop.panes.logits import BAR_BRUSH, CHOSEN_BRUSH, horizontal_bars, tick_label
@@ -56,14 +56,12 @@ class StageView:
 
 
 def stage_views(step: StepRecord, params: SamplingParams) -> list[StageView]:
-    """Run the recorded raw logits through the active stages (core.sampling.run_stages)."""
+    """Run the recorded raw logits through the active stages (core.sampling.stages_of)."""
     import torch
 
-    logits = torch.from_numpy(np.array(step.logits))  # a writable copy: records are read-only
-    context = torch.from_numpy(np.array(step.context_ids))[None]  # (1, seq)
     ids = torch.from_numpy(np.array(step.top_ids[:SHOW]))
     views = []
-    for stage in run_stages(logits, context, params):
+    for stage in stages_of(step.logits, step.context_ids, params):
         probs = stage.probs[0]  # (vocab,)
         views.append(
             StageView(

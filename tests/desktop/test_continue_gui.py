@@ -70,7 +70,7 @@ def test_continue_goes_on_like_a_longer_run_and_the_tree_is_saved(qtbot, window,
     path = tmp_path / "tree.llmlens"
     said = window.sessions.size_text()  # shown in the save dialog, before saving
     with _saved(qtbot, ctl, path):
-        ctl.request_save_session(str(path), with_views=False)
+        ctl.sessions.request_save(str(path), with_views=False)
     session = load_session(path)
     estimate = float(re.search(r"≈ ([0-9.]+) MiB: 2 runs", said).group(1))
     assert 0.7 < estimate / (estimate_size(session)["total"] / 2**20) < 1.3
@@ -86,7 +86,7 @@ def test_a_reopened_run_is_revived_continued_and_branched(qtbot, window, engine,
     _continue(qtbot, window, 2)
     path = tmp_path / "tree.llmlens"
     with _saved(qtbot, ctl, path):
-        ctl.request_save_session(str(path), with_views=False)
+        ctl.sessions.request_save(str(path), with_views=False)
     window.prompt_panel.editor.setPlainText("something else")
 
     with qtbot.waitSignal(ctl.sig_run_finished, timeout=60_000):
@@ -120,7 +120,7 @@ def test_a_reopened_run_is_revived_continued_and_branched(qtbot, window, engine,
 
     again = tmp_path / "again.llmlens"  # nothing of the reopened file is lost
     with _saved(qtbot, ctl, again):
-        ctl.request_save_session(str(again), with_views=False)
+        ctl.sessions.request_save(str(again), with_views=False)
     runs = load_session(again).runs  # the file's other run, then the history (2 trees)
     by_id = {r.run_id: r for r in runs}
     assert len(runs) == 6 and len(by_id) == 6
@@ -151,7 +151,7 @@ def test_a_run_of_another_model_cannot_be_continued(qtbot, window, tmp_path):
     _run(qtbot, window, 3)
     path, other = tmp_path / "mine.llmlens", tmp_path / "other.llmlens"
     with _saved(qtbot, ctl, path):
-        ctl.request_save_session(str(path), with_views=False)
+        ctl.sessions.request_save(str(path), with_views=False)
     session = load_session(path)
     model = dict(session.model, weights_id="0" * 16, name="another-model")
     save_session(other, dataclasses.replace(session, model=model))
@@ -177,7 +177,7 @@ def test_a_comparison_is_saved_and_reopens_without_the_model(qtbot, window, tmp_
     live = [_ids(c) for c in ctl.compare.columns]
     path = tmp_path / "compare.llmlens"
     with _saved(qtbot, ctl, path):
-        ctl.request_save_session(str(path), with_views=False)
+        ctl.sessions.request_save(str(path), with_views=False)
 
     fresh = MainWindow()  # no model loaded here
     fresh.sessions.confirm_close = False
@@ -221,7 +221,7 @@ def test_views_a_file_lacks_say_which_model_computes_them(qtbot, window, tmp_pat
     _run(qtbot, window, 3)
     path = tmp_path / "bare.llmlens"  # as autosave writes it: no lens, no projection
     with _saved(qtbot, ctl, path):
-        ctl.request_save_session(str(path), with_views=False)
+        ctl.sessions.request_save(str(path), with_views=False)
     fresh = MainWindow()  # no model loaded here
     fresh.sessions.confirm_close = False
     qtbot.addWidget(fresh)

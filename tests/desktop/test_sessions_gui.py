@@ -42,7 +42,7 @@ def _saved(qtbot, ctl, path):
 
 def _save(qtbot, ctl, path):
     with _saved(qtbot, ctl, path) as blocker:
-        ctl.request_save_session(str(path))
+        ctl.sessions.request_save(str(path))
     return blocker.args
 
 
@@ -97,12 +97,12 @@ def test_exports_of_the_shown_run(qtbot, window, tmp_path):
     _load_and_run(qtbot, window, tokens=4)
     ctl = window.controller
     with _saved(qtbot, ctl, tmp_path / "t.json"):
-        ctl.request_export("trace", str(tmp_path / "t.json"))
+        ctl.sessions.request_export("trace", str(tmp_path / "t.json"))
     data = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
     assert [s["token_id"] for s in data["steps"]] == [s.token.id for s in ctl.steps]
     assert len(data["steps"][0]["logit_lens"]) == 31
     with _saved(qtbot, ctl, tmp_path / "r.html"):
-        ctl.request_export("report", str(tmp_path / "r.html"))
+        ctl.sessions.request_export("report", str(tmp_path / "r.html"))
     html = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert "Explain transformers like I am 12" in html and "time to first token" in html
     assert html.count("<tr><td class=num>") == 4

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.package
 ROOT = Path(__file__).resolve().parents[2]
 USER = os.environ.get("LLM_LENS_TEST_USER", "llmlens-test")
 INSTALL_DIR = Path("/opt/llm-lens")
-SOURCES = ("core", "desktop", "resources", "packaging", "pyproject.toml", "Makefile")
+SOURCES = ("llm_lens", "core", "desktop", "resources", "packaging", "pyproject.toml", "Makefile")
 APT_ENV = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
 
 

@@ -1,0 +1,169 @@
+"""Sessions for the window: showing a reopened run, and the save, export and open jobs handed
+to the model thread. Owned by the :class:`~llm_lens.desktop.controller.Controller` as
+``controller.sessions``; what a session holds and how many runs become one is
+:mod:`llm_lens.core.sessions` (``assemble_session``), which the jobs call on the model thread.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from PySide6.QtCore import QObject
+
+from llm_lens.core.sessions.assemble import Origin
+
+
+class SessionController(QObject):
+    """Session requests of the window. Signals are the controller's (``sig_saved``,
+    ``sig_session_changed``, ``sig_error``): panes and menus subscribe there.
+
+    ``origin`` is the reopened file whose runs were revived (continued or branched): its other
+    runs stay listed in the Branches view and are saved with the window's.
+    """
+
+    def __init__(self, controller: Any) -> None:
+        super().__init__(controller)
+        self.ctl = controller
+        self.origin: Origin | None = None
+
+    def show(self, session: Any, path: str | None = None, index: int = -1) -> None:
+        """Show a run of a loaded ``Session`` in every pane, marked as recorded (``index`` -1:
+        the run the file says was shown when it was saved)."""
+        from llm_lens.core.records import ModelInfo, RunSummary
+        from llm_lens.core.sessions.views import RecordedAnalysis
+
+        ctl = self.ctl
+        index = session.shown_index if index < 0 else index
+        run = session.runs[index]
+        ctl.session_index = index
+        ctl.request_stop()
+        ctl.run_id = ctl.new_run_id()  # late records of a live run are dropped from now on
+        info = ModelInfo(**session.model)
+        if ctl.info is None or info != ctl.info:
+            ctl.info = info
+            ctl.sig_model_loaded.emit(info)
+        ctl.show_recorded(session, path, RecordedAnalysis(run))
+        ctl.summary = RunSummary.of(ctl.run_id, run.prompt, run.steps, run.finish_reason)
+        ctl.sig_run_started.emit(run.prompt)
+        ctl.emit_steps()
+        ctl.sig_run_finished.emit(ctl.summary)
+        ctl.sig_session_changed.emit()
+
+    def keep_origin(self) -> None:
+        """The shown recorded run is about to be revived (continued or branched): remember
+        its file, so that its other runs stay listed and are saved with the session.
+
+        The file's runs get fresh ids once (they could clash with this window's); the shown
+        file becomes that renumbered copy.
+        """
+        ctl = self.ctl
+        if ctl.recorded is None or ctl.session is None:
+            return
+        run = ctl.recorded.run
+        if self.origin is None or self.origin.session is not ctl.session:
+            self.origin = Origin.of(ctl.session, ctl.session_path, ctl.new_run_id)
+            run = self.origin.session.runs[ctl.session_index]
+            ctl.session = self.origin.session
+        self.origin.revived[run.run_id] = ctl.run_id
+
+    def forget_origin(self) -> None:
+        """A model was loaded: the revived file's runs belong to another model."""
+        self.origin = None
+
+    def request_save(self, path: str, with_views: bool = True, everything: bool = True) -> None:
+        """Save this window's runs on the worker (the history of live runs with their branches,
+        the finished comparison's columns, the shown run); ``sig_saved`` follows.
+
+        ``with_views`` also records the lens, prompt lens, prompt maps and vocabulary
+        projection (a few seconds of model time) so the file works without the model.
+        ``everything`` False saves only the shown run's tree (what autosave keeps).
+        """
+        import dataclasses
+
+        from llm_lens.core.sessions.assemble import assemble_session
+        from llm_lens.core.sessions.format import session_from_run
+        from llm_lens.core.sessions.views import recorded_run
+        from llm_lens.core.sessions.write import save_session
+
+        ctl = self.ctl
+        run_id, info, worker = ctl.run_id, ctl.info, ctl.worker
+        recorded = None
+        if ctl.recorded is not None and ctl.session is not None:
+            recorded = dataclasses.replace(ctl.session, shown=ctl.session_index)
+        projection = ctl.cached_result("embedding_projection", getattr(info, "weights_id", ""))
+        compared = ctl.compare.saved_comparison() if everything else None
+        only = None if everything else run_id
+        origin = self.origin if everything else None
+        memo = {} if projection is None else {"embedding_projection": projection}
+
+        def make(run: Any, label: str | None = None, parent: Any = None) -> Any:
+            if with_views:
+                return recorded_run(run, label, parent, memo)
+            return session_from_run(run, info, label, parent)
+
+        def job() -> Any:  # on the model thread: core objects only
+            session = recorded or assemble_session(
+                info, worker.history, worker.store, run_id, make, compared, only, origin
+            )
+            return path, save_session(path, session), session
+
+        worker.submit("save_session", ("save_session", path), job)
+        ctl.request_serve()
+
+    def request_export(self, kind: str, path: str) -> None:
+        """Write the shown run as a JSON trace (``trace``) or HTML report (``report``)."""
+        import dataclasses
+
+        ctl = self.ctl
+        if not ctl.steps:
+            ctl.sig_error.emit("nothing to export yet: run a prompt first")
+            return
+        steps, prompt, info, recorded = list(ctl.steps), ctl.prompt, ctl.info, ctl.recorded
+        params = dict(recorded.run.params) if recorded else dataclasses.asdict(ctl.run_params)
+        finish = ctl.summary.finish_reason if ctl.summary else None
+        worker = ctl.worker
+
+        def job() -> Any:
+            from llm_lens.core.exports import trace
+            from llm_lens.core.exports.report import html_report, write_report
+            from llm_lens.core.layers import logit_lens
+            from llm_lens.core.records import RunSummary
+
+            if kind == "report":
+                summary = RunSummary.of(0, prompt, steps, finish)
+                write_report(path, html_report(info.as_dict(), prompt, steps, summary))
+            else:
+                lenses = [
+                    recorded.get("lens", {"step": s.index, "k": 1}) if recorded
+                    else logit_lens(worker.engine, s, 1) for s in steps
+                ]  # fmt: skip
+                data = trace.trace_dict(info.as_dict(), prompt, params, steps, lenses, finish)
+                trace.write_json(data, path)
+            return path, os.path.getsize(path), None
+
+        worker.submit("export", ("export", path), job)
+        ctl.request_serve()
+
+    @staticmethod
+    def autosave_path() -> str:
+        from llm_lens.core.loading import cache_root
+
+        return str(cache_root() / "autosave.llmlens")
+
+    def request_autosave(self) -> None:
+        """Save the shown live run and its branches to the cache folder (offered back after a
+        crash). Not the whole history: this runs after every run, and must stay quick."""
+        if self.ctl.dirty and self.ctl.recorded is None:
+            path = self.autosave_path()
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self.request_save(path, with_views=False, everything=False)
+
+    def request_open(self, path: str) -> None:
+        """Read a session file on the worker; it is shown when read (errors: ``sig_error``)."""
+        from llm_lens.core.sessions.read import load_session
+
+        self.ctl.worker.submit(
+            "open_session", ("open_session", path), lambda: (path, load_session(path))
+        )
+        self.ctl.request_serve()
