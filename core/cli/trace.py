@@ -27,6 +27,11 @@ def trace_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--out", default=None, help="write the trace here (default: stdout)")
     p.add_argument("--session", default=None, help="also save the run as a .llmlens session")
+    p.add_argument(
+        "--branch", action="append", default=[], metavar="STEP:TOKEN",
+        help="also branch the run at STEP with TOKEN (an id, or text that is one token); "
+        "repeatable; the JSON gets 'branches', --session saves the whole tree",
+    )  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p
 
@@ -58,6 +63,13 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
             print(step.token.text, end="", file=sys.stderr, flush=True)
     if not args.quiet:
         print(file=sys.stderr)
+    if args.branch:
+        from llm_lens.core.cli.branches import grow_branches, save_tree
+
+        history, store, paths = grow_branches(engine, run, args.branch, config)
+        if args.session:
+            save_tree(args.session, engine, history, store, run.run_id)
+        return run_dict(engine, run) | {"branches": [run_dict(engine, p) for p in paths]}
     if args.session:
         from llm_lens.core.cli.inspect import write_trace_session
 
