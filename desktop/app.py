@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import Any, cast
 
 
 def _prepare_environment() -> None:
@@ -59,7 +59,7 @@ def run_gui(args: argparse.Namespace) -> int:
     _prepare_environment()
     from PySide6.QtWidgets import QApplication
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app = cast(QApplication, QApplication.instance() or QApplication(sys.argv[:1]))
     app.setApplicationName("LLM Lens")
     app.setOrganizationName("llm-lens")
     app.setDesktopFileName("llm-lens")  # lets Wayland match the window to its menu entry

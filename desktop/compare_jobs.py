@@ -109,7 +109,7 @@ def compare_job(
         config = RunConfig(max_new_tokens=max_new)
         comparison = start_shared(engine, prompt, list(configs), config, worker.cancel)
         for run, run_id in zip(comparison.runs, run_ids, strict=True):
-            run.run_id = run_id
+            run.run_id = run_id  # type: ignore[attr-defined]  # live runs, not recorded columns
             worker.store.keep(run_id, run)
         ms = comparison.shared_prefill_ms
         yield (

@@ -40,7 +40,7 @@ MODES = ("side by side: 2–4 configurations", "same settings, K samples (seeds 
 
 def error_label() -> QLabel:
     """The views' inline message: white on red, selectable, hidden until needed."""
-    label = QLabel(wordWrap=True, visible=False)
+    label: QLabel = QLabel(wordWrap=True, visible=False)
     label.setStyleSheet(ERROR_STYLE)
     label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     return label

@@ -77,7 +77,7 @@ class SelfTest:
         print("selftest: ok", file=sys.stderr)
         self.exit_code = 0
         self.window.close()
-        QApplication.instance().quit()
+        QApplication.quit()
 
     def _fail(self, reason: str) -> None:
         if self.exit_code == 0:
@@ -85,4 +85,4 @@ class SelfTest:
         print(f"selftest: FAILED: {reason}", file=sys.stderr)
         self.exit_code = 1
         self.window.close()
-        QApplication.instance().quit()
+        QApplication.quit()
