@@ -18,6 +18,11 @@ from llm_lens.core.logits import entropy
 from llm_lens.core.records import StageSummary, frozen
 
 STAGE_ORDER = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p")
+# Below these, logits divided by the setting overflow float32 to ±inf and the distribution is NaN.
+MIN_TEMPERATURE = 1e-6
+PENALTY_RANGE = (1e-6, 1e6)
+MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed takes an unsigned 64-bit number
+MAX_TOP_K = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -45,13 +50,16 @@ class SamplingParams:
 
     def validate(self) -> None:
         """Raise :class:`SamplingError` with a plain message for an out-of-range setting."""
+        t, penalty, low, high = self.temperature, self.repetition_penalty, *PENALTY_RANGE
         checks = [
-            (math.isfinite(self.temperature) and self.temperature >= 0, "temperature must be ≥ 0"),
-            (self.top_k >= 0, "top-k must be ≥ 0 (0 switches it off)"),
+            (math.isfinite(t) and t >= 0, "temperature must be ≥ 0"),
+            (t == 0 or t >= MIN_TEMPERATURE, f"temperature must be 0 or ≥ {MIN_TEMPERATURE:g}"),
+            (0 <= self.top_k <= MAX_TOP_K, "top-k must be ≥ 0 (0 switches it off)"),
             (0 < self.top_p <= 1, "top-p must be in (0, 1]"),
             (0 <= self.min_p < 1, "min-p must be in [0, 1)"),
-            (self.repetition_penalty > 0, "repetition penalty must be > 0 (1 switches it off)"),
-            (self.seed is None or self.seed >= 0, "seed must be ≥ 0"),
+            (penalty > 0, "repetition penalty must be > 0 (1 switches it off)"),
+            (low <= penalty <= high, f"repetition penalty must be in [{low:g}, {high:g}]"),
+            (self.seed is None or 0 <= self.seed <= MAX_SEED, "seed must be in [0, 2**64 - 1]"),
         ]
         for ok, message in checks:
             if not ok:
@@ -141,6 +149,8 @@ def choose(final: StageResult, params: SamplingParams, generator: Any) -> int:
     if params.is_greedy:
         return int(torch.argmax(final.scores, dim=-1)[0])
     probs = final.probs
+    if not bool(torch.isfinite(probs).all()):
+        raise SamplingError(f"these settings make the distribution NaN; {params._describe()}")
     if generator is not None and probs.device != generator.device:
         probs = probs.to(generator.device)  # a CUDA run draws on the host: same seed, same draws
     return int(torch.multinomial(probs, num_samples=1, generator=generator)[0, 0])
