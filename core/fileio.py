@@ -3,8 +3,8 @@ leaves a half-written file and never destroys the previous one.
 
 What the user named is what changes: a symlink is written through to its target (the link
 stays a link), anything that is not a regular file (a device node, a FIFO, a directory) is
-refused rather than replaced, the existing file's mode is kept (the umask's for a new file, not
-``mkstemp``'s 0600), and an empty name is refused. Temporary files of ours that a killed write
+refused rather than replaced, the existing file's mode is kept (the umask's for a new file,
+not ``mkstemp``'s 0600), and an empty name is refused. Temporary files of ours that a killed write
 left beside the target (``.NAME.*.tmp``, with the target's suffix after it) are removed on the next save.
 """
 
@@ -56,7 +56,9 @@ def write_target(path: str | os.PathLike[str]) -> Path:
     except OSError as exc:
         raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from exc
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise OutputError(f"{path}: not a regular file ({_kind(st.st_mode)}); refusing to replace it")
+        raise OutputError(
+            f"{path}: not a regular file ({_kind(st.st_mode)}); refusing to replace it"
+        )
     if not target.parent.is_dir():
         raise OutputError(f"{path}: no such folder {target.parent}")
     return target

@@ -69,7 +69,11 @@ def _check_positive(name: str, value: int) -> None:
 
 
 def _show(value: Any) -> str:
-    text = repr(value) if not isinstance(value, int) or value < 10**30 else f"a {len(str(value))}-digit number"
+    text = (
+        repr(value)
+        if not isinstance(value, int) or value < 10**30
+        else f"a {len(str(value))}-digit number"
+    )
     return text if len(text) <= 60 else text[:59] + "…"
 
 

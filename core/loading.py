@@ -92,6 +92,8 @@ def load_model(
     from llm_lens.core.runtime import configure_threads, resolve_device, resolve_dtype
 
     report = progress or (lambda _f, _m: None)
+    if spec and os.path.isdir(os.path.expanduser(spec)):
+        _refuse_custom_code(os.path.expanduser(spec), spec)  # before anything else is read
     configure_threads()
     from transformers.utils import logging as hf_logging
 

@@ -139,7 +139,9 @@ def user_span(
     return (at, at + len(text)) if at >= 0 else None
 
 
-def _encode(tokenizer: Any, text: str, add_special: bool, literal: bool) -> tuple[list[int], list[Any]]:
+def _encode(
+    tokenizer: Any, text: str, add_special: bool, literal: bool
+) -> tuple[list[int], list[Any]]:
     enc = tokenizer(
         text,
         add_special_tokens=add_special,
@@ -173,7 +175,8 @@ def encode_prompt(
             )
         return ids, spans
     a, b = span
-    if not any(i in special and a <= s and e <= b and s < e for i, (s, e) in zip(ids, spans)):
+    pairs = zip(ids, spans, strict=True)
+    if not any(i in special and a <= s and e <= b and s < e for i, (s, e) in pairs):
         return ids, spans
     ids, spans = [], []
     for lo, hi, literal in ((0, a, False), (a, b, True), (b, len(rendered), False)):
@@ -222,7 +225,9 @@ def tokenize_prompt(
         texts.info(i, int(s), int(e), from_user=parse_special and lo <= s and e <= hi and s < e)
         for i, (s, e) in zip(ids, spans, strict=True)
     )
-    return PromptTokens(rendered=rendered, text=text, chat=chat, tokens=tokens, parse_special=parse_special)
+    return PromptTokens(
+        rendered=rendered, text=text, chat=chat, tokens=tokens, parse_special=parse_special
+    )
 
 
 @dataclass(frozen=True)

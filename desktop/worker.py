@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -83,9 +82,8 @@ class Worker(QObject):
         except LensError as exc:
             self.sig_error.emit("load", str(exc))
             return
-        except Exception as exc:  # a bug, not a user mistake: still never a traceback dialog
-            traceback.print_exc()
-            self.sig_error.emit("load", f"could not load the model: {exc}")
+        except Exception as exc:  # a bug, not a user mistake: one line here, the traceback in a log
+            self.sig_error.emit("load", _crash(f"loading the model {spec or 'bundled'}", exc))
             return
         self.sig_loaded.emit(loaded.info)
 
@@ -98,8 +96,16 @@ class Worker(QObject):
             raise Cancelled("loading cancelled: the previous model is still loaded")
         self.sig_loading.emit(fraction, message)
 
-    @Slot(int, str, bool, object, object)
-    def run(self, run_id: int, text: str, chat: bool, params: object, config: object) -> None:
+    @Slot(int, str, bool, object, object, bool)
+    def run(
+        self,
+        run_id: int,
+        text: str,
+        chat: bool,
+        params: object,
+        config: object,
+        parse_special: bool = False,
+    ) -> None:
         from llm_lens.core.errors import LensError
 
         if self.engine is None:
@@ -107,7 +113,7 @@ class Worker(QObject):
             return
         self.cancel.clear()
         try:
-            prompt = self.engine.tokenize(text, chat)
+            prompt = self.engine.tokenize(text, chat, parse_special=parse_special)
             run, reused = self._start(prompt, params, config)
             run.run_id = run_id
             self.runs = {run_id: run}
@@ -125,8 +131,7 @@ class Worker(QObject):
         except LensError as exc:
             self.sig_error.emit("run", str(exc))
         except Exception as exc:
-            traceback.print_exc()
-            self.sig_error.emit("run", f"the run failed: {exc}")
+            self.sig_error.emit("run", _crash(f"running on {self._model_name()}", exc))
 
     def _start(self, prompt: Any, params: Any, config: Any) -> tuple[Any, int]:
         """A run of ``prompt`` and how many prompt tokens it takes from the last run's cache
@@ -194,8 +199,11 @@ class Worker(QObject):
         except LensError as exc:
             self.sig_stream_item.emit(job_id, "error", str(exc))
         except Exception as exc:
-            traceback.print_exc()
-            self.sig_stream_item.emit(job_id, "error", f"it failed: {exc}")
+            message = _crash(f"a comparison job on {self._model_name()}", exc)
+            self.sig_stream_item.emit(job_id, "error", message)
+
+    def _model_name(self) -> str:
+        return str(getattr(getattr(self.engine, "info", None), "name", "no model"))
 
     def submit(self, kind: str, key: Any, job: Callable[[], Any]) -> None:
         """Queue an analysis job (any thread); it runs between steps or when idle."""
@@ -223,7 +231,14 @@ class Worker(QObject):
                 self.sig_error.emit("analysis", f"{kind.replace('_', ' ')}: {exc}")
                 continue
             except Exception as exc:
-                traceback.print_exc()
-                self.sig_error.emit("analysis", f"{kind}: {exc}")
+                doing = f"computing {kind.replace('_', ' ')} on {self._model_name()}"
+                self.sig_error.emit("analysis", _crash(doing, exc))
                 continue
             self.sig_result.emit(kind, key, result)
+
+
+def _crash(doing: str, exc: BaseException) -> str:
+    """One line for a bug met on the model thread; the traceback goes to a log file."""
+    from llm_lens.core.crashlog import report_crash
+
+    return report_crash(doing, exc)

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 from llm_lens.core.cli.args import Parser, ctrl_c_cancels, doing, guarded
-from llm_lens.core.cli.trace import OUT_HELP, PARSE_SPECIAL_HELP, RAW_HELP, check_outputs
+from llm_lens.core.cli.trace import OUT_HELP, PARSE_SPECIAL_HELP, RAW_HELP, check_inputs
 from llm_lens.core.errors import SamplingError
 from llm_lens.core.sampling import SamplingParams
 
@@ -155,7 +155,7 @@ def main(argv: list[str]) -> int:
     def body() -> int:
         args = compare_parser().parse_args(argv)
         parse_configs(args.config)  # refuse bad configurations before loading the model
-        check_outputs(args.out)
+        check_inputs(args)
         data = run_compare(args)
         from llm_lens.core.exports.trace import emit_json
 

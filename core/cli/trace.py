@@ -46,9 +46,15 @@ def trace_parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_outputs(out: str | None, session: str | None = None) -> None:
-    """Refuse an output the run could not write, before the model is loaded."""
+def check_inputs(args: argparse.Namespace, session: str | None = None) -> None:
+    """Refuse a prompt or an output the run could not use, before the model is loaded."""
     from llm_lens.core.fileio import write_target
+    from llm_lens.core.tokens import check_text
+
+    check_text(args.prompt)
+    for stop in args.stop:
+        check_text(stop, "a --stop string")
+    out = args.out
 
     if out is not None and out != "-":
         write_target(out)
@@ -102,7 +108,7 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     def body() -> int:
         args = trace_parser().parse_args(argv)
-        check_outputs(args.out, args.session)
+        check_inputs(args, args.session)
         data = run_trace(args)
         from llm_lens.core.exports.trace import emit_json
 
