@@ -4,8 +4,9 @@ leaves a half-written file and never destroys the previous one.
 What the user named is what changes: a symlink is written through to its target (the link
 stays a link), anything that is not a regular file (a device node, a FIFO, a directory) is
 refused rather than replaced, the existing file's mode is kept (the umask's for a new file,
-not ``mkstemp``'s 0600), and an empty name is refused. Temporary files of ours that a killed write
-left beside the target (``.NAME.*.tmp``, with the target's suffix after it) are removed on the next save.
+not ``mkstemp``'s 0600), and an empty name is refused. Temporary files of ours that a killed
+write left beside the target (``.NAME.*.tmp``, with the target's suffix after it) are removed
+on the next save.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def user_path(path: str | os.PathLike[str]) -> Path:
 
 
 def write_target(path: str | os.PathLike[str]) -> Path:
-    """The regular file a write to ``path`` should replace: links resolved, anything else refused."""
+    """The regular file a write to ``path`` replaces: links resolved, anything else refused."""
     target = user_path(path)
     try:
         target = target.resolve(strict=False)  # write through symlinks to what they name
