@@ -25,21 +25,22 @@ TMP_SUFFIX = ".tmp"
 STALE_AFTER_S = 60.0  # a temporary file older than this belongs to a write that died
 
 
-class OutputError(LensError, OSError):
-    """A file cannot be written where the user asked; the message names the file and why."""
+class PathError(LensError, OSError):
+    """A path cannot be used as the user asked (unknown ``~user``, empty, not a regular file, no
+    such folder); the message names the path and why."""
 
 
 def user_path(path: str | os.PathLike[str]) -> Path:
     """``path`` with ``~`` expanded; an unknown ``~user`` or an empty name is one clear error."""
     text = os.fspath(path)
     if not text.strip():
-        raise OutputError("an empty file name was given")
+        raise PathError("an empty file name was given")
     if "\x00" in text:
-        raise OutputError(f"{text!r}: a file name cannot hold a NUL character")
+        raise PathError(f"{text!r}: a file name cannot hold a NUL character")
     expanded = os.path.expanduser(text)
     if expanded.startswith("~"):
         user = text[1:].split("/", 1)[0] or "the current user"
-        raise OutputError(f"{text}: no home folder for {user!r}")
+        raise PathError(f"{text}: no home folder for {user!r}")
     return Path(expanded)
 
 
@@ -49,19 +50,19 @@ def write_target(path: str | os.PathLike[str]) -> Path:
     try:
         target = target.resolve(strict=False)  # write through symlinks to what they name
     except (OSError, RuntimeError) as exc:  # a symlink loop
-        raise OutputError(f"{path}: cannot be resolved ({exc})") from exc
+        raise PathError(f"{path}: cannot be resolved ({exc})") from exc
     try:
         st = target.stat()
     except FileNotFoundError:
         st = None
     except OSError as exc:
-        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+        raise PathError(f"{path}: cannot write ({exc.strerror or exc})") from exc
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise OutputError(
+        raise PathError(
             f"{path}: not a regular file ({_kind(st.st_mode)}); refusing to replace it"
         )
     if not target.parent.is_dir():
-        raise OutputError(f"{path}: no such folder {target.parent}")
+        raise PathError(f"{path}: no such folder {target.parent}")
     return target
 
 
@@ -109,7 +110,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[str], object]) -
         suffix = TMP_SUFFIX + target.suffix  # writers that pick a format by suffix still can
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
     except OSError as exc:
-        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+        raise PathError(f"{path}: cannot write ({exc.strerror or exc})") from exc
     os.close(fd)
     try:
         write(tmp)
@@ -118,7 +119,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[str], object]) -
         os.chmod(tmp, mode)
         os.replace(tmp, target)
     except OSError as exc:
-        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+        raise PathError(f"{path}: cannot write ({exc.strerror or exc})") from exc
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

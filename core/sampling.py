@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from llm_lens.core.errors import SamplingError
-from llm_lens.core.logits import entropy
 from llm_lens.core.records import StageSummary, frozen
 
 STAGE_ORDER = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p")
@@ -170,6 +169,8 @@ def make_generator(params: SamplingParams, device: Any = "cpu") -> Any:
 def summarize(stages: Sequence[StageResult], top_n: int) -> tuple[StageSummary, ...]:
     """Reduce each stage to its top-n tokens, kept count and entropy (numpy, read-only)."""
     import torch
+
+    from llm_lens.core.logits import entropy  # imports torch: settings are checked without it
 
     out = []
     for stage in stages:

@@ -100,9 +100,10 @@ def compare_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_configs(specs: list[str]) -> list[SamplingParams]:
-    from llm_lens.core.runs.compare import MAX_CONFIGS
+MAX_CONFIGS = 4  # as llm_lens.core.runs.compare (not imported here: it imports torch)
 
+
+def parse_configs(specs: list[str]) -> list[SamplingParams]:
     if len(specs) > MAX_CONFIGS:
         raise SamplingError(f"at most four configurations can be compared; got {len(specs)}")
     if len(specs) < 2:

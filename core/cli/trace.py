@@ -65,12 +65,9 @@ def check_inputs(args: argparse.Namespace, session: str | None = None) -> None:
 def run_trace(args: argparse.Namespace) -> dict[str, Any]:
     import threading
 
-    from llm_lens.core.exports.trace import run_dict
-    from llm_lens.core.loading import load_model
-    from llm_lens.core.loop.engine import Engine, RunConfig
     from llm_lens.core.sampling import GREEDY, SamplingParams
 
-    params = (
+    params = (  # checked before torch is even imported
         GREEDY
         if args.greedy
         else SamplingParams(
@@ -82,6 +79,10 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
             seed=args.seed,
         )
     )
+    from llm_lens.core.exports.trace import run_dict
+    from llm_lens.core.loading import load_model
+    from llm_lens.core.loop.engine import Engine, RunConfig
+
     config = RunConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop))
     say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
     doing(f"loading the model {args.model or 'bundled'}")

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from llm_lens.core.fileio import OutputError, atomic_write
+from llm_lens.core.fileio import PathError, atomic_write
 from llm_lens.core.records import PromptTokens, StepRecord, TokenInfo, frozen
 from llm_lens.core.sessions.format import (
     COMPRESS_LEVEL,
@@ -223,7 +223,7 @@ def save_session(path: str | os.PathLike[str], session: Session) -> int:
 
     try:
         written = atomic_write(path, write)  # through a symlink, mode kept, never a device
-    except OutputError as exc:
+    except PathError as exc:
         raise SessionError(str(exc)) from exc
     except OSError as exc:
         raise SessionError(f"{path}: cannot write ({exc.strerror or exc})") from exc
