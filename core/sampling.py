@@ -87,6 +87,14 @@ class SamplingParams:
         return stages + [s for s in STAGE_ORDER[1:] if on[s]]
 
 
+def entropy(p: Any) -> float:
+    """:func:`llm_lens.core.logits.entropy`, imported on first use: it imports torch, and the
+    CLI checks sampling settings before torch is loaded."""
+    from llm_lens.core.logits import entropy as logits_entropy
+
+    return logits_entropy(p)
+
+
 GREEDY = SamplingParams(temperature=0.0, top_p=1.0, seed=None, greedy=True)
 
 
@@ -170,7 +178,6 @@ def summarize(stages: Sequence[StageResult], top_n: int) -> tuple[StageSummary, 
     """Reduce each stage to its top-n tokens, kept count and entropy (numpy, read-only)."""
     import torch
 
-    from llm_lens.core.logits import entropy  # imports torch: settings are checked without it
 
     out = []
     for stage in stages:

@@ -21,9 +21,11 @@ def _positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         value = 0
-    if not 0 < value <= MAX_COUNT:
-        shown = text if len(text) <= 40 else f"{text[:20]}… ({len(text)} characters)"
-        raise argparse.ArgumentTypeError(f"must be a positive integer up to 2**53, got {shown!r}")
+    shown = text if len(text) <= 40 else f"{text[:20]}… ({len(text)} characters)"
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {shown!r}")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most 2**53, got {shown!r}")
     return value
 
 

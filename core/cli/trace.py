@@ -92,12 +92,14 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
     cancel = threading.Event()
     with ctrl_c_cancels(cancel):  # Ctrl+C: stop between steps, then exit 130 writing nothing
         run = engine.start(prompt, params, config, cancel)
-        for step in run:
+        try:
+            for step in run:
+                if not args.quiet:
+                    text = step.token.text.encode("utf-8", "replace").decode("utf-8")
+                    print(text, end="", file=sys.stderr, flush=True)
+        finally:
             if not args.quiet:
-                text = step.token.text.encode("utf-8", "replace").decode("utf-8")
-                print(text, end="", file=sys.stderr, flush=True)
-    if not args.quiet:
-        print(file=sys.stderr)
+                print(file=sys.stderr)  # the streamed text ends its line, whatever happens
     if args.session:
         doing(f"writing the session {args.session}")
         from llm_lens.core.cli.inspect import write_trace_session

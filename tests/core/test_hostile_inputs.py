@@ -238,7 +238,12 @@ def test_ctrl_c_stops_between_steps_writes_nothing_exit_130(tmp_path, env, tiny_
     cmd += ["--out", str(previous), "--session", str(session)]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     err = bytearray()
-    reader = threading.Thread(target=lambda: err.extend(iter(lambda: proc.stderr.read(1), b"")))
+
+    def read() -> None:
+        for chunk in iter(lambda: proc.stderr.read1(256), b""):
+            err.extend(chunk)
+
+    reader = threading.Thread(target=read)
     reader.start()
     deadline = time.monotonic() + TIMEOUT
     while b"loaded " not in err and time.monotonic() < deadline and proc.poll() is None:
@@ -250,6 +255,7 @@ def test_ctrl_c_stops_between_steps_writes_nothing_exit_130(tmp_path, env, tiny_
     finally:
         proc.kill()
         reader.join(10)
+        proc.stderr.close()
     text = err.decode("utf-8", "replace")
     assert code == 130, text
     assert "Traceback" not in text
