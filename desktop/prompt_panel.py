@@ -57,9 +57,12 @@ class PromptPanel(QWidget):
             "(Ctrl+Shift+Enter); a run opened from a session needs its model loaded"
         )
         top = QHBoxLayout()
-        widgets = (QLabel("Example:"), self.examples_box, self.chat_box, self.special_box)
-        for w in (*widgets, self.max_tokens):
+        for w in (QLabel("Example:"), self.examples_box, self.max_tokens):
             top.addWidget(w)
+        mode = QHBoxLayout()  # how the text is read, on its own row: the top row stays narrow
+        mode.addWidget(self.chat_box)
+        mode.addWidget(self.special_box)
+        mode.addStretch(1)
         top.addStretch(1)
         top.addWidget(self.run_button)
         top.addWidget(self.continue_button)
@@ -81,6 +84,7 @@ class PromptPanel(QWidget):
         scrub.addWidget(self.step_label)
         layout = QVBoxLayout(self)
         layout.addLayout(top)
+        layout.addLayout(mode)
         layout.addWidget(self.editor)
         layout.addWidget(self.error)
         layout.addWidget(self.response, 1)
