@@ -178,7 +178,6 @@ def summarize(stages: Sequence[StageResult], top_n: int) -> tuple[StageSummary, 
     """Reduce each stage to its top-n tokens, kept count and entropy (numpy, read-only)."""
     import torch
 
-
     out = []
     for stage in stages:
         p = stage.probs[0]
