@@ -15,7 +15,10 @@ from llm_lens.core.cli.args import (
     seed_int,
 )
 
-RAW_HELP = "skip the chat template (the tokenizer still adds its own BOS if it has one)"
+RAW_HELP = (
+    "skip the chat template: the model reads the text as typed (plus the tokenizer's BOS, if any); "
+    "special-token text in it is still read as ordinary text unless --parse-special"
+)
 PARSE_SPECIAL_HELP = (
     "parse special tokens in my text: typed '<|im_start|>' becomes the control token, not text "
     "(default: the prompt's special-token text is tokenized as ordinary text, in chat and raw mode)"
