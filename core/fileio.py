@@ -58,9 +58,10 @@ def write_target(path: str | os.PathLike[str]) -> Path:
     except OSError as exc:
         raise PathError(f"{path}: cannot write ({exc.strerror or exc})") from exc
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise PathError(f"{path}: not a regular file ({_kind(st.st_mode)}); refusing to replace it")
+        kind = _kind(st.st_mode)
+        raise PathError(f"{path}: cannot write, not a regular file ({kind}); left as it is")
     if not target.parent.is_dir():
-        raise PathError(f"{path}: no such folder {target.parent}")
+        raise PathError(f"{path}: cannot write, no such folder {target.parent}")
     return target
 
 
