@@ -9,7 +9,9 @@ The figures are for a full-attention cache (what a `DynamicCache` holds without 
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,9 +57,24 @@ class ConfigError(LensError, ValueError):
     """A config (or a request about one) that cannot be read; the message names what is wrong."""
 
 
+MAX_COUNT = 2**53  # larger counts are no model's (and overflow a float in the report)
+MAX_CONFIG_BYTES = 64 << 20  # a config.json is kilobytes; refuse to read a huge or endless file
+
+
 def _check_positive(name: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        raise ConfigError(f"{name} must be a positive integer, got {_show(value)}")
+    if value > MAX_COUNT:
+        raise ConfigError(f"{name} must be at most 2**53, got {_show(value)}")
+
+
+def _show(value: Any) -> str:
+    text = (
+        repr(value)
+        if not isinstance(value, int) or value < 10**30
+        else f"a {len(str(value))}-digit number"
+    )
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 @dataclass(frozen=True)
@@ -104,8 +121,10 @@ def _get_int(cfg: Mapping[str, Any], keys: Sequence[str], where: str) -> int | N
         value = cfg.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"{where} field {key} must be a positive integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_COUNT:
+            raise ConfigError(
+                f"{where} field {key} must be a positive integer up to 2**53, got {_show(value)}"
+            )
         return value
     return None
 
@@ -187,7 +206,13 @@ def _looks_like_hub_id(spec: str) -> bool:
 
 def _local_config_path(spec: str) -> Path | None:
     """The config.json a local spec points at, or None when the spec is a hub id."""
-    path = Path(spec).expanduser()
+    path = Path(os.path.expanduser(spec))  # an unknown ~user stays as it is: "does not exist"
+    try:
+        path.stat()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise ConfigError(f"config path {_show(spec)}: {exc.strerror or exc}") from None
     if path.is_dir():
         config = path / "config.json"
         if not config.is_file():
@@ -216,16 +241,26 @@ def _download_config(repo_id: str) -> Path:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb", opener=_open_nonblocking) as f:  # a FIFO must not hang the read
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise ConfigError(f"{path} is not a regular file")
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path} is larger than a config.json can be (over 64 MiB)")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:  # also a 5000-digit number, [[[[…]]]] nesting
+        raise ConfigError(f"{path} is not valid JSON: {_show(str(exc))}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} holds a JSON {type(data).__name__}, not an object")
     return data
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
 
 
 def load_config(spec: str) -> dict[str, Any]:

@@ -42,7 +42,7 @@ def cache_root() -> Path:
     """Where converted models live: ``$LLM_LENS_CACHE`` or the platform's user cache folder."""
     env = os.environ.get("LLM_LENS_CACHE")
     if env:
-        return Path(env).expanduser()
+        return Path(os.path.expanduser(env))
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("llm-lens", appauthor=False))
@@ -92,6 +92,8 @@ def load_model(
     from llm_lens.core.runtime import configure_threads, resolve_device, resolve_dtype
 
     report = progress or (lambda _f, _m: None)
+    if spec and os.path.isdir(os.path.expanduser(spec)):
+        _refuse_custom_code(os.path.expanduser(spec), spec)  # before anything else is read
     configure_threads()
     from transformers.utils import logging as hf_logging
 
@@ -111,7 +113,7 @@ def _resolve(spec: str, report: Progress) -> tuple[str, str, str, bool]:
     if spec == DEFAULT_MODEL:
         gguf = bundled_gguf()
         return str(gguf_to_folder(gguf, report)), "SmolLM2-135M-Instruct", file_identity(gguf), True
-    path = Path(spec).expanduser()
+    path = Path(os.path.expanduser(spec))  # an unknown ~user stays as typed: "no such file"
     windows_sep = os.sep != "/" and os.sep in spec
     looks_like_path = spec.startswith((".", "/", "~")) or windows_sep or spec.endswith(".gguf")
     if path.exists():
@@ -160,11 +162,14 @@ def gguf_to_folder(gguf: Path, report: Progress) -> Path:
 def _convert(gguf: Path, out: Path, report: Progress) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    _refuse_custom_code(str(gguf.parent), str(gguf))  # a config beside it could name code
     report(0.1, "reading the tokenizer from GGUF metadata")
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tokenizer = AutoTokenizer.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, trust_remote_code=False
+    )
     report(0.25, "dequantizing GGUF tensors to float32")
     model = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype="float32"
+        str(gguf.parent), gguf_file=gguf.name, dtype="float32", trust_remote_code=False
     )
     # transformers keeps the GGUF quantizer attached and then refuses to save, although the
     # weights are plain float32 by now: detach that state (tests prove identical logits).
@@ -182,12 +187,15 @@ def _from_pretrained(folder: str, spec: str, dtype: Any, dev: Any, local: bool) 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    _refuse_custom_code(folder, spec)
+    no_code: dict[str, Any] = {"local_files_only": local, "trust_remote_code": False}
     try:
-        config = AutoConfig.from_pretrained(folder, local_files_only=local)
+        config = AutoConfig.from_pretrained(folder, **no_code)
         _check_causal(config, spec)
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=local)
+        _refuse_custom_code_config(config, spec)
+        tokenizer = AutoTokenizer.from_pretrained(folder, **no_code)
         model = AutoModelForCausalLM.from_pretrained(
-            folder, dtype=dtype, attn_implementation="eager", local_files_only=local
+            folder, dtype=dtype, attn_implementation="eager", **no_code
         )
     except ModelLoadError:
         raise
@@ -205,6 +213,37 @@ def _from_pretrained(folder: str, spec: str, dtype: Any, dev: Any, local: bool) 
         raise ModelLoadError(f"{spec}: ran out of memory moving it to {dev}") from exc
     model.eval()  # type: ignore[no-untyped-call]
     return model, tokenizer
+
+
+def _refuse_custom_code(folder: str, spec: str) -> None:
+    """Refuse a local folder whose config or tokenizer config asks for code of its own
+    (``auto_map``): LLM Lens never runs Python from a model folder, and never asks whether to."""
+    path = Path(folder)
+    if not path.is_dir():
+        return  # a hub id: the config's auto_map is checked once it is read
+    for name in ("config.json", "tokenizer_config.json", "processor_config.json"):
+        try:
+            data = json.loads((path / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # absent or unreadable: transformers reports it in its own words
+        if isinstance(data, dict) and data.get("auto_map"):
+            _custom_code_error(spec, name, data["auto_map"])
+
+
+def _refuse_custom_code_config(config: Any, spec: str) -> None:
+    auto_map = getattr(config, "auto_map", None)
+    if auto_map:
+        _custom_code_error(spec, "config.json", auto_map)
+
+
+def _custom_code_error(spec: str, name: str, auto_map: Any) -> None:
+    refs: list[Any] = list(auto_map.values()) if isinstance(auto_map, dict) else [auto_map]
+    flat = [r for ref in refs for r in (ref if isinstance(ref, list | tuple) else [ref]) if r]
+    files = sorted({str(r).split("--")[-1].split(".")[0] + ".py" for r in flat})
+    raise ModelLoadError(
+        f"{spec}: needs custom code ({name} auto_map names {', '.join(files) or 'code'}); "
+        "LLM Lens never runs code from a model folder, so it cannot load this model"
+    )
 
 
 def _check_causal(config: Any, spec: str) -> None:

@@ -60,7 +60,9 @@ class TokenInfo:
     """One token: id, its text, its raw bytes (may be a partial UTF-8 character), and where it is.
 
     ``start``/``end`` are character offsets into the text the model read (the rendered chat
-    template in chat mode), or -1 for generated tokens.
+    template in chat mode), or -1 for generated tokens. ``from_user`` marks a special token that
+    was parsed out of the user's own text (only when they asked for that); every other special
+    token of a prompt was written by the chat template or the tokenizer.
     """
 
     id: int
@@ -69,6 +71,7 @@ class TokenInfo:
     special: bool = False
     start: int = -1
     end: int = -1
+    from_user: bool = False
 
     @property
     def is_partial(self) -> bool:
@@ -88,6 +91,12 @@ class PromptTokens:
     rendered: str  # what the model reads (chat template applied, or the text itself)
     chat: bool
     tokens: tuple[TokenInfo, ...]
+    parse_special: bool = False  # the user's special-token text became control tokens
+
+    @property
+    def user_special_count(self) -> int:
+        """Special tokens that came from the user's text (0 unless ``parse_special``)."""
+        return sum(t.from_user for t in self.tokens)
 
     @property
     def ids(self) -> list[int]:

@@ -14,10 +14,14 @@ from typing import Any
 import numpy as np
 
 from llm_lens.core.errors import SamplingError
-from llm_lens.core.logits import entropy
 from llm_lens.core.records import StageSummary, frozen
 
 STAGE_ORDER = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p")
+# Below these, logits divided by the setting overflow float32 to ±inf and the distribution is NaN.
+MIN_TEMPERATURE = 1e-6
+PENALTY_RANGE = (1e-6, 1e6)
+MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed takes an unsigned 64-bit number
+MAX_TOP_K = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -45,13 +49,16 @@ class SamplingParams:
 
     def validate(self) -> None:
         """Raise :class:`SamplingError` with a plain message for an out-of-range setting."""
+        t, penalty, low, high = self.temperature, self.repetition_penalty, *PENALTY_RANGE
         checks = [
-            (math.isfinite(self.temperature) and self.temperature >= 0, "temperature must be ≥ 0"),
-            (self.top_k >= 0, "top-k must be ≥ 0 (0 switches it off)"),
+            (math.isfinite(t) and t >= 0, "temperature must be ≥ 0"),
+            (t == 0 or t >= MIN_TEMPERATURE, f"temperature must be 0 or ≥ {MIN_TEMPERATURE:g}"),
+            (0 <= self.top_k <= MAX_TOP_K, "top-k must be ≥ 0 (0 switches it off)"),
             (0 < self.top_p <= 1, "top-p must be in (0, 1]"),
             (0 <= self.min_p < 1, "min-p must be in [0, 1)"),
-            (self.repetition_penalty > 0, "repetition penalty must be > 0 (1 switches it off)"),
-            (self.seed is None or self.seed >= 0, "seed must be ≥ 0"),
+            (penalty > 0, "repetition penalty must be > 0 (1 switches it off)"),
+            (low <= penalty <= high, f"repetition penalty must be in [{low:g}, {high:g}]"),
+            (self.seed is None or 0 <= self.seed <= MAX_SEED, "seed must be in [0, 2**64 - 1]"),
         ]
         for ok, message in checks:
             if not ok:
@@ -78,6 +85,14 @@ class SamplingParams:
             "min_p": self.min_p > 0.0,
         }
         return stages + [s for s in STAGE_ORDER[1:] if on[s]]
+
+
+def entropy(p: Any) -> float:
+    """:func:`llm_lens.core.logits.entropy`, imported on first use: it imports torch, and the
+    CLI checks sampling settings before torch is loaded."""
+    from llm_lens.core.logits import entropy as logits_entropy
+
+    return logits_entropy(p)
 
 
 GREEDY = SamplingParams(temperature=0.0, top_p=1.0, seed=None, greedy=True)
@@ -141,6 +156,8 @@ def choose(final: StageResult, params: SamplingParams, generator: Any) -> int:
     if params.is_greedy:
         return int(torch.argmax(final.scores, dim=-1)[0])
     probs = final.probs
+    if not bool(torch.isfinite(probs).all()):
+        raise SamplingError(f"these settings make the distribution NaN; {params._describe()}")
     if generator is not None and probs.device != generator.device:
         probs = probs.to(generator.device)  # a CUDA run draws on the host: same seed, same draws
     return int(torch.multinomial(probs, num_samples=1, generator=generator)[0, 0])
@@ -195,3 +212,17 @@ def restage(
 ) -> tuple[StageSummary, ...]:
     """Re-run the stages of a recorded step under new settings, summarised to the top ``top_n``."""
     return summarize(stages_of(logits, context_ids, params), top_n)
+
+
+MIN_CONFIGS, MAX_CONFIGS = 2, 4  # sampler configurations compared side by side
+MAX_SAMPLES = 16  # runs of one configuration over seeds
+
+
+def check_configs(n: int) -> None:
+    """Raise :class:`SamplingError` unless ``n`` configurations can be compared side by side
+    (the one rule for ``llm-lens compare``, :func:`llm_lens.core.runs.compare.compare` and the
+    Compare view)."""
+    if n > MAX_CONFIGS:
+        raise SamplingError(f"at most four configurations can be compared; got {n}")
+    if n < MIN_CONFIGS:
+        raise SamplingError(f"a comparison needs at least two configurations; got {n}")

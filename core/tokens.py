@@ -38,13 +38,19 @@ class TokenText:
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
-        self.special_ids = set(tokenizer.all_special_ids)
-        for tid, added in getattr(tokenizer, "added_tokens_decoder", {}).items():
-            if getattr(added, "special", False):
-                self.special_ids.add(int(tid))
+        self.special_ids = self.special_set(tokenizer)
         decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
         self.byte_level = type(decoder).__name__ == "ByteLevel" if decoder else False
         self._cache: dict[int, tuple[str, bytes]] = {}
+
+    @staticmethod
+    def special_set(tokenizer: Any) -> set[int]:
+        """Ids of the tokenizer's special tokens (declared, and added tokens marked special)."""
+        ids = set(tokenizer.all_special_ids)
+        for tid, added in getattr(tokenizer, "added_tokens_decoder", {}).items():
+            if getattr(added, "special", False):
+                ids.add(int(tid))
+        return ids
 
     def raw(self, token_id: int) -> bytes:
         return self._lookup(token_id)[1]
@@ -52,9 +58,12 @@ class TokenText:
     def text(self, token_id: int) -> str:
         return self._lookup(token_id)[0]
 
-    def info(self, token_id: int, start: int = -1, end: int = -1) -> TokenInfo:
+    def info(
+        self, token_id: int, start: int = -1, end: int = -1, from_user: bool = False
+    ) -> TokenInfo:
+        special = token_id in self.special_ids
         text, raw = self._lookup(token_id)
-        return TokenInfo(token_id, text, raw, token_id in self.special_ids, start, end)
+        return TokenInfo(token_id, text, raw, special, start, end, from_user and special)
 
     def _lookup(self, token_id: int) -> tuple[str, bytes]:
         hit = self._cache.get(token_id)
@@ -88,6 +97,9 @@ class TokenText:
         )
 
 
+_PLACEHOLDER = "LLMLENSUSERTEXT7F3A"  # stands for the user's text while the template is rendered
+
+
 def render_prompt(tokenizer: Any, text: str, chat: bool, system: str | None = None) -> str:
     """What the model reads: the chat template applied to one user turn, or the raw text."""
     if not chat:
@@ -99,6 +111,85 @@ def render_prompt(tokenizer: Any, text: str, chat: bool, system: str | None = No
     return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
 
 
+def check_text(text: str, what: str = "the prompt") -> None:
+    """Refuse text that is not valid Unicode (a lone surrogate, e.g. from CESU-8 bytes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PromptError(
+            f"{what} is not valid Unicode: a lone surrogate {text[exc.start]!r} at character "
+            f"{exc.start} (text decoded from CESU-8 or broken UTF-16?)"
+        ) from None
+
+
+def user_span(
+    tokenizer: Any, text: str, rendered: str, chat: bool, system: str | None = None
+) -> tuple[int, int] | None:
+    """Where the user's text lies in ``rendered`` (character offsets), or None if unknown.
+
+    The template is rendered once more around a placeholder: what stands before and after it
+    is the template's, provided that rendering around the real text gives ``rendered``.
+    """
+    if not chat:
+        return (0, len(text))
+    around = render_prompt(tokenizer, _PLACEHOLDER, chat, system).split(_PLACEHOLDER)
+    if len(around) == 2 and around[0] + text + around[1] == rendered:
+        return (len(around[0]), len(around[0]) + len(text))
+    at = rendered.rfind(text) if text else -1
+    return (at, at + len(text)) if at >= 0 else None
+
+
+def _encode(
+    tokenizer: Any, text: str, add_special: bool, literal: bool
+) -> tuple[list[int], list[Any]]:
+    enc = tokenizer(
+        text,
+        add_special_tokens=add_special,
+        return_offsets_mapping=True,
+        split_special_tokens=literal,
+    )
+    ids = list(enc["input_ids"])
+    return ids, list(enc.get("offset_mapping") or [(-1, -1)] * len(ids))
+
+
+def encode_prompt(
+    tokenizer: Any, rendered: str, span: tuple[int, int] | None, chat: bool, parse_special: bool
+) -> tuple[list[int], list[Any]]:
+    """Token ids and character spans of ``rendered``; the user's ``span`` is read literally
+    (special-token text split as ordinary text) unless ``parse_special``.
+
+    Ordinary text gives exactly the ids of tokenizing the whole rendering: the user's part is
+    tokenized on its own only when it holds special-token text.
+    """
+    if not chat:  # raw: the tokenizer adds its own specials (BOS), the text is all the user's
+        return _encode(tokenizer, rendered, True, not parse_special)
+    ids, spans = _encode(tokenizer, rendered, False, False)
+    if parse_special:
+        return ids, spans
+    special = TokenText.special_set(tokenizer)
+    if span is None:
+        if any(i in special for i in ids) and _holds_special_text(tokenizer, rendered):
+            raise PromptError(
+                "cannot tell your text apart in this model's chat template: turn on "
+                "'parse special tokens in my text' or use raw mode"
+            )
+        return ids, spans
+    a, b = span
+    pairs = zip(ids, spans, strict=True)
+    if not any(i in special and a <= s and e <= b and s < e for i, (s, e) in pairs):
+        return ids, spans
+    ids, spans = [], []
+    for lo, hi, literal in ((0, a, False), (a, b, True), (b, len(rendered), False)):
+        part_ids, part_spans = _encode(tokenizer, rendered[lo:hi], False, literal)
+        ids += part_ids
+        spans += [(s + lo, e + lo) if s >= 0 else (s, e) for s, e in part_spans]
+    return ids, spans
+
+
+def _holds_special_text(tokenizer: Any, text: str) -> bool:
+    return any(tok and tok in text for tok in tokenizer.all_special_tokens)
+
+
 def tokenize_prompt(
     tokenizer: Any,
     text: str,
@@ -106,14 +197,21 @@ def tokenize_prompt(
     system: str | None = None,
     context_length: int | None = None,
     reserve: int = 1,
+    parse_special: bool = False,
 ) -> PromptTokens:
-    """Tokenize a prompt with character spans; refuse an empty one or one that cannot fit."""
+    """Tokenize a prompt with character spans; refuse an empty one or one that cannot fit.
+
+    The user's text cannot forge control tokens: ``<|im_start|>`` typed in it becomes the
+    ordinary tokens of those characters, unless ``parse_special`` asks for the special ids.
+    """
+    check_text(text)
+    if system is not None:
+        check_text(system, "the system prompt")
     if not chat and text == "":
         raise PromptError("the prompt is empty: type something, or use chat mode")
     rendered = render_prompt(tokenizer, text, chat, system)
-    add_special = not chat  # the chat template writes its own special tokens
-    enc = tokenizer(rendered, add_special_tokens=add_special, return_offsets_mapping=True)
-    ids: list[int] = list(enc["input_ids"])
+    span = user_span(tokenizer, text, rendered, chat, system)
+    ids, spans = encode_prompt(tokenizer, rendered, span, chat, parse_special)
     if not ids:
         raise PromptError("the prompt has no tokens: type something")
     if context_length is not None and len(ids) + reserve > context_length:
@@ -122,9 +220,14 @@ def tokenize_prompt(
             f"{context_length} tokens (room is needed for at least {reserve} new token)"
         )
     texts = TokenText(tokenizer)
-    spans = enc.get("offset_mapping") or [(-1, -1)] * len(ids)
-    tokens = tuple(texts.info(i, int(s), int(e)) for i, (s, e) in zip(ids, spans, strict=True))
-    return PromptTokens(text=text, rendered=rendered, chat=chat, tokens=tokens)
+    lo, hi = span if span is not None else (-1, -1)
+    tokens = tuple(
+        texts.info(i, int(s), int(e), from_user=parse_special and lo <= s and e <= hi and s < e)
+        for i, (s, e) in zip(ids, spans, strict=True)
+    )
+    return PromptTokens(
+        rendered=rendered, text=text, chat=chat, tokens=tokens, parse_special=parse_special
+    )
 
 
 @dataclass(frozen=True)

@@ -56,10 +56,28 @@ def set_icon(app: Any) -> None:
 
 
 def run_gui(args: argparse.Namespace) -> int:
+    """Open the window; whatever fails, one line (and a log) and the model thread is stopped."""
     _prepare_environment()
     from PySide6.QtWidgets import QApplication
 
+    from llm_lens.core.crashlog import report_crash
+
     app = cast(QApplication, QApplication.instance() or QApplication(sys.argv[:1]))
+    window: Any = None
+    try:
+        window = _make_window(app, args)
+        install_excepthook(window)
+        return _exec(app, window, args)
+    except Exception as exc:
+        print(f"llm-lens: {report_crash('running the window', exc)}", file=sys.stderr)
+        return 2
+    finally:
+        if window is not None:
+            window.controller.shutdown()  # never "QThread destroyed while running" (signal 6)
+        sys.excepthook = sys.__excepthook__
+
+
+def _make_window(app: Any, args: argparse.Namespace) -> Any:
     app.setApplicationName("LLM Lens")
     app.setOrganizationName("llm-lens")
     app.setDesktopFileName("llm-lens")  # lets Wayland match the window to its menu entry
@@ -71,8 +89,12 @@ def run_gui(args: argparse.Namespace) -> int:
     if args.prompt:
         window.prompt_panel.editor.setPlainText(args.prompt)
     if args.window_size:
-        width, _, height = args.window_size.partition("x")
-        window.resize(int(width), int(height))
+        width, height = args.window_size  # checked by the parser
+        window.resize(width, height)
+    return window
+
+
+def _exec(app: Any, window: Any, args: argparse.Namespace) -> int:
     window.show()
     if args.selftest:
         from llm_lens.desktop.selftest import SelfTest
@@ -89,3 +111,22 @@ def run_gui(args: argparse.Namespace) -> int:
     elif crashed:
         window.offer_recovery(crashed)
     return int(app.exec())
+
+
+def install_excepthook(window: Any) -> None:
+    """A bug in a slot on the GUI thread: one line in the window and on stderr, the traceback
+    in a log file; the window stays usable."""
+    from llm_lens.core.crashlog import report_crash
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            sys.__excepthook__(kind, exc, tb)
+            return
+        line = report_crash("handling a window event", exc.with_traceback(tb))
+        print(f"llm-lens: {line}", file=sys.stderr)
+        try:
+            window.prompt_panel.show_error(line)
+        except RuntimeError:  # the window is already gone
+            pass
+
+    sys.excepthook = hook

@@ -6,10 +6,33 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
+
+MAX_SIDE = 16384  # pixels: Qt's own limit on a widget's size is 16777215, screens far less
+
+
+class GuiParser(argparse.ArgumentParser):
+    """A usage mistake is one line on stderr and exit status 2 (not the usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def window_size(text: str) -> tuple[int, int]:
+    """``WxH`` (e.g. ``1920x1080``) as two whole numbers of pixels, each 1 to 16384."""
+    width, sep, height = text.lower().partition("x")
+    ok = all(part.strip().isdecimal() and len(part.strip()) <= 6 for part in (width, height))
+    if not (sep and ok):
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 1920x1080, got {text!r}")
+    w, h = int(width), int(height)
+    if not (0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE):
+        raise argparse.ArgumentTypeError(f"each side must be 1 to {MAX_SIDE} pixels, got {text!r}")
+    return w, h
 
 
 def gui_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = GuiParser(
         prog="llm-lens",
         description="Watch a language model turn a prompt into a response, step by step. "
         "Headless: llm-lens trace PROMPT … | llm-lens compare PROMPT --config … | "
@@ -23,7 +46,9 @@ def gui_parser() -> argparse.ArgumentParser:
     p.add_argument("--selftest", action="store_true", help="load, run a few tokens, check, exit")
     p.add_argument("--screenshot", default=None, metavar="PNG", help="with --selftest: save PNG")
     p.add_argument("--tokens", type=int, default=8, help="with --selftest: tokens to generate")
-    p.add_argument("--window-size", default=None, metavar="WxH", help="e.g. 1920x1080")
+    p.add_argument(
+        "--window-size", type=window_size, default=None, metavar="WxH", help="e.g. 1920x1080"
+    )
     return p
 
 

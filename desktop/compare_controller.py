@@ -84,7 +84,7 @@ class CompareController(QObject):
     def request_compare(self, text: str, chat: bool, configs: list[Any], max_new: int) -> None:
         """2–4 sampling configurations side by side from one shared prefill."""
         from llm_lens.core.errors import SamplingError
-        from llm_lens.core.runs.compare import check_configs
+        from llm_lens.core.sampling import check_configs
 
         try:
             check_configs(len(configs))
@@ -97,7 +97,7 @@ class CompareController(QObject):
         self, text: str, chat: bool, params: Any, k: int, seed: int, max_new: int
     ) -> None:
         """K samples of one configuration with seeds seed … seed + K − 1."""
-        from llm_lens.core.runs.compare import MAX_SAMPLES
+        from llm_lens.core.sampling import MAX_SAMPLES
 
         if not MIN_SAMPLES <= k <= MAX_SAMPLES:
             self.sig_error.emit(

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from llm_lens.core.errors import LensError
-from llm_lens.core.runs.compare import MAX_CONFIGS as MAX_COLUMNS
+from llm_lens.core.sampling import MAX_CONFIGS as MAX_COLUMNS
 from llm_lens.desktop.controller import REPAINT_MS, Controller
 from llm_lens.desktop.panes.tokens import Chip, ChipView, response_chip
 from llm_lens.desktop.sampler_rows import SamplerRow, describe_params

@@ -56,7 +56,7 @@ class Controller(QObject):
     sig_saved = Signal(str, int)
 
     _load_requested = Signal(object, str, str)
-    _run_requested = Signal(int, str, bool, object, object)
+    _run_requested = Signal(int, str, bool, object, object, bool)
     _serve_requested = Signal()
     _stream_requested = Signal(int, object)
 
@@ -124,8 +124,16 @@ class Controller(QObject):
         self._set_busy(True)
         self._load_requested.emit(spec, device, dtype)
 
-    def request_run(self, text: str, chat: bool, params: Any, max_new_tokens: int = 64) -> None:
-        """Start a run; a running one is cancelled first and its late records are dropped."""
+    def request_run(
+        self,
+        text: str,
+        chat: bool,
+        params: Any,
+        max_new_tokens: int = 64,
+        parse_special: bool = False,
+    ) -> None:
+        """Start a run; a running one is cancelled first and its late records are dropped.
+        ``parse_special``: special-token text the user typed becomes control tokens."""
         from llm_lens.core.errors import LensError
         from llm_lens.core.loop.engine import RunConfig
 
@@ -142,7 +150,7 @@ class Controller(QObject):
         self.run_params = params
         self.follow_live = True
         self._set_busy(True)
-        self._run_requested.emit(self.run_id, text, chat, params, config)
+        self._run_requested.emit(self.run_id, text, chat, params, config, parse_special)
 
     def request_stop(self) -> None:
         """Cancel the running generation (between steps) or model load (between stages)."""

@@ -41,6 +41,11 @@ class PromptPanel(QWidget):
         self.examples_box.addItems([e["title"] for e in self.examples])
         self.chat_box = QCheckBox("Chat template", checked=True)
         self.chat_box.setToolTip("Off: raw mode, the model reads exactly the text you typed")
+        self.special_box = QCheckBox("Parse special tokens in my text", checked=False)
+        self.special_box.setToolTip(
+            "Off (safe default, chat and raw mode): '<|im_start|>' typed in the prompt is read as "
+            "ordinary text, so it cannot forge a turn. On: it becomes the control token itself."
+        )
         self.max_tokens = QSpinBox(
             minimum=1, maximum=4096, value=48, prefix="max ", suffix=" tokens"
         )
@@ -52,8 +57,12 @@ class PromptPanel(QWidget):
             "(Ctrl+Shift+Enter); a run opened from a session needs its model loaded"
         )
         top = QHBoxLayout()
-        for w in (QLabel("Example:"), self.examples_box, self.chat_box, self.max_tokens):
+        for w in (QLabel("Example:"), self.examples_box, self.max_tokens):
             top.addWidget(w)
+        mode = QHBoxLayout()  # how the text is read, on its own row: the top row stays narrow
+        mode.addWidget(self.chat_box)
+        mode.addWidget(self.special_box)
+        mode.addStretch(1)
         top.addStretch(1)
         top.addWidget(self.run_button)
         top.addWidget(self.continue_button)
@@ -75,6 +84,7 @@ class PromptPanel(QWidget):
         scrub.addWidget(self.step_label)
         layout = QVBoxLayout(self)
         layout.addLayout(top)
+        layout.addLayout(mode)
         layout.addWidget(self.editor)
         layout.addWidget(self.error)
         layout.addWidget(self.response, 1)
@@ -109,6 +119,7 @@ class PromptPanel(QWidget):
             self.chat_box.isChecked(),
             self.controller.params,
             self.max_tokens.value(),
+            parse_special=self.special_box.isChecked(),
         )
 
     def continue_run(self) -> None:
@@ -125,6 +136,7 @@ class PromptPanel(QWidget):
         if c.recorded is not None and c.prompt is not None:
             self.editor.setPlainText(c.prompt.text)
             self.chat_box.setChecked(c.prompt.chat)
+            self.special_box.setChecked(c.prompt.parse_special)
         self._on_busy(c.busy)
 
     def show_error(self, message: str) -> None:

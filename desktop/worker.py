@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -88,9 +87,8 @@ class Worker(QObject):
         except LensError as exc:
             self.sig_error.emit("load", str(exc))
             return
-        except Exception as exc:  # a bug, not a user mistake: still never a traceback dialog
-            traceback.print_exc()
-            self.sig_error.emit("load", f"could not load the model: {exc}")
+        except Exception as exc:  # a bug, not a user mistake: one line here, the traceback in a log
+            self.sig_error.emit("load", _crash(f"loading the model {spec or 'bundled'}", exc))
             return
         self.sig_loaded.emit(loaded.info)
 
@@ -103,17 +101,26 @@ class Worker(QObject):
             raise Cancelled("loading cancelled: the previous model is still loaded")
         self.sig_loading.emit(fraction, message)
 
-    @Slot(int, str, bool, object, object)
-    def run(self, run_id: int, text: str, chat: bool, params: object, config: object) -> None:
+    @Slot(int, str, bool, object, object, bool)
+    def run(
+        self,
+        run_id: int,
+        text: str,
+        chat: bool,
+        params: object,
+        config: object,
+        parse_special: bool = False,
+    ) -> None:
         """A live run: streamed like any job, then it joins the history."""
-        self._drive(run_id, lambda _w: self._live(run_id, text, chat, params, config), "run")
+        job = lambda _w: self._live(run_id, text, chat, params, config, parse_special)  # noqa: E731
+        self._drive(run_id, job, "run")
 
     def _live(
-        self, run_id: int, text: str, chat: bool, params: Any, config: Any
+        self, run_id: int, text: str, chat: bool, params: Any, config: Any, parse_special: bool
     ) -> Iterator[tuple[str, Any]]:
         from llm_lens.desktop.compare_jobs import ShownRun
 
-        prompt = self.engine.tokenize(text, chat)
+        prompt = self.engine.tokenize(text, chat, parse_special=parse_special)
         run, reused = self._start(prompt, params, config)
         run.run_id = run_id
         self.store.runs = {run_id: run}  # kept runs answer again when shown (register_job)
@@ -206,8 +213,11 @@ class Worker(QObject):
         except LensError as exc:
             fail(str(exc))
         except Exception as exc:
-            traceback.print_exc()
-            fail(f"the {where or 'job'} failed: {exc}")
+            what = "running" if where == "run" else "a comparison job"
+            fail(_crash(f"{what} on {self._model_name()}", exc))
+
+    def _model_name(self) -> str:
+        return str(getattr(getattr(self.engine, "info", None), "name", "no model"))
 
     def submit(self, kind: str, key: Any, job: Callable[[], Any]) -> None:
         """Queue an analysis job (any thread); it runs between steps or when idle."""
@@ -235,7 +245,14 @@ class Worker(QObject):
                 self.sig_error.emit("analysis", f"{kind.replace('_', ' ')}: {exc}")
                 continue
             except Exception as exc:
-                traceback.print_exc()
-                self.sig_error.emit("analysis", f"{kind}: {exc}")
+                doing = f"computing {kind.replace('_', ' ')} on {self._model_name()}"
+                self.sig_error.emit("analysis", _crash(doing, exc))
                 continue
             self.sig_result.emit(kind, key, result)
+
+
+def _crash(doing: str, exc: BaseException) -> str:
+    """One line for a bug met on the model thread; the traceback goes to a log file."""
+    from llm_lens.core.crashlog import report_crash
+
+    return report_crash(doing, exc)

@@ -13,8 +13,13 @@ COMMANDS = ("trace", "kv", "inspect", "compare")
 
 def main(argv: list[str] | None = None) -> int:
     """Dispatch ``argv`` (starting with the command's name) to that command's module."""
+    from llm_lens.core.cli.args import guarded
+
     argv = list(sys.argv[1:] if argv is None else argv)
     command, rest = argv[0], argv[1:]
-    module = importlib.import_module(f"llm_lens.core.cli.{command}")
-    code: int = module.main(rest)
-    return code
+
+    def dispatch() -> int:  # each command guards itself; this catches a failing import too
+        module = importlib.import_module(f"llm_lens.core.cli.{command}")
+        return int(module.main(rest))
+
+    return guarded(command, dispatch)

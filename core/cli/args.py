@@ -1,15 +1,28 @@
 """What every headless command shares: an argument parser whose mistakes are one line, and the
-guard that turns an error into one line on stderr and exit status 2.
+one guard that turns anything that goes wrong into one line on stderr:
+
+- a user mistake (:class:`LensError`, an unreadable or unwritable file, running out of memory):
+  the message, exit status 2;
+- Ctrl+C: the run stops between steps, nothing half-done is written, exit status 130;
+- a bug (any other exception): what was being done and the error in one line, the traceback in a
+  log file whose path the line names (:mod:`llm_lens.core.crashlog`), exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 from llm_lens.core.errors import LensError
+
+INTERRUPTED = 130
+_doing = ["starting"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -19,13 +32,79 @@ class Parser(argparse.ArgumentParser):
         raise LensError(message)
 
 
+def doing(what: str) -> None:
+    """Say what the command is doing now, for the line shown if it fails unexpectedly."""
+    _doing[0] = what
+
+
+def finite_float(text: str) -> float:
+    """An argparse type: a finite number (``nan``, ``inf`` and ``1e400`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def seed_int(text: str) -> int:
+    """An argparse type: a whole number from 0 to 2**63 - 1 (what torch's generator takes)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 2**63 - 1, got {text[:40]!r}")
+    return value
+
+
+@contextlib.contextmanager
+def ctrl_c_cancels(cancel: threading.Event) -> Iterator[None]:
+    """While inside: the first Ctrl+C sets ``cancel`` (the loop stops between steps), a second
+    one interrupts at once. Outside the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(_signum: int, _frame: object) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if cancel.is_set():
+        raise KeyboardInterrupt
+
+
 def guarded(command: str, body: Callable[[], int]) -> int:
-    """Run one command: a user mistake (:class:`LensError`, an unreadable or unwritable file) is
-    one line on stderr and exit status 2; ``--help`` exits 0."""
+    """Run one command; whatever goes wrong is one line on stderr (see the module docstring);
+    ``--help`` exits 0."""
+    doing(f"running llm-lens {command}")
     try:
         return body()
+    except KeyboardInterrupt:
+        _say(command, "interrupted (Ctrl+C); stopped, nothing was written")
+        return INTERRUPTED
     except (LensError, OSError) as exc:
-        print(f"llm-lens {command}: error: {exc}", file=sys.stderr)
+        _say(command, f"error: {exc}")
+        return 2
+    except MemoryError:
+        _say(command, f"error: ran out of memory while {_doing[0]}")
         return 2
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
+    except Exception as exc:  # a bug: one line here, the traceback in a log file
+        from llm_lens.core.crashlog import report_crash
+
+        _say(command, report_crash(_doing[0], exc))
+        return 2
+
+
+def _say(command: str, line: str) -> None:
+    text = f"llm-lens {command}: {line}".replace("\n", " ")
+    print(text.encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr)

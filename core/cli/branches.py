@@ -4,6 +4,7 @@ same :class:`~llm_lens.core.runs.history.RunHistory` the window uses, and saved 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,8 +30,9 @@ def parse_branch(engine: Engine, spec: str) -> tuple[int, int]:
 
 
 def grow_branches(
-    engine: Engine, run: Run, specs: Sequence[str], config: RunConfig
-) -> tuple[RunHistory, RunStore, list[PathRun]]:
+    engine: Engine, run: Run, specs: Sequence[str], config: RunConfig,
+    cancel: threading.Event | None = None,
+) -> tuple[RunHistory, RunStore, list[PathRun]]:  # fmt: skip
     """Each ``STEP:TOKEN`` of ``specs`` as a branch of ``run`` (ids follow the run's)."""
     history, store = RunHistory(), RunStore()
     history.add_root(store, run)
@@ -40,7 +42,7 @@ def grow_branches(
         if not 0 <= step < len(run.steps):
             raise PromptError(f"--branch step {step} is outside the run's {len(run.steps)} steps")
         growth = history.grow(engine, store, run.run_id, step, token_id,
-                              config.max_new_tokens, run.run_id + k)  # fmt: skip
+                              config.max_new_tokens, run.run_id + k, cancel=cancel)  # fmt: skip
         for _ in growth:
             pass
         paths.append(growth.path)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from dataclasses import asdict
 from typing import Any
 
-from llm_lens.core.cli.args import Parser, guarded
+from llm_lens.core.cli.args import Parser, ctrl_c_cancels, doing, guarded
+from llm_lens.core.cli.trace import OUT_HELP, PARSE_SPECIAL_HELP, RAW_HELP, check_inputs
 from llm_lens.core.errors import SamplingError
 from llm_lens.core.sampling import SamplingParams
 
@@ -87,18 +89,19 @@ def compare_parser() -> argparse.ArgumentParser:
         "wild (repeat 2–4 times)",
     )
     p.add_argument("--model", default=None, help="folder, .gguf file or hub id (default: bundled)")
-    p.add_argument("--raw", action="store_true", help="skip the chat template")
+    p.add_argument("--raw", action="store_true", help=RAW_HELP)
+    p.add_argument("--parse-special", action="store_true", help=PARSE_SPECIAL_HELP)
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--out", default=None, help="write the JSON here (default: stdout)")
+    p.add_argument("--out", default=None, help=OUT_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p
 
 
 def parse_configs(specs: list[str]) -> list[SamplingParams]:
-    from llm_lens.core.runs.compare import check_configs
+    from llm_lens.core.sampling import check_configs  # torch-free: mistakes fail fast
 
     check_configs(len(specs))
     return [parse_config(s) for s in specs]
@@ -119,10 +122,13 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
     configs = parse_configs(args.config)
     run_config = RunConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop))
     say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
+    doing(f"loading the model {args.model or 'bundled'}")
     engine = Engine(load_model(args.model, args.device, args.dtype, say))
-    comparison = compare(
-        engine, engine.tokenize(args.prompt, chat=not args.raw), configs, run_config
-    )
+    prompt = engine.tokenize(args.prompt, chat=not args.raw, parse_special=args.parse_special)
+    doing(f"comparing {len(configs)} configurations on {engine.info.name}")
+    cancel = threading.Event()
+    with ctrl_c_cancels(cancel):  # Ctrl+C: stop between steps, then exit 130 writing nothing
+        comparison = compare(engine, prompt, configs, run_config, cancel)
     if not args.quiet:
         for spec, run in zip(args.config, comparison.runs, strict=True):
             print(f"[{spec}] {run.output_text()}", file=sys.stderr)
@@ -146,6 +152,7 @@ def main(argv: list[str]) -> int:
     def body() -> int:
         args = compare_parser().parse_args(argv)
         parse_configs(args.config)  # refuse bad configurations before loading the model
+        check_inputs(args)
         data = run_compare(args)
         from llm_lens.core.exports.trace import emit_json
 

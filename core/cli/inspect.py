@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from llm_lens.core.cli.args import Parser, guarded
+from llm_lens.core.fileio import user_path
 from llm_lens.core.sessions.format import FORMAT, PARTS, Session, SessionRun
 from llm_lens.core.sessions.read import load_session
 from llm_lens.core.sessions.write import estimate_size, save_session
@@ -29,8 +30,9 @@ def main(argv: list[str]) -> int:
 
     def body() -> int:
         args = inspect_parser().parse_args(argv)
-        session = load_session(args.file)
-        print(describe(session, os.path.getsize(args.file)))
+        path = user_path(args.file)  # an unknown ~user is one line, not a RuntimeError
+        session = load_session(path)
+        print(describe(session, os.path.getsize(path)))
         return 0
 
     return guarded("inspect", body)

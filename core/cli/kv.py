@@ -8,6 +8,7 @@ import json
 from llm_lens.core.cli.args import Parser, guarded
 from llm_lens.core.kvconfig import (
     DEFAULT_TOKENS,
+    MAX_COUNT,
     build_report,
     format_report,
     layout_from_config,
@@ -20,8 +21,11 @@ def _positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         value = 0
+    shown = text if len(text) <= 40 else f"{text[:20]}… ({len(text)} characters)"
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {shown!r}")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most 2**53, got {shown!r}")
     return value
 
 

@@ -6,26 +6,44 @@ import argparse
 import sys
 from typing import Any
 
-from llm_lens.core.cli.args import Parser, guarded
+from llm_lens.core.cli.args import (
+    Parser,
+    ctrl_c_cancels,
+    doing,
+    finite_float,
+    guarded,
+    seed_int,
+)
+
+RAW_HELP = (
+    "skip the chat template: the model reads the text as typed (plus the tokenizer's BOS, if any); "
+    "special-token text in it is still read as ordinary text unless --parse-special"
+)
+PARSE_SPECIAL_HELP = (
+    "parse special tokens in my text: typed '<|im_start|>' becomes the control token, not text "
+    "(default: the prompt's special-token text is tokenized as ordinary text, in chat and raw mode)"
+)
+OUT_HELP = "write the JSON here, atomically ('-' or default: stdout)"
 
 
 def trace_parser() -> argparse.ArgumentParser:
     p = Parser(prog="llm-lens trace", description="Run the model headless; write a JSON trace.")
     p.add_argument("prompt")
     p.add_argument("--model", default=None, help="folder, .gguf file or hub id (default: bundled)")
-    p.add_argument("--raw", action="store_true", help="skip the chat template")
+    p.add_argument("--raw", action="store_true", help=RAW_HELP)
+    p.add_argument("--parse-special", action="store_true", help=PARSE_SPECIAL_HELP)
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--greedy", action="store_true")
-    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--temperature", type=finite_float, default=0.7)
     p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--top-p", type=finite_float, default=0.95)
+    p.add_argument("--min-p", type=finite_float, default=0.0)
+    p.add_argument("--repetition-penalty", type=finite_float, default=1.0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--out", default=None, help="write the trace here (default: stdout)")
+    p.add_argument("--out", default=None, help=OUT_HELP)
     p.add_argument("--session", default=None, help="also save the run as a .llmlens session")
     p.add_argument(
         "--branch", action="append", default=[], metavar="STEP:TOKEN",
@@ -36,13 +54,28 @@ def trace_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_inputs(args: argparse.Namespace, session: str | None = None) -> None:
+    """Refuse a prompt or an output the run could not use, before the model is loaded."""
+    from llm_lens.core.fileio import write_target
+    from llm_lens.core.tokens import check_text
+
+    check_text(args.prompt)
+    for stop in args.stop:
+        check_text(stop, "a --stop string")
+    out = args.out
+
+    if out is not None and out != "-":
+        write_target(out)
+    if session is not None:
+        write_target(session)
+
+
 def run_trace(args: argparse.Namespace) -> dict[str, Any]:
-    from llm_lens.core.exports.trace import run_dict
-    from llm_lens.core.loading import load_model
-    from llm_lens.core.loop.engine import Engine, RunConfig
+    import threading
+
     from llm_lens.core.sampling import GREEDY, SamplingParams
 
-    params = (
+    params = (  # checked before torch is even imported
         GREEDY
         if args.greedy
         else SamplingParams(
@@ -54,23 +87,41 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
             seed=args.seed,
         )
     )
+    from llm_lens.core.exports.trace import run_dict
+    from llm_lens.core.loading import load_model
+    from llm_lens.core.loop.engine import Engine, RunConfig
+
     config = RunConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop))
     say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
+    doing(f"loading the model {args.model or 'bundled'}")
     engine = Engine(load_model(args.model, args.device, args.dtype, say))
-    run = engine.start(engine.tokenize(args.prompt, chat=not args.raw), params, config)
-    for step in run:
-        if not args.quiet:
-            print(step.token.text, end="", file=sys.stderr, flush=True)
-    if not args.quiet:
-        print(file=sys.stderr)
-    if args.branch:
-        from llm_lens.core.cli.branches import grow_branches, save_tree
+    prompt = engine.tokenize(args.prompt, chat=not args.raw, parse_special=args.parse_special)
+    doing(f"generating with {engine.info.name}")
+    cancel = threading.Event()
+    with ctrl_c_cancels(cancel):  # Ctrl+C: stop between steps, then exit 130 writing nothing
+        run = engine.start(prompt, params, config, cancel)
+        try:
+            for step in run:
+                if not args.quiet:
+                    text = step.token.text.encode("utf-8", "replace").decode("utf-8")
+                    print(text, end="", file=sys.stderr, flush=True)
+        finally:
+            if not args.quiet:
+                print(file=sys.stderr)  # the streamed text ends its line, whatever happens
+        if args.branch:
+            from llm_lens.core.cli.branches import grow_branches
 
-        history, store, paths = grow_branches(engine, run, args.branch, config)
+            doing("growing the branches")
+            history, store, paths = grow_branches(engine, run, args.branch, config, cancel)
+    if args.branch:
+        from llm_lens.core.cli.branches import save_tree
+
         if args.session:
+            doing(f"writing the session {args.session}")
             save_tree(args.session, engine, history, store, run.run_id)
         return run_dict(engine, run) | {"branches": [run_dict(engine, p) for p in paths]}
     if args.session:
+        doing(f"writing the session {args.session}")
         from llm_lens.core.cli.inspect import write_trace_session
 
         write_trace_session(run, engine.info, args.session)
@@ -80,6 +131,7 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     def body() -> int:
         args = trace_parser().parse_args(argv)
+        check_inputs(args, args.session)
         data = run_trace(args)
         from llm_lens.core.exports.trace import emit_json
 

@@ -115,8 +115,8 @@ def trace_dict(
 
 
 def emit_json(data: Any, out: str | None) -> None:
-    """A command's JSON result: to the ``--out`` file (atomically), else to stdout."""
-    if out:
+    """A command's JSON result: to the ``--out`` file (atomically), else (or ``-``) to stdout."""
+    if out is not None and out != "-":
         write_json(data, out)
     else:
         print(json.dumps(data, ensure_ascii=False, indent=1))

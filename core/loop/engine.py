@@ -79,8 +79,14 @@ class Engine:
             ids.update(value if isinstance(value, list) else [] if value is None else [value])
         return ids
 
-    def tokenize(self, text: str, chat: bool = True, system: str | None = None) -> PromptTokens:
-        return tokenize_prompt(self.tokenizer, text, chat, system, self.info.context_length)
+    def tokenize(
+        self, text: str, chat: bool = True, system: str | None = None, parse_special: bool = False
+    ) -> PromptTokens:
+        """The prompt's tokens; special-token text in ``text`` stays text unless
+        ``parse_special`` (see :func:`llm_lens.core.tokens.tokenize_prompt`)."""
+        return tokenize_prompt(
+            self.tokenizer, text, chat, system, self.info.context_length, 1, parse_special
+        )
 
     def start(
         self,

@@ -41,7 +41,9 @@ def extend_prompt(engine: Engine, prompt: PromptTokens, extra: Sequence[int]) ->
     """``prompt`` followed by ``extra`` tokens (generated ones: no character offsets)."""
     tokens = tuple(engine.texts.info(int(i)) for i in extra)
     rendered = prompt.rendered + "".join(t.text for t in tokens)
-    return PromptTokens(prompt.text, rendered, prompt.chat, prompt.tokens + tokens)
+    return PromptTokens(
+        prompt.text, rendered, prompt.chat, prompt.tokens + tokens, prompt.parse_special
+    )
 
 
 def branch(

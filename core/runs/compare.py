@@ -22,19 +22,7 @@ from llm_lens.core import sampling
 from llm_lens.core.errors import SamplingError
 from llm_lens.core.loop.engine import Engine, Run, RunConfig
 from llm_lens.core.records import PromptTokens, RunSummary, StepRecord
-from llm_lens.core.sampling import SamplingParams
-
-MIN_CONFIGS, MAX_CONFIGS = 2, 4  # configurations side by side
-MAX_SAMPLES = 16  # runs of one configuration over seeds
-
-
-def check_configs(n: int) -> None:
-    """Raise :class:`SamplingError` unless ``n`` configurations can be compared."""
-    if n > MAX_CONFIGS:
-        raise SamplingError(f"at most four configurations can be compared; got {n}")
-    if n < MIN_CONFIGS:
-        raise SamplingError(f"a comparison needs at least two configurations; got {n}")
-
+from llm_lens.core.sampling import MAX_SAMPLES, SamplingParams, check_configs
 
 KL_EPS = 1e-12
 

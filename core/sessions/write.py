@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_lens.core.fileio import PathError, atomic_write
 from llm_lens.core.records import PromptTokens, StepRecord, TokenInfo, frozen
 from llm_lens.core.sessions.format import (
     COMPRESS_LEVEL,
@@ -216,23 +216,18 @@ def save_session(path: str | os.PathLike[str], session: Session) -> int:
         check_limits([(m.name, m.nbytes) for m in members])
     except SessionError as exc:
         raise SessionError(f"{path}: cannot save, {exc}") from None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise SessionError(f"{path}: cannot write ({exc.strerror or exc})") from exc
-    try:
-        with os.fdopen(fd, "wb") as f:
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
             _write_zip(f, manifest, members)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)  # not mkstemp's 0600
-        os.replace(tmp, path)
+
+    try:
+        written = atomic_write(path, write)  # through a symlink, mode kept, never a device
+    except PathError as exc:
+        raise SessionError(str(exc)) from exc
     except OSError as exc:
         raise SessionError(f"{path}: cannot write ({exc.strerror or exc})") from exc
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path.stat().st_size
+    return written.stat().st_size
 
 
 def _write_zip(f: Any, manifest: bytes, members: list[_Member]) -> None:

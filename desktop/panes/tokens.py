@@ -42,6 +42,7 @@ from llm_lens.desktop.panes.base import Pane
 
 _WHITESPACE = str.maketrans({" ": "·", "\n": "↵", "\t": "→"})
 HPAD, VPAD, GAP = 4.0, 2.0, 3.0
+USER_SPECIAL = "#c2185b"  # outline of a special token the user's own text produced
 
 
 def visible(text: str) -> str:
@@ -75,6 +76,7 @@ class Chip:
     tooltip: str
     fill: QColor | None = None
     special: bool = False
+    from_user: bool = False  # a special token parsed out of the user's own text
     line_break: bool = False  # start a new line after this chip
     width: float = 0.0
 
@@ -191,6 +193,8 @@ class ChipView(QWidget):
         pen = QPen(pal.color(QPalette.ColorRole.Mid), 1)
         if chip.special:
             pen = QPen(pal.color(QPalette.ColorRole.Highlight), 1.2, Qt.PenStyle.DashLine)
+        if chip.from_user:
+            pen = QPen(QColor(USER_SPECIAL), 2.0, Qt.PenStyle.DashDotLine)
         if i == self.selected:
             pen = QPen(pal.color(QPalette.ColorRole.Highlight), 3)
         painter.setPen(pen)
@@ -217,13 +221,34 @@ class ChipView(QWidget):
             )
 
 
-def token_chip(info: TokenInfo, where: str, more: tuple[str, ...] = (), fill: Any = None) -> Chip:
+def special_origin(info: TokenInfo, chat: bool = True) -> str:
+    """Who put a special token in the sequence: the user's text, the template or the tokenizer."""
+    if info.from_user:
+        return "special token from YOUR text (parse special tokens is on)"
+    return "special token (chat template)" if chat else "special token (added by the tokenizer)"
+
+
+def token_chip(
+    info: TokenInfo, where: str, more: tuple[str, ...] = (), fill: Any = None, chat: bool = True
+) -> Chip:
     """A model token's chip; its tooltip always gives id, repr(text) and the bytes in hex."""
     lines = [where, f"id {info.id}", f"text {info.text!r}", f"bytes {info.raw.hex(' ')}", *more]
     if info.special:
-        lines.append("special token (chat template)")
+        lines.append(special_origin(info, chat))
     label = piece_label(info.text, info.raw, info.special)
-    return Chip(label, info.id, tooltip_html(lines), fill=fill, special=info.special)
+    chip = Chip(label, info.id, tooltip_html(lines), fill=fill, special=info.special)
+    chip.from_user = info.from_user
+    return chip
+
+
+def special_mode_text(prompt: PromptTokens) -> str:
+    """Which rule read the special-token text in the prompt (shown in chat and raw mode)."""
+    if not prompt.parse_special:
+        return "special-token text you typed is read as plain text"
+    n = prompt.user_special_count
+    return (
+        f"special tokens parsed from your text: {n}" if n else "special tokens in your text: parsed"
+    )
 
 
 def response_chip(step: StepRecord) -> Chip:
@@ -251,7 +276,10 @@ def legend_html() -> str:
         f"<span style='background:{prob_colour(p).name()};color:black'>&nbsp;{p:g}&nbsp;</span>"
         for p in (0.0, 0.25, 0.5, 0.75, 1.0)
     )
-    return f"response colour = probability of the chosen token: {cells} · <i>special</i> dashed"
+    return (
+        f"response colour = probability of the chosen token: {cells} · <i>special</i> dashed"
+        f" · <span style='color:{USER_SPECIAL}'><i>special from your text</i></span> dash-dot"
+    )
 
 
 class TokensPane(Pane):
@@ -309,7 +337,10 @@ class TokensPane(Pane):
         if prompt is None:
             return
         if prompt is not self._prompt or len(steps) < self._n_steps:
-            chips = [token_chip(t, f"prompt token {i}") for i, t in enumerate(prompt.tokens)]
+            chips = [
+                token_chip(t, f"prompt token {i}", chat=prompt.chat)
+                for i, t in enumerate(prompt.tokens)
+            ]
             if chips:
                 chips[-1].line_break = True  # the response starts on its own line
             self.model_view.set_chips(chips)
@@ -347,7 +378,7 @@ class TokensPane(Pane):
         name = getattr(self.controller.info, "name", "model")
         self.counts.setText(
             f"{name}: {len(prompt) + self._n_steps} tokens · "
-            f"cl100k_base: {self._cl100k.count} tokens"
+            f"cl100k_base: {self._cl100k.count} tokens · {special_mode_text(prompt)}"
         )
 
     def clear(self) -> None:

@@ -120,7 +120,6 @@ def test_seeded_sampled_run_reproduces_and_depends_on_the_seed(engine, sampled30
         (PROMPT, None),
         ("Bonjour, ça va ? 🙂", None),
         ("line one\nline two\n\n  indented", "You answer in one word."),
-        ("a literal <|im_end|> inside", None),
         ("", None),
     ],
 )
