@@ -72,7 +72,7 @@ def run_gui(args: argparse.Namespace) -> int:
         window.prompt_panel.editor.setPlainText(args.prompt)
     if args.window_size:
         width, _, height = args.window_size.partition("x")
-        window.resize(int(width), int(height))
+        window.resize_to(int(width), int(height))
     window.show()
     if args.selftest:
         from llm_lens.desktop.selftest import SelfTest
