@@ -55,6 +55,18 @@ def set_icon(app: Any) -> None:
         app.setWindowIcon(icon)
 
 
+def parse_size(text: str) -> tuple[int, int]:
+    """'1366x768' → (1366, 768); anything else is a usage error (one line, exit 2)."""
+    width, _, height = text.lower().partition("x")
+    try:
+        size = int(width), int(height)
+    except ValueError:
+        size = (0, 0)
+    if min(size) <= 0:
+        raise SystemExit(f"llm-lens: --window-size wants WIDTHxHEIGHT, e.g. 1366x768; got {text!r}")
+    return size
+
+
 def run_gui(args: argparse.Namespace) -> int:
     _prepare_environment()
     from PySide6.QtWidgets import QApplication
@@ -70,15 +82,15 @@ def run_gui(args: argparse.Namespace) -> int:
     window = MainWindow(model_spec=args.model, device=args.device, dtype=args.dtype)
     if args.prompt:
         window.prompt_panel.editor.setPlainText(args.prompt)
-    if args.window_size:
-        width, _, height = args.window_size.partition("x")
-        window.resize_to(int(width), int(height))
+    size = parse_size(args.window_size) if args.window_size else None
+    if size is not None:
+        window.resize_to(*size)
     window.show()
     if args.selftest:
         from llm_lens.desktop.selftest import SelfTest
 
         window.sessions.confirm_close = False
-        test = SelfTest(window, args.tokens, args.screenshot)
+        test = SelfTest(window, args.tokens, args.screenshot, size)
         window.load(args.model)
         app.exec()
         return test.exit_code

@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (
 
 from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.prompt_panel import PromptPanel
-from llm_lens.desktop.widgets import ElidedLabel
 from llm_lens.desktop.resources import resource_dir
+from llm_lens.desktop.widgets import ElidedLabel
 from llm_lens.desktop.window_layout import FocusMode, arrange, one_click_away, raise_first
 
 # 2: journey-ordered tab groups under a prompt strip. A version-1 state (and its geometry, a

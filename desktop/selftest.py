@@ -1,4 +1,5 @@
-"""``llm-lens --selftest``: the real window, the bundled model, a short run, every pane checked."""
+"""``llm-lens --selftest``: the real window, the bundled model, a short run, every pane checked:
+each received data, and each fits the window (no control outside it, no plot too small)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,15 @@ TIMEOUT_MS = 300_000
 class SelfTest:
     """Drives the window through load → run → analyses, then checks and exits the event loop."""
 
-    def __init__(self, window: Any, tokens: int, screenshot: str | None) -> None:
+    def __init__(
+        self,
+        window: Any,
+        tokens: int,
+        screenshot: str | None,
+        size: tuple[int, int] | None = None,
+    ) -> None:
         self.window = window
+        self.size = size  # --window-size: the window must fit it
         self.tokens = tokens
         self.screenshot = screenshot
         self.exit_code = 1
@@ -46,6 +54,12 @@ class SelfTest:
         empty = [name for name, pane in self.window.panes.items() if not pane.render_times_ms]
         if empty:
             self._fail(f"panes that received no data: {', '.join(empty)}")
+            return
+        from llm_lens.desktop.fit_check import fit_problems
+
+        problems = fit_problems(self.window, self.size)
+        if problems:
+            self._fail("the window does not fit:\n  " + "\n  ".join(problems))
             return
         if self.screenshot:
             if not self.window.grab().save(self.screenshot, "PNG"):

@@ -152,6 +152,7 @@ class AttentionPane(Pane):
         steady_axes(self.map_plot, self.grid_plot)
         self.graphics.ci.layout.setColumnStretchFactor(0, 3)
         self.graphics.ci.layout.setColumnStretchFactor(1, 1)
+        self.grid_plot.setMinimumWidth(150)  # nine heads stay clickable in a narrow pane
 
     # ----------------------------------------------------------------- interaction
     def tile_clicked(self, y: float, x: float) -> None:
