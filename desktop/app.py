@@ -69,6 +69,12 @@ def parse_size(text: str) -> tuple[int, int]:
 
 def run_gui(args: argparse.Namespace) -> int:
     _prepare_environment()
+    from llm_lens.desktop.qt_libs import check
+
+    problem = check()
+    if problem:  # Qt itself would abort with a core dump and no hint of the package
+        print(problem, file=sys.stderr)
+        return 1
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])

@@ -303,7 +303,11 @@ class SamplingPane(Pane):
         for stats in self.stats.values():
             stats.setText("")
         self.stats["raw"].setText("no step selected")
-        self.plots["raw"].getAxis("left").setTicks([[], []])
+        raw = self.plots["raw"]
+        raw.getAxis("left").setTicks([[], []])
+        raw.setXRange(0.0, 1.0, padding=0)  # not a zero-width range ("2e-235" ticks)
+        raw.setYRange(-0.6, SHOW - 0.4, padding=0)
+        self.stats["raw"].setPos(1.0, SHOW - 0.4)
 
     # ----------------------------------------------------------------- settings
     def _on_edited(self) -> None:
