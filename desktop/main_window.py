@@ -23,7 +23,13 @@ from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.prompt_panel import PromptPanel
 from llm_lens.desktop.resources import resource_dir
 from llm_lens.desktop.widgets import ElidedLabel
-from llm_lens.desktop.window_layout import FocusMode, arrange, one_click_away, raise_first
+from llm_lens.desktop.window_layout import (
+    FocusMode,
+    arrange,
+    default_size,
+    one_click_away,
+    raise_first,
+)
 
 # 2: journey-ordered tab groups under a prompt strip. A version-1 state (and its geometry, a
 # window at least 2011 px wide) is not restored.
@@ -75,17 +81,6 @@ def pane_classes() -> list[type]:
         SamplingPane,
         TimingPane,
     ]
-
-
-def default_size() -> tuple[int, int]:
-    """1600 × 1000, or less on a smaller screen (the window manager would cut it off)."""
-    from PySide6.QtGui import QGuiApplication
-
-    screen = QGuiApplication.primaryScreen()
-    if screen is None:
-        return 1600, 1000
-    free = screen.availableGeometry()
-    return min(1600, free.width()), min(1000, free.height())
 
 
 class MainWindow(QMainWindow):

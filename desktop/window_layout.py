@@ -37,6 +37,18 @@ STRIP = 0.26  # the prompt strip's share of the window's height
 STRIP_MIN, STRIP_MAX = 170, 300
 
 
+def default_size() -> tuple[int, int]:
+    """1600 × 1000, less on a smaller screen (a window manager would cut it off), never below
+    the 1280 × 720 the layout is made for (offscreen Qt reports an 800 × 800 screen)."""
+    from PySide6.QtGui import QGuiApplication
+
+    screen = QGuiApplication.primaryScreen()
+    if screen is None:
+        return 1600, 1000
+    free = screen.availableGeometry()
+    return max(1280, min(1600, free.width())), max(720, min(1000, free.height()))
+
+
 def groups_for(width: int) -> tuple[tuple[str, ...], ...]:
     return WIDE_GROUPS if width >= WIDE_FROM else NARROW_GROUPS
 

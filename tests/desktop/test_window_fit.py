@@ -74,7 +74,8 @@ def test_focus_mode_shows_one_pane_and_goes_back(qtbot, loaded_window):
 
 def test_a_stored_old_layout_does_not_bring_back_a_2011_px_window(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
-    from llm_lens.desktop.main_window import MainWindow, default_size, settings
+    from llm_lens.desktop.main_window import MainWindow, settings
+    from llm_lens.desktop.window_layout import default_size
 
     old = MainWindow()
     qtbot.addWidget(old)
