@@ -44,7 +44,7 @@ bench: setup
 # The README's screenshot: the real window mid-exploration, on the bundled model.
 screenshot: setup
 	LLM_LENS_CONFIG_DIR=$$(mktemp -d) $(BIN)/llm-lens --selftest --tokens 24 \
-		--window-size 1920x1200 --screenshot docs/screenshot.png
+		--window-size 1920x1080 --screenshot docs/screenshot.png
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

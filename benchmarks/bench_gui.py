@@ -50,21 +50,21 @@ class GcPauses:
 
 
 def show_every_pane(win) -> None:  # noqa: ANN001
-    """Split the default tab groups so every pane is on screen at once."""
-    d = win.docks
+    """Take the tab groups apart: the nine panes in a 3 × 3 grid, all on screen at once."""
+    docks = list(win.docks.values())
     horizontal, vertical = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
-    left, bottom = Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.BottomDockWidgetArea
-    for name, area in (("Positions", left), ("KV cache", bottom), ("Timing", bottom)):
-        win.removeDockWidget(d[name])  # out of its tab group
-        win.addDockWidget(area, d[name], horizontal)
-        d[name].show()
-    win.splitDockWidget(d["Embeddings"], d["Positions"], horizontal)
-    win.splitDockWidget(d["Layer stack"], d["KV cache"], horizontal)
-    win.splitDockWidget(d["KV cache"], d["Timing"], vertical)
+    for dock in docks:
+        win.removeDockWidget(dock)
+    rows = [docks[i : i + 3] for i in range(0, len(docks), 3)]
+    win.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, rows[0][0])
+    for above, row in zip(rows[:-1], rows[1:], strict=True):  # first column, then each row
+        win.splitDockWidget(above[0], row[0], vertical)
+    for row in rows:
+        for left, right in zip(row[:-1], row[1:], strict=True):
+            win.splitDockWidget(left, right, horizontal)
+    for dock in docks:
+        dock.show()
     QApplication.processEvents()
-    win.resizeDocks([d["Embeddings"], d["Positions"]], [300, 260], horizontal)
-    win.resizeDocks([d["Attention"], d["Layer stack"], d["KV cache"]], [560, 760, 600], horizontal)
-    win.resizeDocks([d["KV cache"], d["Timing"]], [220, 220], vertical)
 
 
 def paints(pane) -> list[float]:  # noqa: ANN001

@@ -58,6 +58,12 @@ def set_icon(app: Any) -> None:
 def run_gui(args: argparse.Namespace) -> int:
     """Open the window; whatever fails, one line (and a log) and the model thread is stopped."""
     _prepare_environment()
+    from llm_lens.desktop.qt_libs import check
+
+    problem = check()
+    if problem:  # Qt itself would abort with a core dump and no hint of the package
+        print(problem, file=sys.stderr)
+        return 1
     from PySide6.QtWidgets import QApplication
 
     from llm_lens.core.crashlog import report_crash
@@ -89,8 +95,7 @@ def _make_window(app: Any, args: argparse.Namespace) -> Any:
     if args.prompt:
         window.prompt_panel.editor.setPlainText(args.prompt)
     if args.window_size:
-        width, height = args.window_size  # checked by the parser
-        window.resize(width, height)
+        window.resize_to(*args.window_size)  # checked by the parser
     return window
 
 
@@ -100,7 +105,7 @@ def _exec(app: Any, window: Any, args: argparse.Namespace) -> int:
         from llm_lens.desktop.selftest import SelfTest
 
         window.sessions.confirm_close = False
-        test = SelfTest(window, args.tokens, args.screenshot)
+        test = SelfTest(window, args.tokens, args.screenshot, args.window_size)
         window.load(args.model)
         app.exec()
         return test.exit_code

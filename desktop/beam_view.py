@@ -27,6 +27,10 @@ from llm_lens.core.runs.beam import MAX_BEAMS, MIN_BEAMS
 from llm_lens.desktop.compare_view import error_label
 from llm_lens.desktop.controller import Controller
 
+LIVE_TITLE = "Live beams after this step, best first"
+DONE_TITLE = "Search done: the finished beams, best first (the first is the answer)"
+LIVE_HEADERS = ["beam", "text so far", "cumulative log-prob", "extends"]
+DONE_HEADERS = ["rank", "text", "score (log-prob / length^penalty)", "fate"]
 GREY = QColor("#9aa0a6")
 FINISHED = QColor("#1e8e3e")
 
@@ -108,7 +112,7 @@ class BeamView(QWidget):
         scrub.addWidget(QLabel("Step:"))
         scrub.addWidget(self.slider, 1)
         scrub.addWidget(self.step_label)
-        self.live = _table(["beam", "text so far", "cumulative log-prob", "extends"])
+        self.live = _table(LIVE_HEADERS)
         self.candidates = _table(["from", "continuation", "cumulative log-prob", "fate"])
         self.best = QLabel("", wordWrap=True)
         self.best.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -116,7 +120,8 @@ class BeamView(QWidget):
         layout.addLayout(top)
         layout.addWidget(self.error)
         layout.addLayout(scrub)
-        layout.addWidget(QLabel("Live beams after this step, best first"))
+        self.live_title = QLabel(LIVE_TITLE)
+        layout.addWidget(self.live_title)
         layout.addWidget(self.live, 2)
         layout.addWidget(QLabel("Candidates this step (2·B best continuations; pruned ones grey)"))
         layout.addWidget(self.candidates, 3)
@@ -149,6 +154,7 @@ class BeamView(QWidget):
         self.show_step(self.slider.value())
 
     def _on_finished(self, result: Any) -> None:
+        self.show_step(self.slider.value())  # the last step becomes the search's end
         self.best.setText(
             f"best beam ({result.finish_reason}): {result.text!r} · "
             f"score {result.score:.3f} (log-prob / length^{result.length_penalty:g}) · "
@@ -164,13 +170,11 @@ class BeamView(QWidget):
         frame, before = frames[index], frames[index - 1].texts if index > 0 else ()
         step = frame.step
         self.step_label.setText(f"{index} / {len(frames) - 1}")
-        rows = [
-            [str(b), one_line(text), score_text(score), f"beam {parent}"]
-            for b, (text, score, parent) in enumerate(
-                zip(frame.texts, step.scores, step.parents, strict=True)
-            )
-        ]
-        _fill(self.live, rows, [None] * len(rows))
+        result = self.compare.beam_result
+        if index == len(frames) - 1 and result is not None and result.finish_reason == "done":
+            self._show_finished(frame)
+        else:
+            self._show_live(frame)
         rows, colours = [], []
         for c in step.candidates:
             base = before[c.beam] if c.beam < len(before) else ""
@@ -178,6 +182,42 @@ class BeamView(QWidget):
             colours.append(GREY if c.fate in ("pruned", "stopped") else
                            FINISHED if c.fate == "finished" else None)  # fmt: skip
         _fill(self.candidates, rows, colours)
+
+    def _show_live(self, frame: Any) -> None:
+        """Beams still searching; none once every candidate stopped (transformers marks those
+        slots −1e9, and they are not live: the candidates table shows them stopped)."""
+        step = frame.step
+        self.live_title.setText(LIVE_TITLE)
+        self.live.setHorizontalHeaderLabels(LIVE_HEADERS)
+        rows = [
+            [str(b), one_line(text), score_text(score), f"beam {parent}"]
+            for b, (text, score, parent) in enumerate(
+                zip(frame.texts, step.scores, step.parents, strict=True)
+            )
+            if score > DONE_SCORE
+        ]
+        _fill(self.live, rows, [None] * len(rows))
+
+    def _show_finished(self, frame: Any) -> None:
+        """The end of the search: its finished hypotheses, the answer (the best) first."""
+        self.live_title.setText(DONE_TITLE)
+        self.live.setHorizontalHeaderLabels(DONE_HEADERS)
+        rows = [
+            ["best" if i == 0 else f"#{i + 1}", one_line(text), f"{h.score:.3f}", "finished"]
+            for i, (h, text) in enumerate(zip(frame.step.finished, frame.finished, strict=True))
+        ]
+        _fill(self.live, rows, [FINISHED] * len(rows))
+        if rows:
+            for c in range(self.live.columnCount()):
+                item = self.live.item(0, c)
+                if item is None:
+                    continue
+                font = QFont(item.font())
+                font.setBold(True)
+                item.setFont(font)
+
+
+DONE_SCORE = -1e8  # scores at or below: transformers' −1e9 "no live beam here"
 
 
 def score_text(score: float) -> str:

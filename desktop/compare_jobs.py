@@ -81,10 +81,11 @@ class ShownRun:
 
 @dataclass(frozen=True)
 class BeamFrame:
-    """One beam-search step and each live beam's text so far."""
+    """One beam-search step, each live beam's text so far and each finished beam's text."""
 
     step: Any  # core.beam.BeamStep
     texts: tuple[str, ...]
+    finished: tuple[str, ...] = ()  # texts of step.finished, best first
 
 
 def compare_job(
@@ -136,7 +137,9 @@ def beam_job(text: str, chat: bool, beams: int, max_new: int) -> Job:
         search = BeamSearch(engine, prompt, beams, max_new, cancel=worker.cancel)
         yield "beam_started", prompt
         for step in search:
-            yield "beam_step", BeamFrame(step, tuple(engine.texts.join(b) for b in step.beams))
+            live = tuple(engine.texts.join(b) for b in step.beams)
+            done = tuple(engine.texts.join(h.token_ids) for h in step.finished)
+            yield "beam_step", BeamFrame(step, live, done)
         yield "beam_done", search.result()
 
     return job

@@ -22,8 +22,18 @@ from PySide6.QtWidgets import (
 from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.prompt_panel import PromptPanel
 from llm_lens.desktop.resources import resource_dir
+from llm_lens.desktop.widgets import ElidedLabel
+from llm_lens.desktop.window_layout import (
+    FocusMode,
+    arrange,
+    default_size,
+    one_click_away,
+    raise_first,
+)
 
-STATE_VERSION = 1
+# 2: journey-ordered tab groups under a prompt strip. A version-1 state (and its geometry, a
+# window at least 2011 px wide) is not restored.
+STATE_VERSION = 2
 
 
 def load_examples() -> list[dict[str, Any]]:
@@ -73,20 +83,6 @@ def pane_classes() -> list[type]:
     ]
 
 
-# where each pane docks first: (area, tab group)
-_PLACES = {
-    "Tokens": (Qt.DockWidgetArea.LeftDockWidgetArea, "left"),
-    "Embeddings": (Qt.DockWidgetArea.LeftDockWidgetArea, "left2"),
-    "Positions": (Qt.DockWidgetArea.LeftDockWidgetArea, "left2"),
-    "Logits": (Qt.DockWidgetArea.RightDockWidgetArea, "right"),
-    "Sampling": (Qt.DockWidgetArea.RightDockWidgetArea, "right2"),
-    "Attention": (Qt.DockWidgetArea.BottomDockWidgetArea, "bottom"),
-    "Layer stack": (Qt.DockWidgetArea.BottomDockWidgetArea, "bottom2"),
-    "KV cache": (Qt.DockWidgetArea.BottomDockWidgetArea, "bottom2"),
-    "Timing": (Qt.DockWidgetArea.BottomDockWidgetArea, "bottom2"),
-}
-
-
 class MainWindow(QMainWindow):
     """One window for the whole journey. Requests go through :class:`Controller`."""
 
@@ -111,6 +107,7 @@ class MainWindow(QMainWindow):
         from llm_lens.desktop.session_actions import SessionActions
 
         self.sessions = SessionActions(self, settings())
+        self._restored = self._arranged = self._shown = False
         self._build_docks()
         self._build_status()
         self._build_menus()
@@ -120,33 +117,25 @@ class MainWindow(QMainWindow):
 
     def _build_docks(self) -> None:
         self.setDockNestingEnabled(True)
-        groups: dict[str, QDockWidget] = {}
         for cls in pane_classes():
             pane = cls(self.controller)
             dock = QDockWidget(pane.title, self)
             dock.setObjectName(f"dock-{pane.title}")
             dock.setWidget(pane)
-            area, group = _PLACES.get(pane.title, (Qt.DockWidgetArea.RightDockWidgetArea, "x"))
-            if group in groups:
-                self.tabifyDockWidget(groups[group], dock)
-            else:
-                self.addDockWidget(area, dock)
-                groups[group] = dock
+            self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
             self.panes[pane.title] = pane
             self.docks[pane.title] = dock
-        for first in ("Tokens", "Embeddings", "Attention", "Layer stack"):
-            if first in self.docks:
-                self.docks[first].raise_()
-        d = self.docks
-        horizontal, vertical = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
-        self.resizeDocks([d["Tokens"], d["Logits"]], [560, 560], horizontal)
-        self.resizeDocks([d["Tokens"], d["Embeddings"]], [260, 300], vertical)
-        self.resizeDocks([d["Logits"], d["Sampling"]], [300, 260], vertical)
-        self.resizeDocks([d["Attention"], d["Layer stack"]], [620, 980], horizontal)
-        self.resizeDocks([d["Attention"]], [440], vertical)
+        self.focus = FocusMode(self, STATE_VERSION)
+
+    def arrange(self) -> None:
+        """The journey's tab groups for the window's present size (View → Reset layout)."""
+        if self.focus.active:
+            self.focus.leave()
+        arrange(self, self.docks, self.width(), self.height())
 
     def _build_status(self) -> None:
-        self.model_label = QLabel("no model loaded")
+        self.model_label = ElidedLabel("no model loaded", min_chars=24)
+        self.model_label.setAlignment(Qt.AlignmentFlag.AlignRight)
         self.recorded_label = QLabel(" recorded ", visible=False)
         self.recorded_label.setToolTip("The run shown was opened from a session file")
         self.recorded_label.setStyleSheet("QLabel { background: #8e5b00; color: white; }")
@@ -156,7 +145,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.reuse_label)
         self.progress = QProgressBar(maximumWidth=220, maximum=100, visible=False)
         self.statusBar().addPermanentWidget(self.progress)
-        self.statusBar().addPermanentWidget(self.model_label)
+        self.statusBar().addPermanentWidget(self.model_label, 1)
 
     def _action(self, text: str, slot: Any, shortcut: Any = None) -> QAction:
         action = QAction(text, self)
@@ -200,6 +189,10 @@ class MainWindow(QMainWindow):
             view.addAction(dock.toggleViewAction())
         view.addSeparator()
         view.addAction(self._action("Runs of this session (history, branches)…", self.open_branch))
+        view.addAction(
+            self._action("&Focus the pane under the pointer (and back)", self.toggle_focus,
+                         ["Ctrl+M", "F11"])
+        )  # fmt: skip
         view.addAction(self._action("&Reset layout", self._reset_layout))
         help_menu = bar.addMenu("&Help")
         help_menu.addAction(self._action("&About LLM Lens", self._about))
@@ -351,19 +344,46 @@ class MainWindow(QMainWindow):
     # ----------------------------------------------------------------- state
     def _restore(self) -> None:
         s = settings()
-        self._default_state = self.saveState(STATE_VERSION)
+        self.arrange()
+        version = s.value("layoutVersion")
         geometry, state = s.value("geometry"), s.value("windowState")
-        if isinstance(geometry, QByteArray):
-            self.restoreGeometry(geometry)
+        if str(version) != str(STATE_VERSION):  # an older layout: start from the fresh one
+            geometry = state = None
+        if isinstance(geometry, QByteArray) and self.restoreGeometry(geometry):
+            self._restored = True
         else:
-            self.resize(1600, 1000)
+            self.resize(*default_size())
         if isinstance(state, QByteArray):
-            self.restoreState(state, STATE_VERSION)
+            self._restored = self.restoreState(state, STATE_VERSION)
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802 (Qt override)
+        super().showEvent(event)
+        if not self._restored and not self._arranged:
+            self._arranged = True  # groups and shares for the size the window opened at
+            self.arrange()
+        if not self._restored and not self._shown:
+            from PySide6.QtCore import QTimer
+
+            QTimer.singleShot(0, lambda: raise_first(self.docks, self.width()))
+        self._shown = True
+
+    def resize_to(self, width: int, height: int) -> None:
+        """``--window-size``: that size, and the journey's layout for it."""
+        self.resize(width, height)
+        self._arranged = True
+        self.arrange()
 
     def _reset_layout(self) -> None:
-        self.restoreState(self._default_state, STATE_VERSION)
-        for dock in self.docks.values():
-            dock.setVisible(True)
+        self.arrange()
+
+    def toggle_focus(self, dock: QDockWidget | None = None) -> None:
+        """Show the pane under the pointer alone in the window, or go back."""
+        if not self.focus.toggle(dock):
+            self.statusBar().showMessage("point at a pane, then press Ctrl+M to focus it", 4000)
+
+    def hidden_panes(self) -> list[str]:
+        """Panes neither shown nor one tab click away."""
+        return [n for n, d in self.docks.items() if not one_click_away(self, d)]
 
     def _about(self) -> None:
         import platform
@@ -412,7 +432,10 @@ class MainWindow(QMainWindow):
         if not self.sessions.may_close():
             event.ignore()
             return
+        if self.focus.active:
+            self.focus.leave()
         s = settings()
+        s.setValue("layoutVersion", STATE_VERSION)
         s.setValue("geometry", self.saveGeometry())
         s.setValue("windowState", self.saveState(STATE_VERSION))
         s.sync()

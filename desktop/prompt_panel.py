@@ -14,12 +14,14 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSlider,
     QSpinBox,
+    QSplitter,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
 
 from llm_lens.desktop.controller import Controller
+from llm_lens.desktop.widgets import ElidedLabel, FlowLayout, group
 
 
 class PromptPanel(QWidget):
@@ -56,38 +58,40 @@ class PromptPanel(QWidget):
             "Let the shown run go on for max tokens more with its own sampler settings "
             "(Ctrl+Shift+Enter); a run opened from a session needs its model loaded"
         )
-        top = QHBoxLayout()
-        for w in (QLabel("Example:"), self.examples_box, self.max_tokens):
-            top.addWidget(w)
-        mode = QHBoxLayout()  # how the text is read, on its own row: the top row stays narrow
-        mode.addWidget(self.chat_box)
-        mode.addWidget(self.special_box)
-        mode.addStretch(1)
-        top.addStretch(1)
-        top.addWidget(self.run_button)
-        top.addWidget(self.continue_button)
-        top.addWidget(self.stop_button)
+        self.examples_box.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.examples_box.setMinimumContentsLength(16)
+        top = FlowLayout()  # wraps onto a second line in a narrow window
+        top.addWidget(group(QLabel("Example:"), self.examples_box))
+        top.addWidget(group(self.chat_box, self.special_box, self.max_tokens))
+        top.addWidget(group(self.run_button, self.continue_button, self.stop_button))
         self.editor = QPlainTextEdit()
         self.editor.setPlaceholderText("Type a prompt, then press Ctrl+Enter")
-        self.editor.setMaximumHeight(110)
         self.error = QLabel(wordWrap=True, visible=False)
         self.error.setStyleSheet("QLabel { background: #b3261e; color: white; padding: 6px; }")
         self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.response = QTextBrowser()
         self.response.setPlaceholderText("The response streams here, token by token.")
+        # prompt beside response, both short: the panes below get the window's height
+        self.texts = QSplitter(Qt.Orientation.Horizontal)
+        self.texts.addWidget(self.editor)
+        self.texts.addWidget(self.response)
+        self.texts.setChildrenCollapsible(False)
+        for widget in (self.editor, self.response):
+            widget.setMinimumSize(120, 48)
         self.slider = QSlider(Qt.Orientation.Horizontal, minimum=0, maximum=0)
         self.slider.setToolTip("Step scrubber: the prefill (0) or any generated token")
-        self.step_label = QLabel("no run yet")
+        self.step_label = ElidedLabel("no run yet", min_chars=12)
         scrub = QHBoxLayout()
         scrub.addWidget(QLabel("Step:"))
-        scrub.addWidget(self.slider, 1)
-        scrub.addWidget(self.step_label)
+        scrub.addWidget(self.slider, 3)
+        scrub.addWidget(self.step_label, 2)
         layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 2, 4, 2)
         layout.addLayout(top)
-        layout.addLayout(mode)
-        layout.addWidget(self.editor)
+        layout.addWidget(self.texts, 1)
         layout.addWidget(self.error)
-        layout.addWidget(self.response, 1)
         layout.addLayout(scrub)
 
     def _wire(self) -> None:
@@ -99,6 +103,7 @@ class PromptPanel(QWidget):
         c.compare.sig_error.connect(self._on_compare_error)
         c.sig_session_changed.connect(self._on_session)
         c.sig_run_finished.connect(lambda _s: self._on_busy(c.busy))
+        c.sig_run_finished.connect(lambda _s: self._show_step())
         self.slider.valueChanged.connect(c.request_select)
         c.sig_busy_changed.connect(self._on_busy)
         c.sig_run_started.connect(self._on_run_started)
@@ -169,6 +174,7 @@ class PromptPanel(QWidget):
         self.response.setPlainText(self._response_text(steps))
         with QSignalBlocker(self.slider):
             self.slider.setRange(0, max(0, len(steps) - 1))
+        self._show_step()  # "31 / 34" would go stale while the run grows past 34
 
     def _response_text(self, steps: list[Any]) -> str:
         raw = b"".join(s.token.raw for s in steps if not s.token.special)
@@ -177,8 +183,13 @@ class PromptPanel(QWidget):
     def _on_selection(self, index: int) -> None:
         with QSignalBlocker(self.slider):
             self.slider.setValue(index)
-        steps = self.controller.steps
-        if not steps:
+        self._show_step()
+
+    def _show_step(self) -> None:
+        """The selected step over the steps there are now."""
+        c = self.controller
+        steps, index = c.steps, c.selected
+        if not steps or not 0 <= index < len(steps):
             return
         step = steps[index]
         kind = "prefill" if index == 0 else "decode"

@@ -1,4 +1,5 @@
-"""``llm-lens --selftest``: the real window, the bundled model, a short run, every pane checked."""
+"""``llm-lens --selftest``: the real window, the bundled model, a short run, every pane checked:
+each received data, and each fits the window (no control outside it, no plot too small)."""
 
 from __future__ import annotations
 
@@ -32,8 +33,15 @@ def missing_resources() -> str:
 class SelfTest:
     """Drives the window through load → run → analyses, then checks and exits the event loop."""
 
-    def __init__(self, window: Any, tokens: int, screenshot: str | None) -> None:
+    def __init__(
+        self,
+        window: Any,
+        tokens: int,
+        screenshot: str | None,
+        size: tuple[int, int] | None = None,
+    ) -> None:
         self.window = window
+        self.size = size  # --window-size: the window must fit it
         self.tokens = tokens
         self.screenshot = screenshot
         self.exit_code = 1
@@ -68,6 +76,12 @@ class SelfTest:
         missing = missing_resources()
         if missing:
             self._fail(missing)
+            return
+        from llm_lens.desktop.fit_check import fit_problems
+
+        problems = fit_problems(self.window, self.size)
+        if problems:
+            self._fail("the window does not fit:\n  " + "\n  ".join(problems))
             return
         if self.screenshot:
             if not self.window.grab().save(self.screenshot, "PNG"):

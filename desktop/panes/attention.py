@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSignalBlocker, Signal
+from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
 from llm_lens.desktop.controller import Controller
@@ -30,6 +31,12 @@ def visible_text(text: str, limit: int = 10) -> str:
     """Token text with whitespace made visible and long pieces shortened, for axis labels."""
     shown = text.translate(_WHITESPACE) or "∅"
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+def label_step(cells: float, pixels: float, label_px: float) -> int:
+    """Show every k-th of ``cells`` labels along ``pixels`` so that each gets ``label_px``."""
+    per_cell = max(pixels, 1.0) / max(cells, 1.0)
+    return max(1, math.ceil(label_px / per_cell))
 
 
 def strip(row: np.ndarray, bins: int) -> np.ndarray:
@@ -121,6 +128,9 @@ class AttentionPane(Pane):
         self.map_plot.setMenuEnabled(False)
         self.image = pg.ImageItem(axisOrder="row-major", nanPolicy="omit")
         self.map_plot.addItem(self.image)
+        vb = self.map_plot.getViewBox()
+        vb.sigRangeChanged.connect(self._relabel)  # zoomed: labels for the cells on screen
+        vb.sigResized.connect(self._relabel)
         self.bar = pg.ColorBarItem(values=(0, 1), colorMap="viridis", interactive=False, width=12)
         self.bar.setImageItem(self.image, insert_in=self.map_plot)
         self.grid_plot = self.graphics.addPlot(row=0, col=1)
@@ -139,8 +149,13 @@ class AttentionPane(Pane):
         for item in (self.layer_lines, self.group_lines, self.cursor):
             self.grid_plot.addItem(item)
         steady_axes(self.map_plot, self.grid_plot)
+        for plot in (self.map_plot, self.grid_plot):  # no numbers before there is a model
+            plot.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
+            for side in ("left", "bottom"):
+                plot.getAxis(side).setTicks([[]])
         self.graphics.ci.layout.setColumnStretchFactor(0, 3)
         self.graphics.ci.layout.setColumnStretchFactor(1, 1)
+        self.grid_plot.setMinimumWidth(150)  # nine heads stay clickable in a narrow pane
 
     # ----------------------------------------------------------------- interaction
     def tile_clicked(self, y: float, x: float) -> None:
@@ -167,9 +182,7 @@ class AttentionPane(Pane):
             levels = self._levels()
             self.image.setImage(image, levels=levels)
             self.bar.setLevels(levels)
-            if size != self._view_size:
-                self._view_size = size
-                self.map_plot.setRange(xRange=(0, size), yRange=(0, size), padding=0)
+            self._fit_view(len(self.positions))
             self._apply_ticks()
         self._header(step, layer, head, amap)
         self._render_overview(step)
@@ -226,6 +239,17 @@ class AttentionPane(Pane):
         self.labels = [where(p) + visible_text(texts[p]) for p in self.positions]
         return image, size
 
+    def _fit_view(self, content: int) -> None:
+        """Frame the selected step's map, nothing more: the image keeps a padded, stable shape
+        (a whole run's size), and auto-range or zooming out would show its empty padding."""
+        if content == self._view_size or content == 0:
+            return
+        self._view_size = content
+        vb = self.map_plot.getViewBox()
+        vb.setLimits(xMin=0, xMax=content, yMin=0, yMax=content)
+        vb.setRange(xRange=(0, content), yRange=(0, content), padding=0)
+        vb.disableAutoRange()
+
     def _levels(self) -> tuple[float, float]:
         """0..1, or stretched to the 98th percentile of the causal cells (beyond key 0)."""
         if not self.contrast.isChecked() or self.matrix.size == 0:
@@ -236,17 +260,22 @@ class AttentionPane(Pane):
         return (0.0, float(max(np.percentile(causal, 98), 1e-3)))
 
     def _apply_ticks(self) -> None:
-        """Token labels on both axes, thinned so they do not overlap at the current size."""
+        """Token labels on both axes, every k-th so that they never overlap at this size."""
         vb = self.map_plot.getViewBox()
         n = len(self.labels)
-        every_y = max(1, math.ceil(n * 14 / max(vb.height(), 120)))
-        every_x = max(1, math.ceil(n * 52 / max(vb.width(), 200)))
+        if n == 0:
+            return
+        metrics = QFontMetrics(self.map_plot.getAxis("bottom").style["tickFont"] or QFont())
+        widest = max(metrics.horizontalAdvance(label) for label in self.labels) + 8
+        x0, x1 = vb.viewRange()[0]
+        cells = max(x1 - x0, 1.0)  # cells on screen (zoomed in: fewer)
+        every_y = label_step(cells, vb.height(), metrics.height() + 2)
+        every_x = label_step(cells, vb.width(), widest)
         for axis, every in (("left", every_y), ("bottom", every_x)):
             ticks = [(i + 0.5, self.labels[i]) for i in range(0, n, every)]
             self.map_plot.getAxis(axis).setTicks([ticks])
 
-    def resizeEvent(self, event: Any) -> None:  # noqa: N802 (Qt override)
-        super().resizeEvent(event)
+    def _relabel(self, *_: object) -> None:
         if self.labels:
             self._apply_ticks()
 

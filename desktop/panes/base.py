@@ -26,6 +26,17 @@ def steady_axes(*plots: Any) -> None:
             plot.getAxis(name).setStyle(autoReduceTextSpace=False)
 
 
+def plain_axes(root: QWidget) -> None:
+    """No SI prefix on any axis of ``root``'s plots: token positions, layers and heads are
+    counts, and an empty plot's −0.5…0.5 range read "(x0.001)" with ticks of −500…500."""
+    import pyqtgraph as pg
+
+    for view in root.findChildren(pg.GraphicsView):
+        for item in view.scene().items():
+            if isinstance(item, pg.AxisItem):
+                item.enableAutoSIPrefix(False)
+
+
 class Pane(QWidget):
     """Base of all panes. Subclasses implement :meth:`render` and :meth:`clear`.
 
@@ -49,6 +60,10 @@ class Pane(QWidget):
         controller.sig_run_started.connect(self._on_run_started)
         controller.sig_model_loaded.connect(self._on_model_loaded)
         controller.sig_result.connect(self.on_result)
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802 (Qt override)
+        super().showEvent(event)
+        plain_axes(self)
 
     def schedule(self, *_: object) -> None:
         """Ask for a render; the scheduler runs it soon, never in the same turn as another pane."""

@@ -19,6 +19,7 @@ from PySide6.QtCore import QPointF, Qt
 from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.panes.attention import visible_text
 from llm_lens.desktop.panes.base import Pane
+from llm_lens.desktop.widgets import ElidedLabel
 
 MAX_LABELS = 60  # text labels drawn at once in either mode
 HOVER_PX = 8  # how close (in pixels) the mouse must be to a point to name it
@@ -102,8 +103,8 @@ class EmbeddingsPane(Pane):
         self.mode = qw.QComboBox()
         self.mode.addItems(MODES)
         self.mode.currentIndexChanged.connect(self._mode_changed)
-        self.explained = qw.QLabel()
-        self.hover = qw.QLabel()
+        self.explained = ElidedLabel(min_chars=10)
+        self.hover = ElidedLabel(min_chars=10)
         self.stack = qw.QStackedWidget()
         self.neighbour_title = qw.QLabel("Click a token for its nearest neighbours")
         self.neighbour_title.setWordWrap(True)
@@ -113,12 +114,14 @@ class EmbeddingsPane(Pane):
         top.addWidget(qw.QLabel("Show"))
         top.addWidget(self.mode)
         top.addWidget(self.explained, 1)
-        side = qw.QVBoxLayout()
+        self.neighbour_box = qw.QWidget()  # the vocabulary map's: hidden with layer paths
+        side = qw.QVBoxLayout(self.neighbour_box)
+        side.setContentsMargins(0, 0, 0, 0)
         side.addWidget(self.neighbour_title)
         side.addWidget(self.neighbour_list, 1)
         body = qw.QHBoxLayout()
         body.addWidget(self.stack, 4)
-        body.addLayout(side, 1)
+        body.addWidget(self.neighbour_box, 1)
         layout = qw.QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addLayout(top)
@@ -172,7 +175,13 @@ class EmbeddingsPane(Pane):
 
     # ----------------------------------------------------------------- events
     def _mode_changed(self, _index: int) -> None:
+        """Each mode shows only its own parts: the neighbour list belongs to the vocabulary map,
+        and the note above the plot is redrawn for the new mode."""
+        vocabulary = self.mode.currentIndex() == 0
         self.stack.setCurrentIndex(self.mode.currentIndex())
+        self.neighbour_box.setVisible(vocabulary)
+        self.explained.setText("")
+        self._paths_run = -1  # the paths note is written when the paths are drawn
         self.schedule()
 
     def on_result(self, kind: str, key: object, result: object) -> None:

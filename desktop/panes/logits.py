@@ -132,6 +132,8 @@ class LogitsPane(Pane):
         for item in self.values:
             item.setText("")
         self.plot.getAxis("left").setTicks([[], []])
+        self.plot.setXRange(0.0, 1.0, padding=0)  # an empty plot: probabilities 0…1
+        self.plot.setYRange(-0.6, TOP - 0.4, padding=0)
         self.info.setText("no step selected")
 
     # ----------------------------------------------------------------- export

@@ -17,7 +17,6 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QDoubleSpinBox,
-    QGridLayout,
     QLabel,
     QSlider,
     QSpinBox,
@@ -31,6 +30,7 @@ from llm_lens.core.sampling import STAGE_ORDER, SamplingParams, stages_of
 from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.panes.base import Pane, steady_axes
 from llm_lens.desktop.panes.logits import BAR_BRUSH, CHOSEN_BRUSH, horizontal_bars, tick_label
+from llm_lens.desktop.widgets import FlowLayout, group
 
 STAGES = ("raw", *STAGE_ORDER)
 STAGED_KEPT = 64  # staged steps kept (a few KB each)
@@ -124,23 +124,21 @@ class SamplingControls(QWidget):
         self.greedy.toggled.connect(self.sig_edited)
 
     def _lay_out(self) -> None:
-        grid = QGridLayout(self)
-        grid.setContentsMargins(0, 0, 0, 0)
-        grid.addWidget(QLabel("temperature (0 = greedy)"), 0, 0, 1, 2)
-        grid.addWidget(self.temp_slider, 0, 2, 1, 3)
-        grid.addWidget(self.temperature, 0, 5)
-        grid.addWidget(QLabel("seed"), 0, 6)
-        grid.addWidget(self.seed, 0, 7)
-        grid.addWidget(self.greedy, 0, 8)
-        row = (
+        """Label-and-box groups that wrap onto more lines in a narrow pane."""
+        self.temp_slider.setMinimumWidth(80)
+        flow = FlowLayout(self)
+        flow.addWidget(
+            group(QLabel("temperature (0 = greedy)"), self.temp_slider, self.temperature)
+        )
+        for label, box in (
             ("top-k", self.top_k),
             ("top-p", self.top_p),
             ("min-p", self.min_p),
             ("repetition penalty", self.repetition_penalty),
-        )
-        for i, (label, box) in enumerate(row):
-            grid.addWidget(QLabel(label), 1, 2 * i + (1 if i == 3 else 0), 1, 2 if i == 3 else 1)
-            grid.addWidget(box, 1, 2 * i + 1 + (1 if i == 3 else 0))
+            ("seed", self.seed),
+        ):
+            flow.addWidget(group(QLabel(label), box))
+        flow.addWidget(self.greedy)
 
     def _sync_slider(self, value: float) -> None:
         self.temp_slider.blockSignals(True)
@@ -303,7 +301,11 @@ class SamplingPane(Pane):
         for stats in self.stats.values():
             stats.setText("")
         self.stats["raw"].setText("no step selected")
-        self.plots["raw"].getAxis("left").setTicks([[], []])
+        raw = self.plots["raw"]
+        raw.getAxis("left").setTicks([[], []])
+        raw.setXRange(0.0, 1.0, padding=0)  # not a zero-width range ("2e-235" ticks)
+        raw.setYRange(-0.6, SHOW - 0.4, padding=0)
+        self.stats["raw"].setPos(1.0, SHOW - 0.4)
 
     # ----------------------------------------------------------------- settings
     def _on_edited(self) -> None:
