@@ -189,17 +189,11 @@ def _kv_heads(cfg: Mapping[str, Any], family: str, heads: int, where: str) -> in
     return heads
 
 
-def _window_of(section: Mapping[str, Any], key: str, where: str) -> int:
-    window = _get_int(section, (key,), where)
-    if window is None:
-        raise ConfigError(f"{where} has layers of sliding type but no {key}")
-    return window
-
-
-def _types_from_transformers(section: Mapping[str, Any]) -> list[str] | None:
-    """The layer types transformers' own config class derives when config.json lists none
-    (Gemma 2 alternates, Gemma 3 follows ``sliding_window_pattern``, Qwen2 reads
-    ``use_sliding_window`` and ``max_window_layers``); None when it cannot say."""
+def _transformers_config(section: Mapping[str, Any]) -> Any | None:
+    """transformers' own config class for this section, which derives the layer types when
+    config.json lists none (Gemma 2 alternates, Gemma 3 follows ``sliding_window_pattern``, Qwen2
+    reads ``use_sliding_window`` and ``max_window_layers``) and fills its defaults; None when it
+    cannot say (an unknown family, or a config its class refuses)."""
     try:
         import logging
         import warnings
@@ -209,24 +203,33 @@ def _types_from_transformers(section: Mapping[str, Any]) -> list[str] | None:
         logging.getLogger("transformers").setLevel(logging.ERROR)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            config = CONFIG_MAPPING[str(section.get("model_type"))](**section)
-    except Exception:  # unknown family, or a config its class refuses: fall back to the fields
+            return CONFIG_MAPPING[str(section.get("model_type"))](**section)
+    except Exception:
         return None
-    types = getattr(config, "layer_types", None)
-    return list(types) if isinstance(types, list) else None
+
+
+def _window_of(section: Mapping[str, Any], config: Any, key: str, where: str) -> int:
+    window = _get_int(section, (key,), where)
+    if window is None and isinstance(getattr(config, key, None), int):
+        window = int(getattr(config, key))
+    if window is None:
+        raise ConfigError(f"{where} has layers of sliding type but no {key}")
+    return window
 
 
 def _windows(section: Mapping[str, Any], layers: int, where: str) -> tuple[int, ...]:
     """Per layer, the sliding window its cache keeps (0: full), as transformers builds it."""
+    config = None
     types = section.get("layer_types")
     if not isinstance(types, list):
-        types = _types_from_transformers(section)
+        config = _transformers_config(section)
+        types = getattr(config, "layer_types", None)
     if isinstance(types, list):
         out = []
         for t in types:
             if t in ("sliding_attention", "chunked_attention"):
                 key = "sliding_window" if t == "sliding_attention" else "attention_chunk_size"
-                out.append(_window_of(section, key, where))
+                out.append(_window_of(section, config, key, where))
             else:
                 out.append(0)
         return tuple(out)

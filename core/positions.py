@@ -224,7 +224,9 @@ def _alibi(model: Any, cfg: Any) -> AlibiSlopes | None:
     if build is None:
         return None
     heads = int(cfg.num_attention_heads)
-    mask = torch.ones((1, 2), dtype=torch.long)  # two positions: the bias at position 1 is the slope
+    mask = torch.ones(
+        (1, 2), dtype=torch.long
+    )  # two positions: the bias at position 1 is the slope
     alibi = build(mask, heads, torch.float32)  # (heads, 1, 2)
     slopes = alibi[:, 0, 1].float().numpy()
     head_dim = cfg.hidden_size // heads
