@@ -169,3 +169,23 @@ def test_falcon_measured_is_what_the_tensors_hold(variant: dict[str, Any], held_
     assert kv.cached_kv_heads == held_heads
     assert kv.bytes_total == 2 * LAYERS * held_heads * (32 // 4) * 4 * PROMPT
     assert np.all(kv.held_tokens == PROMPT)
+
+
+def test_engine_run_on_mistral_past_its_window(loaded: Any) -> None:
+    """Through the step loop: every StepRecord's KV figures, with a prompt longer than the window."""
+    from llm_lens.core.loading import LoadedModel
+    from llm_lens.core.loop.engine import Engine, RunConfig
+    from llm_lens.core.sampling import GREEDY
+
+    config = _config("mistral", sliding_window=WINDOW, vocab_size=len(loaded.tokenizer))
+    model = _model(config)
+    engine = Engine(LoadedModel(model, loaded.tokenizer, describe(model, "m", "t", "t")))
+    prompt = engine.tokenize("The quick brown fox jumps over the lazy dog", chat=False)
+    assert len(prompt) > WINDOW
+    run = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=4))
+    per_layer_token = 2 * 2 * 8 * 4  # K and V, 2 KV heads, head_dim 8, float32
+    for i, step in enumerate(run.run_all()):
+        kv = step.kv
+        assert kv.tokens == len(prompt) + i == step.position + 1
+        assert kv.formula_bytes == kv.bytes_total == LAYERS * per_layer_token * (WINDOW - 1)
+        assert kv.bytes_added == (kv.bytes_total if i == 0 else 0)
