@@ -232,3 +232,49 @@ def _alibi(model: Any, cfg: Any) -> AlibiSlopes | None:
     head_dim = cfg.hidden_size // heads
     scale = 1 / math.sqrt(head_dim) if cfg.model_type == "falcon" else 1.0
     return AlibiSlopes(frozen(slopes, np.float32), scale)
+
+
+# ----------------------------------------------------------------------- session form
+_ROPE_ARRAYS = ("inv_freq", "angles", "distances", "score_vs_distance")
+_ROPE_FIELDS = ("layer_type", "layers", "rope_type", "theta", "head_dim", "rotary_dim",
+                "attention_scaling")  # fmt: skip
+
+
+def view_arrays(view: PositionView) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """(arrays, json) of a view, to store in a session file beside a run (``positions_*``)."""
+    arrays: dict[str, np.ndarray] = {}
+    meta: dict[str, Any] = {"kind": view.kind, "positions": view.positions, "rope": []}
+    for i, s in enumerate(view.rope):
+        for name in _ROPE_ARRAYS:
+            arrays[f"positions_rope{i}_{name}"] = getattr(s, name)
+        meta["rope"].append({f: getattr(s, f) for f in _ROPE_FIELDS})
+    if view.learned is not None:
+        arrays["positions_table"] = view.learned.table
+        arrays["positions_similarity"] = view.learned.similarity
+        t = view.learned
+        meta["learned"] = {"offset": t.offset, "table_size": t.table_size, "module": t.module}
+    if view.alibi is not None:
+        arrays["positions_slopes"] = view.alibi.slopes
+        meta["alibi_scale"] = view.alibi.bias_scale
+    return arrays, meta
+
+
+def view_from_arrays(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> PositionView:
+    """The view :func:`view_arrays` stored."""
+    rope = tuple(
+        RopeSet(
+            **{**m, "layers": tuple(m["layers"])},
+            **{n: frozen(arrays[f"positions_rope{i}_{n}"], np.float32) for n in _ROPE_ARRAYS},
+        )
+        for i, m in enumerate(meta.get("rope", []))
+    )
+    learned = alibi = None
+    if "learned" in meta:
+        learned = LearnedTable(
+            frozen(arrays["positions_table"], np.float32),
+            frozen(arrays["positions_similarity"], np.float32),
+            **meta["learned"],
+        )
+    if "positions_slopes" in arrays:
+        alibi = AlibiSlopes(frozen(arrays["positions_slopes"], np.float32), meta["alibi_scale"])
+    return PositionView(meta["kind"], int(meta["positions"]), rope, learned, alibi)

@@ -172,7 +172,7 @@ def test_falcon_measured_is_what_the_tensors_hold(variant: dict[str, Any], held_
 
 
 def test_engine_run_on_mistral_past_its_window(loaded: Any) -> None:
-    """Through the step loop: every StepRecord's KV figures, with a prompt longer than the window."""
+    """Through the step loop: every StepRecord's KV figures, the prompt longer than the window."""
     from llm_lens.core.loading import LoadedModel
     from llm_lens.core.loop.engine import Engine, RunConfig
     from llm_lens.core.sampling import GREEDY

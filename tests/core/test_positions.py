@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from llm_lens.core.positions import ALIBI, LEARNED, NONE, ROPE, position_view
+from llm_lens.core.positions import (
+    ALIBI,
+    LEARNED,
+    NONE,
+    ROPE,
+    position_view,
+    view_arrays,
+    view_from_arrays,
+)
 
 N = 40  # positions asked for: past the tiny models' 16-token original context where it matters
 BASE = dict(
@@ -222,3 +230,32 @@ def test_bundled_model_rope(loaded: Any) -> None:
     rope = view.rope[0]
     assert (rope.theta, rope.rotary_dim, rope.head_dim) == (100000.0, 64, 64)
     np.testing.assert_allclose(rope.inv_freq, _theta_only(100000.0, 64), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "overrides"),
+    [
+        ("gemma3_text", dict(num_hidden_layers=4, head_dim=8, num_key_value_heads=2,
+                             sliding_window=8, sliding_window_pattern=2)),
+        ("opt", dict(ffn_dim=64, word_embed_proj_dim=32)),
+        ("bloom", dict(n_layer=2, n_head=4)),
+    ],
+)  # fmt: skip
+def test_session_form_round_trips(model_type: str, overrides: dict[str, Any]) -> None:
+    import json
+
+    view = position_view(_model(model_type, **overrides), 12)
+    arrays, meta = view_arrays(view)
+    back = view_from_arrays(
+        {k: np.array(v) for k, v in arrays.items()}, json.loads(json.dumps(meta))
+    )
+    assert back.kind == view.kind and back.positions == 12
+    assert [s.layers for s in back.rope] == [s.layers for s in view.rope]
+    for a, b in zip(back.rope, view.rope, strict=True):
+        np.testing.assert_array_equal(a.angles, b.angles)
+        assert (a.theta, a.rotary_dim, a.layer_type) == (b.theta, b.rotary_dim, b.layer_type)
+    if view.learned is not None:
+        np.testing.assert_array_equal(back.learned.table, view.learned.table)
+        assert back.learned.offset == view.learned.offset
+    if view.alibi is not None:
+        np.testing.assert_array_equal(back.alibi.slopes, view.alibi.slopes)
