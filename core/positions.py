@@ -261,13 +261,12 @@ def view_arrays(view: PositionView) -> tuple[dict[str, np.ndarray], dict[str, An
 
 def view_from_arrays(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> PositionView:
     """The view :func:`view_arrays` stored."""
-    rope = tuple(
-        RopeSet(
-            **{**m, "layers": tuple(m["layers"])},
-            **{n: frozen(arrays[f"positions_rope{i}_{n}"], np.float32) for n in _ROPE_ARRAYS},
-        )
-        for i, m in enumerate(meta.get("rope", []))
-    )
+    rope = []
+    for i, m in enumerate(meta.get("rope", [])):
+        fields: dict[str, Any] = {**m, "layers": tuple(m["layers"])}
+        for n in _ROPE_ARRAYS:
+            fields[n] = frozen(arrays[f"positions_rope{i}_{n}"], np.float32)
+        rope.append(RopeSet(**fields))
     learned = alibi = None
     if "learned" in meta:
         learned = LearnedTable(
@@ -277,4 +276,4 @@ def view_from_arrays(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Pos
         )
     if "positions_slopes" in arrays:
         alibi = AlibiSlopes(frozen(arrays["positions_slopes"], np.float32), meta["alibi_scale"])
-    return PositionView(meta["kind"], int(meta["positions"]), rope, learned, alibi)
+    return PositionView(meta["kind"], int(meta["positions"]), tuple(rope), learned, alibi)
