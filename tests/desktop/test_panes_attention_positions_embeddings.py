@@ -199,6 +199,7 @@ def test_svg_export(qtbot, ran, tmp_path):
 
     wait_result(qtbot, ran, "attention_map", layer=0, head=0, max_size=256)
     wait_result(qtbot, ran, "embedding_projection")
+    wait_result(qtbot, ran, "positions", positions=len(ran.prompt))
     for cls in (PositionsPane, AttentionPane, EmbeddingsPane):
         pane = cls(ran)
         qtbot.addWidget(pane)
