@@ -162,6 +162,12 @@ class KVCachePane(Pane):
         layers = np.arange(per_layer.shape[0])
         self.key_bars.setOpts(x=layers, height=per_layer[:, 0])
         self.value_bars.setOpts(x=layers, height=per_layer[:, 1], y0=per_layer[:, 0])
+        windowed = [str(i) for i, w in enumerate(step.kv.windows) if w > 0]
+        title = "per layer (selected step)"
+        if windowed:
+            title = f"per layer (selected step); windowed: {', '.join(windowed)}"
+        if self.layer_plot.titleLabel.text != title:  # a new title re-lays out the plot
+            self.layer_plot.setTitle(title)
         top = float(per_layer.sum(axis=1).max())
         self.layer_plot.setYRange(0, top * 1.25)  # head-room for the legend
         byte_axis(self.layer_plot, top)

@@ -168,6 +168,7 @@ def test_kv_pane_gemma2_alternating(kv_pane, bare) -> None:
     text = kv_pane.formula_label.text()
     assert "tokens seen: 14; 2 full-attention layers hold all of them, 2 with a 5-token" in text
     assert "in the full-attention layers only" in text and "DIFFERENT" not in text
+    assert kv_pane.layer_plot.titleLabel.text.endswith("windowed: 0, 2")
     heights = kv_pane.key_bars.opts["height"]
     assert heights[1] > heights[0] and heights[3] > heights[2]  # full layers hold more
 
