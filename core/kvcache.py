@@ -1,7 +1,16 @@
-"""KV-cache memory as actually held, next to the formula that predicts it."""
+"""KV-cache memory as actually held, next to the formula that predicts it.
+
+A full-attention layer keeps a key and a value for every token the model has seen. A
+sliding-window layer (Mistral, Gemma 2/3's local layers, Qwen2 with ``use_sliding_window``) keeps
+only the last ``window - 1`` of them: transformers' ``DynamicSlidingWindowLayer`` trims to that
+after each forward, so such a layer stops growing. The formula here accounts for that per layer,
+with the window each cache layer was built with, and counts tokens as the model has seen them
+(not the trimmed length), so "tokens" and "added this step" stay right past the window.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,22 +26,51 @@ def cache_tensors(cache: Any) -> list[tuple[Any, Any]]:
     return list(zip(cache.key_cache, cache.value_cache, strict=True))
 
 
-def formula_bytes(info: ModelInfo, tokens: int, num_heads: int | None = None) -> int:
-    """2 × layers × kv_heads × head_dim × bytes × tokens (``num_heads`` overrides kv_heads)."""
+def cache_windows(cache: Any, num_layers: int) -> tuple[int, ...]:
+    """The sliding window each cache layer was built with, 0 for a full-attention layer."""
+    layers = list(getattr(cache, "layers", None) or [])
+    windows = [int(getattr(la, "sliding_window", 0) or 0) for la in layers]
+    return tuple((windows + [0] * num_layers)[:num_layers])
+
+
+def held_tokens(seen: int, window: int) -> int:
+    """Tokens a layer holds after the model has seen ``seen``: all, or the last window − 1."""
+    return seen if window <= 0 else min(seen, window - 1)
+
+
+def seen_tokens(cache: Any) -> int:
+    """Tokens the model has read into ``cache`` (a windowed layer's own count goes on past it)."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        return max((int(la.get_seq_length()) for la in layers), default=0)
+    return int(cache.get_seq_length())
+
+
+def formula_bytes(
+    info: ModelInfo, tokens: int, num_heads: int | None = None, windows: Sequence[int] = ()
+) -> int:
+    """Σ over layers of 2 × kv_heads × head_dim × bytes × tokens held (``num_heads`` overrides
+    kv_heads; a layer with a window > 0 holds at most window − 1 tokens)."""
     heads = num_heads or info.num_kv_heads
-    return 2 * info.num_layers * heads * info.head_dim * info.dtype_bytes * tokens
+    per_token = 2 * heads * info.head_dim * info.dtype_bytes
+    windows = tuple(windows) or (0,) * info.num_layers
+    return sum(per_token * held_tokens(tokens, w) for w in windows)
 
 
 def measure(cache: Any, info: ModelInfo, previous_total: int) -> KVCacheStats:
     """Sum the bytes of every key and value tensor the cache holds right now."""
     per_layer = np.zeros((info.num_layers, 2), dtype=np.int64)
-    tokens = 0
+    held = np.zeros(info.num_layers, dtype=np.int64)
+    heads = 0
     for i, (k, v) in enumerate(cache_tensors(cache)):
         if k is None or k.numel() == 0:
             continue
         per_layer[i] = (k.numel() * k.element_size(), v.numel() * v.element_size())
-        tokens = max(tokens, int(k.shape[-2]))
+        held[i] = int(k.shape[-2])
+        heads = max(heads, int(k.shape[1]))  # (batch, kv_heads, tokens, head_dim)
     total = int(per_layer.sum())
+    seen = seen_tokens(cache)
+    windows = cache_windows(cache, info.num_layers)
     allocated = reserved = None
     device = next(iter(cache_tensors(cache)), (None, None))[0]
     if device is not None and device.is_cuda:
@@ -41,12 +79,15 @@ def measure(cache: Any, info: ModelInfo, previous_total: int) -> KVCacheStats:
         allocated = int(torch.cuda.memory_allocated(device.device))
         reserved = int(torch.cuda.memory_reserved(device.device))
     return KVCacheStats(
-        tokens=tokens,
+        tokens=seen,
         bytes_total=total,
         bytes_added=total - previous_total,
         per_layer=frozen(per_layer),
-        formula_bytes=formula_bytes(info, tokens),
-        mha_bytes=formula_bytes(info, tokens, info.num_heads),
+        formula_bytes=formula_bytes(info, seen, windows=windows),
+        mha_bytes=formula_bytes(info, seen, info.num_heads, windows),
         device_allocated=allocated,
         device_reserved=reserved,
+        held_tokens=frozen(held),
+        windows=windows,
+        cached_kv_heads=heads or None,
     )

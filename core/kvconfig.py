@@ -3,7 +3,9 @@
 The cache, not the weights, is what grows with context: every generated token keeps one key and one
 value vector per layer per KV head. This module reads the handful of config fields that fix that
 size, under the several spellings model families use, and refuses to guess when a field is missing.
-The figures are for a full-attention cache (what a `DynamicCache` holds without sliding windows).
+Layers with a sliding window (Mistral, Gemma 2/3's local layers, Qwen2 with
+``use_sliding_window``) hold only the last ``window - 1`` tokens in transformers' ``DynamicCache``,
+so at N tokens each layer is counted with what it holds: ``min(N, window - 1)`` or N.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ class KVLayout:
     num_kv_heads: int  # KV heads actually cached: 1 for MQA, num_heads for MHA
     head_dim: int
     context_length: int | None
+    windows: tuple[int, ...] = ()  # per layer: its sliding window, 0 for full attention
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_heads", "num_kv_heads", "head_dim"):
@@ -95,15 +98,39 @@ class KVLayout:
             raise ConfigError(
                 f"num_kv_heads {self.num_kv_heads} does not divide num_heads {self.num_heads}"
             )
+        if not self.windows:
+            object.__setattr__(self, "windows", (0,) * self.num_layers)
+        if len(self.windows) != self.num_layers:
+            raise ConfigError(
+                f"{len(self.windows)} layer types for {self.num_layers} layers in the config"
+            )
+
+    @property
+    def sliding_layers(self) -> int:
+        return sum(1 for w in self.windows if w > 0)
+
+    def held_tokens(self, tokens: int) -> tuple[int, ...]:
+        """Tokens each layer holds after `tokens`: all, or the last window − 1 (transformers'
+        ``DynamicSlidingWindowLayer``)."""
+        return tuple(tokens if w <= 0 else min(tokens, w - 1) for w in self.windows)
 
     def bytes_per_token(self, dtype_bytes: int, batch: int = 1) -> int:
-        """Bytes one token adds to the cache: a key and a value per layer per KV head."""
+        """Bytes one token adds to a full-attention cache: a key and a value per layer per KV
+        head (a windowed layer stops adding once its window is full)."""
         return self._bytes(self.num_kv_heads, dtype_bytes, batch)
 
     def total_bytes(self, tokens: int, dtype_bytes: int, batch: int = 1) -> int:
         """Bytes the cache holds after `tokens` tokens of each of `batch` sequences."""
+        return self._held_bytes(self.num_kv_heads, tokens, dtype_bytes, batch)
+
+    def mha_total_bytes(self, tokens: int, dtype_bytes: int, batch: int = 1) -> int:
+        """`total_bytes` if every query head kept its own K/V."""
+        return self._held_bytes(self.num_heads, tokens, dtype_bytes, batch)
+
+    def _held_bytes(self, kv_heads: int, tokens: int, dtype_bytes: int, batch: int) -> int:
         _check_positive("tokens", tokens)
-        return self.bytes_per_token(dtype_bytes, batch) * tokens
+        per_layer_token = self._bytes(kv_heads, dtype_bytes, batch) // self.num_layers
+        return per_layer_token * sum(self.held_tokens(tokens))
 
     def mha_bytes_per_token(self, dtype_bytes: int, batch: int = 1) -> int:
         """What a token would cost if every query head kept its own K/V (no GQA/MQA saving)."""
@@ -181,6 +208,56 @@ def _kv_heads(cfg: Mapping[str, Any], family: str, heads: int, where: str) -> in
     return heads
 
 
+def _transformers_config(section: Mapping[str, Any]) -> Any | None:
+    """transformers' own config class for this section, which derives the layer types when
+    config.json lists none (Gemma 2 alternates, Gemma 3 follows ``sliding_window_pattern``, Qwen2
+    reads ``use_sliding_window`` and ``max_window_layers``) and fills its defaults; None when it
+    cannot say (an unknown family, or a config its class refuses)."""
+    try:
+        import logging
+        import warnings
+
+        from transformers import CONFIG_MAPPING
+
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return CONFIG_MAPPING[str(section.get("model_type"))](**section)
+    except Exception:
+        return None
+
+
+def _window_of(section: Mapping[str, Any], config: Any, key: str, where: str) -> int:
+    window = _get_int(section, (key,), where)
+    if window is None and isinstance(getattr(config, key, None), int):
+        window = int(getattr(config, key))
+    if window is None:
+        raise ConfigError(f"{where} has layers of sliding type but no {key}")
+    return window
+
+
+def _windows(section: Mapping[str, Any], layers: int, where: str) -> tuple[int, ...]:
+    """Per layer, the sliding window its cache keeps (0: full), as transformers builds it."""
+    config = None
+    types = section.get("layer_types")
+    if not isinstance(types, list):
+        config = _transformers_config(section)
+        types = getattr(config, "layer_types", None)
+    if isinstance(types, list):
+        out = []
+        for t in types:
+            if t in ("sliding_attention", "chunked_attention"):
+                key = "sliding_window" if t == "sliding_attention" else "attention_chunk_size"
+                out.append(_window_of(section, config, key, where))
+            else:
+                out.append(0)
+        return tuple(out)
+    window = _get_int(section, ("sliding_window",), where)
+    if window is None or section.get("use_sliding_window") is False:
+        return (0,) * layers
+    return (window,) * layers  # Mistral / Mixtral: every layer windowed
+
+
 def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
     """Read the KV layout from a parsed config.json; raise ConfigError naming any missing field."""
     if cfg.get("is_encoder_decoder") is True:
@@ -197,6 +274,7 @@ def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
         num_kv_heads=_kv_heads(section, family, heads, where),
         head_dim=_head_dim(section, heads, where),
         context_length=_get_int(section, _CONTEXT_KEYS, where),
+        windows=_windows(section, layers, where),
     )
 
 
@@ -305,6 +383,7 @@ def build_report(
     nbytes = _DTYPE_BYTES[name]
     per_token = layout.bytes_per_token(nbytes, batch)
     mha_per_token = layout.mha_bytes_per_token(nbytes, batch)
+    windows = sorted({w for w in layout.windows if w > 0})
     return {
         "model": spec,
         "family": layout.family,
@@ -316,10 +395,14 @@ def build_report(
         "tokens": tokens,
         "batch": batch,
         "bytes_per_token": per_token,
-        "total_bytes": per_token * tokens,
+        "total_bytes": layout.total_bytes(tokens, nbytes, batch),
         "mha_bytes_per_token": mha_per_token,
-        "mha_total_bytes": mha_per_token * tokens,
+        "mha_total_bytes": layout.mha_total_bytes(tokens, nbytes, batch),
         "gqa_ratio": layout.num_heads // layout.num_kv_heads,
+        "layer_windows": list(layout.windows),
+        "sliding_layers": layout.sliding_layers,
+        "sliding_windows": windows,
+        "held_tokens": list(layout.held_tokens(tokens)),
     }
 
 
@@ -338,13 +421,39 @@ def _human_bytes(n: int) -> str:
     return f"{n} B" if unit == "B" else f"{size:.2f} {unit}"
 
 
+def _formula_lines(r: Mapping[str, Any], nbytes: int) -> list[str]:
+    """The formula and its numbers; with sliding windows, per group of layers holding alike."""
+    batch_term = " × batch" if r["batch"] != 1 else ""
+    batch_num = f" × {r['batch']}" if r["batch"] != 1 else ""
+    total = int(r["total_bytes"])
+    if not r.get("sliding_layers"):
+        numbers = f"2 × {r['num_layers']} × {r['num_kv_heads']} × {r['head_dim']} × {nbytes}"
+        return [
+            f"formula      2 × layers × kv_heads × head_dim × bytes × tokens{batch_term}",
+            f"             {numbers} × {r['tokens']}{batch_num} = {total} bytes",
+        ]
+    groups: dict[int, int] = {}
+    for w in r["layer_windows"]:
+        groups[w] = groups.get(w, 0) + 1
+    held = dict(zip(r["layer_windows"], r["held_tokens"], strict=True))
+    terms = " + ".join(f"{n} × {held[w]}" for w, n in sorted(groups.items()))
+    kinds = ", ".join(
+        f"{n} full-attention layers hold all {r['tokens']}" if w == 0 else
+        f"{n} layers with a {w}-token window hold min(tokens, {w - 1}) = {held[w]}"
+        for w, n in sorted(groups.items())
+    )  # fmt: skip
+    numbers = f"2 × {r['num_kv_heads']} × {r['head_dim']} × {nbytes}"
+    return [
+        f"formula      Σ layers 2 × kv_heads × head_dim × bytes × tokens held{batch_term}",
+        f"windows      {kinds}",
+        f"             {numbers} × ({terms}){batch_num} = {total} bytes",
+    ]
+
+
 def format_report(report: Mapping[str, Any]) -> str:
     """A few lines for a person: the layout, the formula with its numbers, and the sizes."""
     r = report
     nbytes = dtype_bytes(str(r["dtype"]))
-    batch_term = " × batch" if r["batch"] != 1 else ""
-    batch_num = f" × {r['batch']}" if r["batch"] != 1 else ""
-    numbers = f"2 × {r['num_layers']} × {r['num_kv_heads']} × {r['head_dim']} × {nbytes}"
     total, mha_total = int(r["total_bytes"]), int(r["mha_total_bytes"])
     return "\n".join(
         [
@@ -352,10 +461,10 @@ def format_report(report: Mapping[str, Any]) -> str:
             f"layout       {r['num_layers']} layers, {r['num_heads']} query heads, "
             f"{r['num_kv_heads']} KV heads (GQA {r['gqa_ratio']}:1), head_dim {r['head_dim']}",
             f"dtype        {r['dtype']} ({nbytes} bytes)",
-            f"formula      2 × layers × kv_heads × head_dim × bytes × tokens{batch_term}",
-            f"             {numbers} × {r['tokens']}{batch_num} = {total} bytes",
+            *_formula_lines(r, nbytes),
             f"per token    {_human_bytes(int(r['bytes_per_token']))} "
-            f"({r['bytes_per_token']} bytes)",
+            f"({r['bytes_per_token']} bytes)"
+            + (" while no window is full yet" if r.get("sliding_layers") else ""),
             f"total        {_human_bytes(total)} ({total} bytes) for {r['tokens']} tokens, "
             f"batch {r['batch']}",
             f"as MHA       {_human_bytes(mha_total)} ({mha_total} bytes) if all "

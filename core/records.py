@@ -110,14 +110,19 @@ class PromptTokens:
 class KVCacheStats:
     """KV-cache memory after a forward pass: measured from the tensors held, and by formula."""
 
-    tokens: int
+    tokens: int  # tokens the model has seen (a windowed layer holds fewer)
     bytes_total: int
     bytes_added: int
     per_layer: np.ndarray  # (layers, 2) int64: key bytes, value bytes
-    formula_bytes: int  # 2 × layers × kv_heads × head_dim × dtype bytes × tokens
+    formula_bytes: int  # Σ layers 2 × kv_heads × head_dim × dtype bytes × tokens held
     mha_bytes: int  # the same context with every query head keeping its own K and V
     device_allocated: int | None = None  # CUDA only
     device_reserved: int | None = None
+    # per layer, what it holds: tokens (a sliding-window layer stops at window − 1) and its window
+    # (0 = full attention); None / () in records read from session files, which do not store them
+    held_tokens: np.ndarray | None = None  # (layers,) int64
+    windows: tuple[int, ...] = ()
+    cached_kv_heads: int | None = None  # the heads axis of the tensors held (Falcon: all heads)
 
 
 @dataclass(frozen=True)

@@ -178,10 +178,11 @@ class Controller(QObject):
 
         Kinds: ``lens`` (step), ``prompt_lens``, ``attention_map`` (layer, head),
         ``attention_overview``, ``embedding_projection``, ``hidden_paths``, ``neighbours``
-        (token_id). The result arrives later through ``sig_result(kind, key, result)``. A run
-        reopened from a session answers from its recording, or from the model when it matches.
+        (token_id), ``positions`` (positions). The result arrives later through
+        ``sig_result(kind, key, result)``. A run reopened from a session answers from its
+        recording, or from the model when it matches.
         """
-        run_scoped = kind not in ("embedding_projection", "neighbours")
+        run_scoped = kind not in ("embedding_projection", "neighbours", "positions")
         scope = self.run_id if run_scoped else getattr(self.info, "weights_id", "")
         key = (kind, scope, *sorted(args.items()))
         if key in self._results:

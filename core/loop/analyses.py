@@ -12,6 +12,7 @@ from typing import Any
 from llm_lens.core.attention import attention_map, attention_overview
 from llm_lens.core.embeddings import embedding_projection, hidden_paths, neighbours
 from llm_lens.core.layers import logit_lens, prompt_lens
+from llm_lens.core.positions import position_view
 
 
 def compute(kind: str, engine: Any, run: Any, args: dict[str, Any]) -> Any:
@@ -19,12 +20,14 @@ def compute(kind: str, engine: Any, run: Any, args: dict[str, Any]) -> Any:
 
     Returns None when the run lacks what the kind needs (no prefill yet, no KV cache for a
     recorded run). Kinds: lens, prompt_lens, attention_map, attention_overview,
-    embedding_projection, hidden_paths, neighbours.
+    embedding_projection, hidden_paths, neighbours, positions.
     """
     if kind == "embedding_projection":
         return embedding_projection(engine)
     if kind == "neighbours":
         return neighbours(engine, args["token_id"], args.get("k", 10))
+    if kind == "positions":
+        return position_view(engine.model, args["positions"])
     prefill = getattr(run, "prefill", None)
     if prefill is None:
         return None

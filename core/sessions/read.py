@@ -226,9 +226,30 @@ def _prompt(d: dict[str, Any]) -> PromptTokens:
     return PromptTokens(str(d["text"]), str(d["rendered"]), bool(d["chat"]), tokens)
 
 
+def _ints(value: Any, what: str) -> list[int]:
+    ok = isinstance(value, list) and all(type(v) is int and v >= 0 for v in value)
+    _need(ok, f"malformed {what}")
+    return list(value)
+
+
+def _kv_layers(kv: dict[str, Any]) -> dict[str, Any]:
+    """Per-layer KV fields (tokens held, windows, heads held); absent in older files."""
+    if "held_tokens" not in kv:
+        return {}
+    heads = kv.get("cached_kv_heads")
+    _need(heads is None or (type(heads) is int and heads > 0), "malformed kv cached_kv_heads")
+    return {
+        "held_tokens": frozen(np.array(_ints(kv["held_tokens"], "kv held_tokens"), np.int64)),
+        "windows": tuple(_ints(kv.get("windows", []), "kv windows")),
+        "cached_kv_heads": heads,
+    }
+
+
 def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRecord:
     scalars = {k: d[k] for k in STEP_SCALARS}
-    kv = KVCacheStats(**{k: d["kv"][k] for k in KV_SCALARS}, per_layer=arr["kv_per_layer"])
+    kv = KVCacheStats(
+        **{k: d["kv"][k] for k in KV_SCALARS}, per_layer=arr["kv_per_layer"], **_kv_layers(d["kv"])
+    )
     summaries = tuple(
         StageSummary(g["name"], g["removed_mass"], g["kept"], g["entropy"], *next(stages))
         for g in d["stages"]

@@ -15,6 +15,7 @@ import numpy as np
 from llm_lens.core.attention import AttentionMap, attention_map, pool_rows
 from llm_lens.core.embeddings import EmbeddingProjection, embedding_projection, hidden_paths
 from llm_lens.core.layers import LensResult, PromptLens, logit_lens, prompt_lens
+from llm_lens.core.positions import PositionView, position_view, view_arrays, view_from_arrays
 from llm_lens.core.records import frozen
 from llm_lens.core.sessions.format import PROMPT_ATTENTION_LIMIT, SessionRun, session_from_run
 
@@ -24,7 +25,8 @@ LENS_K = 5
 def record_analysis(
     engine: Any, run: Any, memo: dict[Any, Any] | None = None
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """(arrays, json) of the lens per step, the prompt lens and the vocabulary projection.
+    """(arrays, json) of the lens per step, the prompt lens, the vocabulary projection and the
+    model's position scheme for the prompt's positions.
 
     ``memo`` shares work between runs saved together (branches repeat their root's prompt and
     first steps); it may hold ``"embedding_projection"``, an ``EmbeddingProjection`` already
@@ -57,6 +59,11 @@ def record_analysis(
     arrays["embedding_components"] = projection.components
     arrays["embedding_mean"] = projection.mean
     arrays["embedding_explained"] = projection.explained
+    n = len(run.prompt)
+    pos_arrays, texts["positions"] = view_arrays(
+        once(("positions", n), lambda: position_view(engine.model, n))
+    )
+    arrays.update(pos_arrays)
     return arrays, texts
 
 
@@ -159,3 +166,9 @@ class RecordedAnalysis:
 
     def _hidden_paths(self) -> Any:
         return None if self.run.prefill is None else hidden_paths(self.run.prefill.hidden)
+
+    def _positions(self, positions: int) -> PositionView | None:
+        meta = self.texts.get("positions")
+        if not isinstance(meta, dict) or meta.get("positions") != positions:
+            return None
+        return view_from_arrays(self.extras, meta)

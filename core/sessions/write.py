@@ -109,6 +109,10 @@ def _step_json(s: StepRecord) -> dict[str, Any]:
         for g in s.stages
     ]
     d["kv"] = {k: getattr(s.kv, k) for k in KV_SCALARS}
+    if s.kv.held_tokens is not None:  # what each layer holds (sliding windows), if measured
+        d["kv"]["held_tokens"] = [int(n) for n in s.kv.held_tokens]
+        d["kv"]["windows"] = list(s.kv.windows)
+        d["kv"]["cached_kv_heads"] = s.kv.cached_kv_heads
     d["timing"] = {k: getattr(s.timing, k) for k in TIMING_FIELDS}
     d["finish_reason"] = s.finish_reason
     return d

@@ -1,8 +1,10 @@
 """KV-cache memory: what the cache actually holds, step by step, beside the formula for it.
 
 The measured bytes are summed from the key and value tensors the cache holds after each forward
-pass; the formula is 2 × layers × kv_heads × head_dim × bytes × tokens. They must coincide, and
-the dashed line shows what the same context would cost if every query head kept its own K and V.
+pass; the formula is 2 × layers × kv_heads × head_dim × bytes × tokens, summed per layer over the
+tokens each holds (a sliding-window layer stops at window − 1, so it stops growing). They must
+coincide, and the dashed line shows what the same context would cost if every query head kept its
+own K and V. The x axis counts tokens as the model has seen them.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ class KVCachePane(Pane):
         plot = self.growth_plot = self.view.addPlot(
             row=0, col=0, title="KV cache memory", axisItems={"left": ByteAxis()}
         )
-        plot.setLabel("bottom", "tokens in the cache")
+        plot.setLabel("bottom", "tokens seen")
         plot.addLegend(offset=(5, 5), labelTextSize="8pt")
         self.mha_curve = plot.plot(
             pen=pg.mkPen("#ef9a9a", width=2, style=Qt.PenStyle.DashLine), name="if full MHA"
@@ -160,6 +162,12 @@ class KVCachePane(Pane):
         layers = np.arange(per_layer.shape[0])
         self.key_bars.setOpts(x=layers, height=per_layer[:, 0])
         self.value_bars.setOpts(x=layers, height=per_layer[:, 1], y0=per_layer[:, 0])
+        windowed = [str(i) for i, w in enumerate(step.kv.windows) if w > 0]
+        title = "per layer (selected step)"
+        if windowed:
+            title = f"per layer (selected step); windowed: {', '.join(windowed)}"
+        if self.layer_plot.titleLabel.text != title:  # a new title re-lays out the plot
+            self.layer_plot.setTitle(title)
         top = float(per_layer.sum(axis=1).max())
         self.layer_plot.setYRange(0, top * 1.25)  # head-room for the legend
         byte_axis(self.layer_plot, top)
@@ -169,20 +177,13 @@ class KVCachePane(Pane):
     def formula_text(self, step: Any) -> str:
         """The formula with this model's numbers, the measurement, the GQA saving, device memory."""
         info, kv = self.controller.info, step.kv
-        lines = [
-            f"step {step.index}: 2 × layers({info.num_layers}) × kv_heads({info.num_kv_heads}) × "
-            f"head_dim({info.head_dim}) × bytes({info.dtype_bytes}) × tokens({kv.tokens}) = "
-            f"{kv.formula_bytes:,} bytes = {human_bytes(kv.formula_bytes)} "
-            f"(measured: {kv.bytes_total:,} bytes"
-            + (", equal)" if kv.formula_bytes == kv.bytes_total else ", DIFFERENT)"),
-        ]
+        lines = [self._formula_line(step), *self._held_lines(info, kv)]
         saving = kv.mha_bytes / kv.bytes_total if kv.bytes_total else float("nan")
         lines.append(
             f"with full MHA ({info.num_heads} KV heads): {human_bytes(kv.mha_bytes)} — "
             f"GQA saves ×{saving:.3g}"
         )
-        what = "the prefill wrote the whole prompt" if step.is_prefill else "one token"
-        lines.append(f"added this step: {human_bytes(kv.bytes_added)} ({what})")
+        lines.append(f"added this step: {human_bytes(kv.bytes_added)} ({self._added(step)})")
         if kv.device_allocated is not None:
             lines.append(
                 f"CUDA memory: allocated {human_bytes(kv.device_allocated)}, "
@@ -191,6 +192,54 @@ class KVCachePane(Pane):
         else:
             lines.append("CPU: device memory n/a")
         return "\n".join(lines)
+
+    def _formula_line(self, step: Any) -> str:
+        info, kv = self.controller.info, step.kv
+        verdict = ", equal)" if kv.formula_bytes == kv.bytes_total else ", DIFFERENT)"
+        measured = f"(measured: {kv.bytes_total:,} bytes{verdict}"
+        windows = [w for w in kv.windows if w > 0]
+        if not windows:
+            return (
+                f"step {step.index}: 2 × layers({info.num_layers}) × kv_heads({info.num_kv_heads})"
+                f" × head_dim({info.head_dim}) × bytes({info.dtype_bytes}) × tokens({kv.tokens})"
+                f" = {kv.formula_bytes:,} bytes = {human_bytes(kv.formula_bytes)} {measured}"
+            )
+        full = len(kv.windows) - len(windows)
+        held = ", ".join(
+            f"{windows.count(w)} with a {w}-token window hold {min(kv.tokens, w - 1)}"
+            for w in sorted(set(windows))
+        )
+        return (
+            f"step {step.index}: Σ layers 2 × kv_heads({info.num_kv_heads}) × "
+            f"head_dim({info.head_dim}) × bytes({info.dtype_bytes}) × tokens held = "
+            f"{kv.formula_bytes:,} bytes = {human_bytes(kv.formula_bytes)} {measured}\n"
+            f"tokens seen: {kv.tokens}; {full} full-attention layers hold all of them, {held} "
+            "(a sliding-window layer keeps only its last window − 1 tokens)"
+        )
+
+    @staticmethod
+    def _held_lines(info: Any, kv: Any) -> list[str]:
+        """When the tensors hold another number of heads than the config's KV heads, say so."""
+        held = kv.cached_kv_heads
+        if held is None or held == info.num_kv_heads:
+            return []
+        return [
+            f"the cache holds K/V for {held} heads per layer, the config has {info.num_kv_heads} "
+            f"KV heads: this model's transformers code stores K/V "
+            + ("repeated to every query head" if held == info.num_heads else f"for {held} heads")
+            + "; the bytes shown are those held, the formula uses the config's KV heads"
+        ]
+
+    @staticmethod
+    def _added(step: Any) -> str:
+        if step.is_prefill:
+            return "the prefill wrote the whole prompt"
+        windows = step.kv.windows
+        if windows and all(0 < w <= step.kv.tokens for w in windows):
+            return "one token; every layer's window is full, so each dropped its oldest token"
+        if any(0 < w <= step.kv.tokens for w in windows):
+            return "one token, in the full-attention layers only: the windowed ones are full"
+        return "one token"
 
     # ----------------------------------------------------------------- export
     def plot_items(self) -> list[Any]:

@@ -359,6 +359,10 @@ def test_kv_report_numbers(tmp_path: Path) -> None:
         "mha_bytes_per_token": 276480,
         "mha_total_bytes": 276480 * 4096,
         "gqa_ratio": 3,
+        "layer_windows": [0] * 30,
+        "sliding_layers": 0,
+        "sliding_windows": [],
+        "held_tokens": [4096] * 30,
     }
     with pytest.raises(ConfigError, match="tokens"):
         kv_report(spec, 0, 1, None)
@@ -462,3 +466,36 @@ def test_matches_transformers_dynamic_cache(cfg: dict[str, Any]) -> None:
     )
     layout = layout_from_config(cfg)
     assert cached == layout.total_bytes(tokens, dtype_bytes("float32"), batch)
+
+
+# name, config, per-layer windows transformers' DynamicCache builds for it
+WINDOWED = [
+    ("mistral-7b", MISTRAL_7B, (4096,) * 32),
+    ("qwen2-7b", QWEN2_7B, (0,) * 28),  # sliding_window 131072 but use_sliding_window false
+    ("gemma3-4b", GEMMA3_4B, tuple(0 if (i + 1) % 6 == 0 else 4096 for i in range(34))),
+    ("llama3-8b", LLAMA3_8B, (0,) * 32),
+]
+
+
+@pytest.mark.parametrize(
+    ("cfg", "windows"), [w[1:] for w in WINDOWED], ids=[w[0] for w in WINDOWED]
+)
+def test_layer_windows_of_real_configs(cfg: dict[str, Any], windows: tuple[int, ...]) -> None:
+    layout = layout_from_config(cfg)
+    assert layout.windows == windows
+    held = layout.held_tokens(10_000)
+    assert held == tuple(10_000 if w == 0 else w - 1 for w in windows)
+
+
+def test_mistral_report_at_n_tokens_counts_the_window(tmp_path: Path) -> None:
+    """Mistral 7B at 8,192 tokens holds 4,095 per layer: half what a full cache would."""
+    spec = str(_write(tmp_path / "mistral", MISTRAL_7B))
+    report = kv_report(spec, 8192, 1, None)
+    assert report["sliding_layers"] == 32 and report["sliding_windows"] == [4096]
+    assert report["total_bytes"] == 131072 * 4095
+    assert report["mha_total_bytes"] == 524288 * 4095
+    below = kv_report(spec, 1000, 1, None)
+    assert below["total_bytes"] == 131072 * 1000  # inside the window every token is held
+    text = format_report(report)
+    assert "32 layers with a 4096-token window hold min(tokens, 4095) = 4095" in text
+    assert f"2 × 8 × 128 × 2 × (32 × 4095) = {131072 * 4095} bytes" in text

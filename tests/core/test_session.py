@@ -472,6 +472,7 @@ def test_the_documented_notebook_example_runs(saved, greedy_run, capsys):
 def test_recorded_analysis_answers_like_the_model(greedy_run, engine, tmp_path):
     """A reopened session answers the panes' requests with what the model computed."""
     from llm_lens.core import attention, layers
+    from llm_lens.core.positions import position_view
     from llm_lens.core.sessions.views import RecordedAnalysis, recorded_run
 
     path = tmp_path / "rec.llmlens"
@@ -493,3 +494,10 @@ def test_recorded_analysis_answers_like_the_model(greedy_run, engine, tmp_path):
     assert proj.coords.shape == (engine.info.vocab_size, 2)
     assert recorded.get("neighbours", {"token_id": 5}) is None  # needs the model
     assert recorded.get("attention_overview", {}).shape == (30, 9, 32, 32)
+    t = len(greedy_run.prompt)
+    live_pos = position_view(engine.model, t).rope[0]
+    got_pos = recorded.get("positions", {"positions": t}).rope[0]
+    assert got_pos.layers == tuple(range(30)) and got_pos.theta == live_pos.theta
+    np.testing.assert_array_equal(got_pos.angles, live_pos.angles)
+    np.testing.assert_array_equal(got_pos.inv_freq, live_pos.inv_freq)
+    assert recorded.get("positions", {"positions": t + 1}) is None  # another prompt length

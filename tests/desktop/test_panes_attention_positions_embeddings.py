@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QImage
 
-from llm_lens.core import embeddings, positions
+from llm_lens.core import embeddings
 from tests.desktop.conftest import wait_result
 
 pytestmark = pytest.mark.slow
@@ -101,33 +101,28 @@ def test_positions_pane_is_the_models_rope(qtbot, ran, tmp_path):
 
     pane = PositionsPane(ran)
     qtbot.addWidget(pane)
+    n = len(ran.prompt)
+    view = wait_result(qtbot, ran, "positions", positions=n)
     pane.render(ran.current_step())
     info = ran.info
-    view = positions.rope_view(info.head_dim, info.rope_theta, len(ran.prompt))
+    rope = view.rope[0]
+    # the model's own rotary module, not a recomputation from θ
+    np.testing.assert_array_equal(rope.inv_freq, ran.worker.engine.model.model.rotary_emb.inv_freq)
     _x, y = pane.freq_curve.getOriginalDataset()
-    np.testing.assert_array_equal(y, view.inv_freq)
-    np.testing.assert_array_equal(pane.angles.image, view.angles)
-    assert pane.angles.image.shape == (len(ran.prompt), info.head_dim // 2)
+    np.testing.assert_array_equal(y, rope.inv_freq)
+    np.testing.assert_array_equal(pane.angles.image, rope.angles)
+    assert pane.angles.image.shape == (n, info.head_dim // 2)
     _x, score = pane.score_curve.getData()
-    np.testing.assert_array_equal(score, view.score_vs_distance)
-    assert f"θ = {info.rope_theta:g}" in pane.summary.text()
-    assert f"head_dim = {info.head_dim}" in pane.summary.text()
+    np.testing.assert_array_equal(score, rope.score_vs_distance)
+    text = pane.summary.text()
+    assert f"θ = {info.rope_theta:g}" in text and "RoPE from the model's rotary module" in text
+    assert (
+        f"all {info.head_dim} dimensions of each head rotated in {info.head_dim // 2} pairs" in text
+    )
+    assert pane.rope_choice.isHidden()  # one rotary set
     rows = _check_exports(pane, tmp_path, ("pair", "inv_freq", "wavelength"), info.head_dim // 2)
     assert float(rows[1][2]) == pytest.approx(2 * np.pi)  # pair 0 turns once per 2π tokens
-    assert float(rows[-1][1]) == pytest.approx(float(view.inv_freq[-1]), rel=1e-6)
-
-
-def test_positions_pane_notes_learned_positions(qtbot, ran):
-    from dataclasses import replace
-
-    from llm_lens.desktop.panes.positions import PositionsPane
-
-    pane = PositionsPane(ran)
-    qtbot.addWidget(pane)
-    ran.info = replace(ran.info, position_kind="learned", rope_theta=None)
-    pane.render(ran.current_step())
-    assert "learned positions" in pane.summary.text() and pane.view is None
-    assert pane.graphics.isHidden()
+    assert float(rows[-1][1]) == pytest.approx(float(rope.inv_freq[-1]), rel=1e-6)
 
 
 def test_embeddings_vocabulary_overlay_and_neighbours(qtbot, ran, tmp_path):
@@ -204,6 +199,7 @@ def test_svg_export(qtbot, ran, tmp_path):
 
     wait_result(qtbot, ran, "attention_map", layer=0, head=0, max_size=256)
     wait_result(qtbot, ran, "embedding_projection")
+    wait_result(qtbot, ran, "positions", positions=len(ran.prompt))
     for cls in (PositionsPane, AttentionPane, EmbeddingsPane):
         pane = cls(ran)
         qtbot.addWidget(pane)
