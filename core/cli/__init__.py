@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-COMMANDS = ("trace", "kv", "inspect", "compare")
+COMMANDS = ("trace", "kv", "inspect", "compare", "explain")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,8 +31,8 @@ def trace_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run_trace(args: argparse.Namespace) -> dict[str, Any]:
-    from llm_lens.core.exports.trace import run_dict
+def start_run(args: argparse.Namespace, max_new_tokens: int | None = None) -> tuple[Any, Any]:
+    """Load the model the options name and generate; returns (engine, finished run)."""
     from llm_lens.core.loading import load_model
     from llm_lens.core.loop.engine import Engine, RunConfig
     from llm_lens.core.sampling import GREEDY, SamplingParams
@@ -49,7 +49,8 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
             seed=args.seed,
         )
     )
-    config = RunConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop))
+    new_tokens = max_new_tokens or args.max_new_tokens
+    config = RunConfig(max_new_tokens=new_tokens, stop_strings=tuple(args.stop))
     say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
     engine = Engine(load_model(args.model, args.device, args.dtype, say))
     run = engine.start(engine.tokenize(args.prompt, chat=not args.raw), params, config)
@@ -58,6 +59,13 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
             print(step.token.text, end="", file=sys.stderr, flush=True)
     if not args.quiet:
         print(file=sys.stderr)
+    return engine, run
+
+
+def run_trace(args: argparse.Namespace) -> dict[str, Any]:
+    from llm_lens.core.exports.trace import run_dict
+
+    engine, run = start_run(args)
     if args.session:
         from llm_lens.core.cli.inspect import write_trace_session
 
