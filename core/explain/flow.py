@@ -133,7 +133,7 @@ def _mlp_half(
 ) -> set[int]:
     idx = torch.tensor(rows)
     post, mid = trace.pre[layer + 1, idx], trace.pre[layer, idx] + trace.attn[layer, idx]
-    imp = importance(torch.stack([mid, post - mid], dim=1), post)  # (R, 2)
+    imp = importance(torch.stack([mid, post - mid], dim=1), post).cpu().numpy()  # (R, 2)
     reached: set[int] = set()
     for r, i in enumerate(rows):
         for part, kind in ((0, 1), (1, 2)):
@@ -169,16 +169,16 @@ def _attn_half(
         if bias is not None:
             parts.append(bias.float().expand(len(chunk), 1, -1))
         mid = trace.pre[layer, idx] + trace.attn[layer, idx]
-        imp = importance(torch.cat(parts, dim=1), mid)  # (R, 1 + T (+ 1))
+        imp = importance(torch.cat(parts, dim=1), mid).cpu().numpy()  # (R, 1 + T (+ 1))
         shares = a * u_norm[:, None]  # (H, R, T)
-        shares = shares / shares.sum(0, keepdim=True).clamp(min=1e-12)
+        shares = (shares / shares.sum(0, keepdim=True).clamp(min=1e-12)).cpu().numpy()
         for r, i in enumerate(chunk):
             if imp[r, 0] >= floor:
                 out.add(1, (2 * layer, i), (2 * layer + 1, i), float(imp[r, 0]))
                 reached.add(i)
-            for j in torch.nonzero(imp[r, 1 : i + 2] >= floor).flatten().tolist():  # j ≤ i
+            for j in np.flatnonzero(imp[r, 1 : i + 2] >= floor).tolist():  # j ≤ i
                 out.add(0, (2 * layer, j), (2 * layer + 1, i), float(imp[r, 1 + j]))
-                out.shares[-1] = shares[:, r, j].cpu().numpy()
+                out.shares[-1] = shares[:, r, j]
                 reached.add(j)
     return reached
 

@@ -116,12 +116,14 @@ def trace_context(engine: Any, ids: list[int] | Any, target: int) -> ContextTrac
                 inputs_embeds=embeds,
                 use_cache=True,
                 output_attentions=True,
+                logits_to_keep=1,
                 **{engine.cache_kw: cache},
             )
         logits = out.logits[0, -1].float()  # (vocab,)
-        torch.log_softmax(logits, dim=-1)[target].backward()
-        assert embeds.grad is not None
-        gxi = (embeds.grad * embeds).sum(dim=-1)[0].detach().float()  # (T,)
+        logp = torch.log_softmax(logits, dim=-1)[target]
+        # autograd.grad to the embeddings only: no weight gradient is ever computed
+        (grad,) = torch.autograd.grad(logp, embeds)
+        gxi = (grad * embeds).sum(dim=-1)[0].detach().float()  # (T,)
     if any(w is None for w in hooks.weights):
         raise ValueError("the model returned no attention weights (eager attention is needed)")
     values = [v[0].detach() for _k, v in kvcache.cache_tensors(cache)]  # (kv_heads, T, hd)

@@ -64,9 +64,7 @@ def test_a_broken_norm_scale_breaks_the_sum(tiny_engine, tiny_run, monkeypatch):
     import llm_lens.core.explain.attribution as attribution
 
     real = attribution.frozen_norm_direction
-    monkeypatch.setattr(
-        attribution, "frozen_norm_direction", lambda n, h, d: (d, 1.0)
-    )
+    monkeypatch.setattr(attribution, "frozen_norm_direction", lambda n, h, d: (d, 1.0))
     step = tiny_run.steps[0]
     x = explain(tiny_engine, step)
     assert abs(x.logits.residual) > 1e-3 * abs(x.logits.logit)
