@@ -34,6 +34,8 @@ class Controller(QObject, SessionRequests):
         sig_busy_changed(bool): a load or a run started (True) or ended (False).
         sig_session_changed(): a session was opened, or the shown run became a live one.
         sig_saved(str, int): a session was written (path, bytes).
+        sig_head_requested(int, int): show this layer and head (a click in "why this token?").
+        sig_explain_requested(int): explain this step's token (a "why?" on a token).
 
     ``compare`` (:class:`~desktop.compare_controller.CompareController`) runs comparisons,
     beam searches and branches.
@@ -51,6 +53,8 @@ class Controller(QObject, SessionRequests):
     sig_busy_changed = Signal(bool)
     sig_session_changed = Signal()
     sig_saved = Signal(str, int)
+    sig_head_requested = Signal(int, int)
+    sig_explain_requested = Signal(int)
 
     _load_requested = Signal(object, str, str)
     _run_requested = Signal(int, str, bool, object, object)
@@ -156,6 +160,15 @@ class Controller(QObject, SessionRequests):
             self.selected = index
             self.sig_selection_changed.emit(index)
 
+    def request_head(self, layer: int, head: int) -> None:
+        """Ask the panes that show one head (Attention) to show this one."""
+        self.sig_head_requested.emit(layer, head)
+
+    def request_explain(self, index: int) -> None:
+        """Select step ``index`` and ask for its "why this token?" view."""
+        self.request_select(index)
+        self.sig_explain_requested.emit(index)
+
     def request_params(self, params: Any) -> None:
         self.params = params
         self.sig_params_changed.emit(params)
@@ -168,8 +181,9 @@ class Controller(QObject, SessionRequests):
 
         Kinds: ``lens`` (step), ``prompt_lens``, ``attention_map`` (layer, head),
         ``attention_overview``, ``embedding_projection``, ``hidden_paths``, ``neighbours``
-        (token_id). The result arrives later through ``sig_result(kind, key, result)``. A run
-        reopened from a session answers from its recording, or from the model when it matches.
+        (token_id), ``explain`` (step, vs). The result arrives later through
+        ``sig_result(kind, key, result)``. A run reopened from a session answers from its
+        recording, or from the model when it matches.
         """
         run_scoped = kind not in ("embedding_projection", "neighbours")
         scope = self.run_id if run_scoped else getattr(self.info, "weights_id", "")

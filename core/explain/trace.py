@@ -107,8 +107,9 @@ def trace_context(engine: Any, ids: list[int] | Any, target: int) -> ContextTrac
     model, anatomy = engine.model, engine.anatomy
     if model.config._attn_implementation != "eager":
         model.set_attn_implementation("eager")
-    ids_t = torch.tensor(np.asarray(ids), dtype=torch.long, device=engine.device)[None]  # (1, T)
+    # the worker serves analyses in inference mode: leave it, and make every tensor in here
     with torch.inference_mode(False), torch.enable_grad():
+        ids_t = torch.tensor(np.asarray(ids), dtype=torch.long, device=engine.device)[None]
         embeds = anatomy.embed(ids_t).detach().requires_grad_(True)  # (1, T, hidden)
         with _Hooks(anatomy) as hooks:
             cache = engine.new_cache()

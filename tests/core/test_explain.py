@@ -48,6 +48,15 @@ def test_logit_attribution_sums_to_the_logit_on_the_tiny_model(tiny_engine, tiny
         assert x.logits.norm_scale > 0
 
 
+def test_it_runs_inside_inference_mode_as_the_worker_does(tiny_engine, tiny_run):
+    step = tiny_run.steps[1]
+    plain = explain(tiny_engine, step)
+    with torch.inference_mode():
+        inside = explain(tiny_engine, step)
+    np.testing.assert_allclose(inside.inputs.values, plain.inputs.values, rtol=1e-5)
+    assert inside.logits.logit == plain.logits.logit
+
+
 def test_logit_difference_against_another_token(tiny_engine, tiny_run):
     step = tiny_run.steps[1]
     vs = int(step.top_ids[1])
