@@ -83,9 +83,9 @@ def frozen_norm_direction(norm: Any, h: torch.Tensor, d: torch.Tensor) -> tuple[
     """
     h = h.to(norm.weight.dtype) if hasattr(norm, "weight") else h
     if isinstance(norm, torch.nn.LayerNorm):
-        scale = torch.sqrt(h.float().var(unbiased=False) + norm.eps)
-        g = d * norm.weight.float() / scale
-        return g - g.mean(), float(scale)
+        sigma = torch.sqrt(h.float().var(unbiased=False) + norm.eps)
+        g = d * norm.weight.float() / sigma
+        return g - g.mean(), float(sigma)
     ms = h.float().pow(2).mean()
     probe = torch.full_like(h, float(ms.sqrt()))  # mean(probe²) = mean(h²)
     diag = norm(probe[None])[0].float() / probe.float()  # (hidden,) weight / scale

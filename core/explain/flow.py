@@ -170,8 +170,8 @@ def _attn_half(
             parts.append(bias.float().expand(len(chunk), 1, -1))
         mid = trace.pre[layer, idx] + trace.attn[layer, idx]
         imp = importance(torch.cat(parts, dim=1), mid).cpu().numpy()  # (R, 1 + T (+ 1))
-        shares = a * u_norm[:, None]  # (H, R, T)
-        shares = (shares / shares.sum(0, keepdim=True).clamp(min=1e-12)).cpu().numpy()
+        norms = a * u_norm[:, None]  # (H, R, T)
+        shares = (norms / norms.sum(0, keepdim=True).clamp(min=1e-12)).cpu().numpy()
         for r, i in enumerate(chunk):
             if imp[r, 0] >= floor:
                 out.add(1, (2 * layer, i), (2 * layer + 1, i), float(imp[r, 0]))
