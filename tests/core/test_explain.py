@@ -183,3 +183,29 @@ def test_logit_attribution_on_the_bundled_model(engine, greedy_run):
         assert x.logits.heads.shape == (30, 9)
         assert len(x.inputs.values) == step.position + 1
         assert x.graph.kept(0.04).any()
+
+
+def test_what_does_not_split_is_the_biases_on_a_tiny_gpt2(loaded):
+    """GPT-2: LayerNorm (centring), Conv1D projections with biases, learned positions. The
+    residual is exactly the output-projection biases plus the final LayerNorm's bias."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from llm_lens.core.loading import LoadedModel, describe
+
+    cfg = GPT2Config(vocab_size=len(loaded.tokenizer), n_embd=64, n_layer=2, n_head=4,
+                     n_positions=128, attn_implementation="eager")  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)  # non-trivial norm weights and biases
+    engine = Engine(LoadedModel(model, loaded.tokenizer, describe(model, "gpt2", "t", "g")))
+    run = engine.start(engine.tokenize("The cat sat on", chat=False), GREEDY, RunConfig(3))
+    step = run.run_all()[-1]
+    lg = explain(engine, step).logits
+    assert lg.logit == pytest.approx(float(step.logits[step.token.id]), rel=1e-5)
+    ln_bias = float((model.lm_head.weight[step.token.id] @ model.transformer.ln_f.bias).detach())
+    head_biases = float((lg.attn - lg.heads.sum(1)).sum())
+    assert abs(head_biases) > 0.01 and abs(ln_bias) > 0.01
+    assert lg.residual == pytest.approx(head_biases + ln_bias, rel=1e-4, abs=1e-5)
