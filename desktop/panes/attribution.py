@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QSignalBlocker, Qt, Signal
+from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QComboBox,
@@ -33,6 +33,8 @@ from llm_lens.desktop.panes.flow_view import FlowView
 from llm_lens.desktop.panes.tokens import Chip, ChipView, piece_label, tooltip_html
 
 VS_CHOICES = 8  # the alternatives offered: the step's top tokens after the chosen one
+SETTLE_MS = 400  # a selection must rest this long before it is explained unasked (scrubbing
+# through fifty steps would otherwise queue fifty passes on the worker)
 
 
 def diverging(value: float, scale: float) -> QColor:
@@ -66,6 +68,9 @@ class AttributionPane(Pane):
         self.result: Any = None
         self.wanted = -1  # a step the user asked to explain (computes even during a run)
         self.vs_ids: list[int | None] = [None]
+        self.settled: tuple[int, int | None] | None = None  # (step, vs) that has rested
+        self._settle = QTimer(self, singleShot=True, interval=SETTLE_MS)
+        self._settle.timeout.connect(self._on_settled)
         self._build_controls()
         self._build_tabs()
         controller.sig_explain_requested.connect(self.explain_step)
@@ -77,7 +82,9 @@ class AttributionPane(Pane):
         self.vs_box = QComboBox()
         self.vs_box.setToolTip("Explain the logit difference with another token of this step")
         self.vs_box.setMinimumContentsLength(16)
-        self.vs_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLength)
+        self.vs_box.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
         self.vs_box.currentIndexChanged.connect(self.schedule)
         self.explain_button = QPushButton("Explain")
         self.explain_button.clicked.connect(lambda: self.explain_step(self.controller.selected))
@@ -144,6 +151,12 @@ class AttributionPane(Pane):
         self.wanted = index
         self.schedule()
 
+    def _on_settled(self) -> None:
+        step = self.controller.current_step()
+        if step is not None:
+            self.settled = (step.index, self._vs())
+            self.schedule()
+
     def _vs(self) -> int | None:
         i = self.vs_box.currentIndex()
         return self.vs_ids[i] if 0 <= i < len(self.vs_ids) else None
@@ -169,6 +182,10 @@ class AttributionPane(Pane):
                 f"step {step.index} chose {step.token.text!r}: press Explain, or right-click a "
                 "token → Why this token? (one forward + backward pass on the worker)"
             )
+            return
+        if not asked and self.settled != (step.index, self._vs()):
+            self._settle.start()  # (re)start: explain once the selection rests
+            self.header.setText(f"step {step.index}: explaining when the selection rests…")
             return
         x = ctl.request_analysis("explain", step=step.index, vs=self._vs())
         if x is None:
@@ -251,7 +268,8 @@ class AttributionPane(Pane):
         self.header.setText(f"{text}; weight {g.weight[edge]:.3f}")
 
     def clear(self) -> None:
-        self.result, self.wanted = None, -1
+        self.result, self.wanted, self.settled = None, -1, None
+        self._settle.stop()
         self.header.setText("")
         for bars in (self.attn_bars, self.mlp_bars, self.embed_bar):
             bars.setOpts(x=[], height=[])

@@ -209,3 +209,50 @@ def test_what_does_not_split_is_the_biases_on_a_tiny_gpt2(loaded):
     head_biases = float((lg.attn - lg.heads.sum(1)).sum())
     assert abs(head_biases) > 0.01 and abs(ln_bias) > 0.01
     assert lg.residual == pytest.approx(head_biases + ln_bias, rel=1e-4, abs=1e-5)
+
+
+FAMILIES = {
+    "qwen2": ("Qwen2Config", {}),  # q/k/v biases, no output-projection bias
+    "mistral": ("MistralConfig", {"sliding_window": None}),
+    "phi3": ("Phi3Config", {"pad_token_id": 0}),  # fused qkv projection
+    "gemma": ("GemmaConfig", {"head_dim": 16}),  # RMSNorm scaled by (1 + w), scaled embeddings
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_split_is_exact_on_other_pre_norm_families(loaded, family):
+    import transformers
+
+    from llm_lens.core.loading import LoadedModel, describe
+
+    name, extra = FAMILIES[family]
+    cfg = getattr(transformers, name)(
+        vocab_size=len(loaded.tokenizer), hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, **extra,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    with torch.no_grad():
+        for p in model.eval().parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)  # norms that are not all ones
+    engine = Engine(LoadedModel(model, loaded.tokenizer, describe(model, family, "t", family)))
+    run = engine.start(engine.tokenize("The cat sat on", chat=False), GREEDY, RunConfig(3))
+    step = run.run_all()[-1]
+    _check_split(explain(engine, step), step)
+
+
+def test_a_post_norm_family_is_one_clear_refusal(loaded):
+    from transformers import Olmo2Config, Olmo2ForCausalLM
+
+    from llm_lens.core.loading import LoadedModel, describe
+
+    cfg = Olmo2Config(
+        vocab_size=len(loaded.tokenizer), hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+    model = Olmo2ForCausalLM(cfg).eval()
+    engine = Engine(LoadedModel(model, loaded.tokenizer, describe(model, "olmo2", "t", "o")))
+    run = engine.start(engine.tokenize("The cat", chat=False), GREEDY, RunConfig(1))
+    with pytest.raises(ValueError, match="pre-norm"):
+        explain(engine, run.run_all()[-1])

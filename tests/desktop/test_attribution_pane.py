@@ -85,6 +85,10 @@ def test_why_on_a_token_explains_its_step(qtbot, window_ran):
 def test_a_vs_token_explains_the_difference(qtbot, window_ran):
     win = window_ran
     ctl, pane = win.controller, win.panes["Why this token?"]
+    win.docks["Why this token?"].raise_()
+    ctl.request_select(2)  # shown, not asked: explained once the selection rests
+    qtbot.waitUntil(lambda: "rests" in pane.header.text(), timeout=10_000)
+    qtbot.waitUntil(lambda: pane.result is not None and pane.result.step == 2, timeout=90_000)
     ctl.request_explain(1)
     qtbot.waitUntil(lambda: pane.result is not None, timeout=60_000)
     pane.vs_box.setCurrentIndex(1)
