@@ -90,7 +90,9 @@ def test_a_vs_token_explains_the_difference(qtbot, window_ran):
     qtbot.waitUntil(lambda: "rests" in pane.header.text(), timeout=10_000)
     qtbot.waitUntil(lambda: pane.result is not None and pane.result.step == 2, timeout=90_000)
     ctl.request_explain(1)
-    qtbot.waitUntil(lambda: pane.result is not None, timeout=60_000)
+    qtbot.waitUntil(lambda: pane.result.step == 1, timeout=60_000)
+    # the alternatives offered are step 1's own next most likely tokens
+    assert pane.vs_ids[1] == int(ctl.steps[1].top_ids[1]) and pane.vs_box.currentIndex() == 0
     pane.vs_box.setCurrentIndex(1)
     vs = pane.vs_ids[1]
     x = wait_result(qtbot, ctl, "explain", step=1, vs=vs)
