@@ -256,3 +256,11 @@ def test_a_post_norm_family_is_one_clear_refusal(loaded):
     run = engine.start(engine.tokenize("The cat", chat=False), GREEDY, RunConfig(1))
     with pytest.raises(ValueError, match="pre-norm"):
         explain(engine, run.run_all()[-1])
+
+
+def test_the_analysis_dispatch_explains_a_runs_step(tiny_engine, tiny_run):
+    from llm_lens.core.loop.analyses import compute
+
+    x = compute("explain", tiny_engine, tiny_run, {"step": 2, "vs": None})
+    assert x.step == 2 and x.logits.token_id == tiny_run.steps[2].token.id
+    assert not x.logits.heads.flags.writeable and not x.graph.weight.flags.writeable
