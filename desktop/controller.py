@@ -33,6 +33,8 @@ class Controller(QObject):
         sig_busy_changed(bool): a load or a run started (True) or ended (False).
         sig_session_changed(): a session was opened, or the shown run became a live one.
         sig_saved(str, int): a session was written (path, bytes).
+        sig_head_requested(int, int): show this layer and head (a click in "why this token?").
+        sig_explain_requested(int): explain this step's token (a "why?" on a token).
 
     It is composed of parts with one job each: ``sessions``
     (:class:`~llm_lens.desktop.session_controller.SessionController`) shows reopened runs and
@@ -54,6 +56,8 @@ class Controller(QObject):
     sig_busy_changed = Signal(bool)
     sig_session_changed = Signal()
     sig_saved = Signal(str, int)
+    sig_head_requested = Signal(int, int)
+    sig_explain_requested = Signal(int)
 
     _load_requested = Signal(object, str, str)
     _run_requested = Signal(int, str, bool, object, object, bool)
@@ -166,6 +170,15 @@ class Controller(QObject):
             self.selected = index
             self.sig_selection_changed.emit(index)
 
+    def request_head(self, layer: int, head: int) -> None:
+        """Ask the panes that show one head (Attention) to show this one."""
+        self.sig_head_requested.emit(layer, head)
+
+    def request_explain(self, index: int) -> None:
+        """Select step ``index`` and ask for its "why this token?" view."""
+        self.request_select(index)
+        self.sig_explain_requested.emit(index)
+
     def request_params(self, params: Any) -> None:
         self.params = params
         self.sig_params_changed.emit(params)
@@ -178,7 +191,8 @@ class Controller(QObject):
 
         Kinds: ``lens`` (step), ``prompt_lens``, ``attention_map`` (layer, head),
         ``attention_overview``, ``embedding_projection``, ``hidden_paths``, ``neighbours``
-        (token_id), ``positions`` (positions). The result arrives later through
+        (token_id), ``positions`` (positions), ``explain`` (step, vs). The result arrives later
+        through
         ``sig_result(kind, key, result)``. A run reopened from a session answers from its
         recording, or from the model when it matches.
         """

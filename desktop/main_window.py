@@ -61,6 +61,7 @@ def settings() -> QSettings:
 
 def pane_classes() -> list[type]:
     from llm_lens.desktop.panes.attention import AttentionPane
+    from llm_lens.desktop.panes.attribution import AttributionPane
     from llm_lens.desktop.panes.embeddings import EmbeddingsPane
     from llm_lens.desktop.panes.kvcache import KVCachePane
     from llm_lens.desktop.panes.layers import LayerStackPane
@@ -80,6 +81,7 @@ def pane_classes() -> list[type]:
         LogitsPane,
         SamplingPane,
         TimingPane,
+        AttributionPane,
     ]
 
 
@@ -206,6 +208,11 @@ class MainWindow(QMainWindow):
         c.compare.sig_prefix_reused.connect(self._on_prefix_reused)
         c.compare.sig_revived.connect(self._on_revived)
         c.sig_run_started.connect(lambda _p: self.reuse_label.setVisible(False))
+        c.sig_explain_requested.connect(lambda _i: self._raise_dock("Why this token?"))
+
+    def _raise_dock(self, title: str) -> None:
+        self.docks[title].setVisible(True)
+        self.docks[title].raise_()
 
     # ----------------------------------------------------------------- model
     def load(self, spec: str | None) -> None:

@@ -80,6 +80,8 @@ class PromptPanel(QWidget):
         self.texts.setChildrenCollapsible(False)
         for widget in (self.editor, self.response):
             widget.setMinimumSize(120, 48)
+        self.response.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.response.customContextMenuRequested.connect(self._on_response_menu)
         self.slider = QSlider(Qt.Orientation.Horizontal, minimum=0, maximum=0)
         self.slider.setToolTip("Step scrubber: the prefill (0) or any generated token")
         self.step_label = ElidedLabel("no run yet", min_chars=12)
@@ -179,6 +181,27 @@ class PromptPanel(QWidget):
     def _response_text(self, steps: list[Any]) -> str:
         raw = b"".join(s.token.raw for s in steps if not s.token.special)
         return raw.decode("utf-8", errors="replace")
+
+    def response_step(self, char: int) -> int:
+        """The step whose token covers character ``char`` of the response text, or -1."""
+        raw = b""
+        for step in self.controller.steps:
+            if step.token.special:
+                continue
+            raw += step.token.raw
+            if len(raw.decode("utf-8", errors="replace")) > char:
+                return int(step.index)
+        return -1
+
+    def _on_response_menu(self, pos: Any) -> None:
+        """The text menu, plus "Why this token?" for the token under the pointer."""
+        menu = self.response.createStandardContextMenu(pos)
+        step = self.response_step(self.response.cursorForPosition(pos).position())
+        if step >= 0:
+            menu.addSeparator()
+            why = menu.addAction(f"Why this token? (step {step})")
+            why.triggered.connect(lambda: self.controller.request_explain(step))
+        menu.exec(self.response.viewport().mapToGlobal(pos))
 
     def _on_selection(self, index: int) -> None:
         with QSignalBlocker(self.slider):

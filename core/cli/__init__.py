@@ -1,6 +1,7 @@
 """The headless commands (no Qt is imported here): ``trace`` runs the loop and writes a JSON
 trace, ``compare`` runs several samplers from one prefill, ``inspect`` summarises a session
-file, ``kv`` computes KV-cache sizes from a config.
+file, ``kv`` computes KV-cache sizes from a config, ``explain`` says why a step chose its
+token.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-COMMANDS = ("trace", "kv", "inspect", "compare")
+COMMANDS = ("trace", "kv", "inspect", "compare", "explain")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import threading
 import sys
 from typing import Any
 
@@ -70,9 +71,11 @@ def check_inputs(args: argparse.Namespace, session: str | None = None) -> None:
         write_target(session)
 
 
-def run_trace(args: argparse.Namespace) -> dict[str, Any]:
-    import threading
-
+def start_run(
+    args: argparse.Namespace, max_new_tokens: int | None = None
+) -> tuple[Any, Any, threading.Event]:
+    """Load the model the options name and generate (Ctrl+C stops between steps); returns
+    (engine, finished run, its cancel event)."""
     from llm_lens.core.sampling import GREEDY, SamplingParams
 
     params = (  # checked before torch is even imported
@@ -87,11 +90,11 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
             seed=args.seed,
         )
     )
-    from llm_lens.core.exports.trace import run_dict
     from llm_lens.core.loading import load_model
     from llm_lens.core.loop.engine import Engine, RunConfig
 
-    config = RunConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop))
+    new_tokens = max_new_tokens or args.max_new_tokens
+    config = RunConfig(max_new_tokens=new_tokens, stop_strings=tuple(args.stop))
     say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
     doing(f"loading the model {args.model or 'bundled'}")
     engine = Engine(load_model(args.model, args.device, args.dtype, say))
@@ -108,14 +111,19 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             if not args.quiet:
                 print(file=sys.stderr)  # the streamed text ends its line, whatever happens
-        if args.branch:
-            from llm_lens.core.cli.branches import grow_branches
+    return engine, run, cancel
 
-            doing("growing the branches")
-            history, store, paths = grow_branches(engine, run, args.branch, config, cancel)
+
+def run_trace(args: argparse.Namespace) -> dict[str, Any]:
+    from llm_lens.core.exports.trace import run_dict
+
+    engine, run, cancel = start_run(args)
     if args.branch:
-        from llm_lens.core.cli.branches import save_tree
+        from llm_lens.core.cli.branches import grow_branches, save_tree
 
+        doing("growing the branches")
+        with ctrl_c_cancels(cancel):
+            history, store, paths = grow_branches(engine, run, args.branch, run.config, cancel)
         if args.session:
             doing(f"writing the session {args.session}")
             save_tree(args.session, engine, history, store, run.run_id)

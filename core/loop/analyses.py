@@ -11,6 +11,7 @@ from typing import Any
 
 from llm_lens.core.attention import attention_map, attention_overview
 from llm_lens.core.embeddings import embedding_projection, hidden_paths, neighbours
+from llm_lens.core.explain.attribution import explain
 from llm_lens.core.layers import logit_lens, prompt_lens
 from llm_lens.core.positions import position_view
 
@@ -20,7 +21,7 @@ def compute(kind: str, engine: Any, run: Any, args: dict[str, Any]) -> Any:
 
     Returns None when the run lacks what the kind needs (no prefill yet, no KV cache for a
     recorded run). Kinds: lens, prompt_lens, attention_map, attention_overview,
-    embedding_projection, hidden_paths, neighbours, positions.
+    embedding_projection, hidden_paths, neighbours, positions, explain (step, vs).
     """
     if kind == "embedding_projection":
         return embedding_projection(engine)
@@ -38,6 +39,8 @@ def compute(kind: str, engine: Any, run: Any, args: dict[str, Any]) -> Any:
         return prompt_lens(engine, prefill.hidden)
     if kind == "hidden_paths":
         return hidden_paths(prefill.hidden)
+    if kind == "explain":
+        return explain(engine, run.steps[args["step"]], args.get("vs"))
     if cache is None:
         return None
     if kind == "attention_map":

@@ -94,6 +94,7 @@ class AttentionPane(Pane):
         self._view_size = 0
         self._build_controls()
         self._build_plots()
+        controller.sig_head_requested.connect(self.show_head)
 
     # ----------------------------------------------------------------- construction
     def _build_controls(self) -> None:
@@ -158,6 +159,11 @@ class AttentionPane(Pane):
         self.grid_plot.setMinimumWidth(150)  # nine heads stay clickable in a narrow pane
 
     # ----------------------------------------------------------------- interaction
+    def show_head(self, layer: int, head: int) -> None:
+        """Show this layer and head (asked by another pane)."""
+        self.layer_box.setValue(layer)
+        self.head_box.setValue(head)
+
     def tile_clicked(self, y: float, x: float) -> None:
         """Select the layer/head of the overview tile at image pixel (y, x)."""
         layer, head = int(y // TILE), int(x // TILE)

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QScrollArea,
     QSplitter,
     QToolTip,
@@ -295,6 +296,8 @@ class TokensPane(Pane):
         self.show_ids = QCheckBox("show ids")
         self.show_ids.toggled.connect(self._on_show_ids)
         self.model_view.sig_clicked.connect(self._on_chip_clicked)
+        self.model_view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.model_view.customContextMenuRequested.connect(self._on_context_menu)
         self._prompt: PromptTokens | None = None
         self._n_steps = 0
         self._cl100k: TiktokenView | None = None
@@ -397,6 +400,21 @@ class TokensPane(Pane):
         n = len(self._prompt or ())
         if index >= n - 1:
             self.controller.request_select(max(0, index - n))
+
+    def chip_step(self, chip: int) -> int:
+        """The step that chose the token of chip ``chip``, or -1 for a prompt chip."""
+        n = len(self._prompt or ())
+        return chip - n if n <= chip < n + self._n_steps else -1
+
+    def _on_context_menu(self, pos: Any) -> None:
+        """Right-click on a response chip: "Why this token?" opens its explanation."""
+        step = self.chip_step(self.model_view.chip_at(QPointF(pos)))
+        if step < 0:
+            return
+        menu = QMenu(self)
+        why = menu.addAction(f"Why this token? (step {step})")
+        why.triggered.connect(lambda: self.controller.request_explain(step))
+        menu.exec(self.model_view.mapToGlobal(pos))
 
     # ----------------------------------------------------------------- export
     def csv_table(self) -> tuple[list[str], list[list[Any]]]:

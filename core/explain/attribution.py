@@ -1,0 +1,214 @@
+"""Why this token: direct logit attribution and gradient × input for one step of a run.
+
+Direct logit attribution. The last layer's residual at the query position is a sum:
+``h_L = embed + Σ_l attn_l + Σ_l mlp_l``, and each attention block's output is the sum of its
+heads through the block's own output projection, ``attn_l = Σ_h W_O[:, h] z_h (+ bias)``. The
+model's own final norm is linear once its scale is held at this step's value, and the
+unembedding is linear, so the logit splits into one number per piece. A piece that does not
+split (a projection bias, a norm's bias, an unembedding bias) is reported as the ``residual``.
+
+Input attribution. Gradient × input on the input embeddings for the chosen token's
+log-probability: one backward pass of the model over the step's context.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from llm_lens.core.explain.flow import FlowGraph, flow_graph
+from llm_lens.core.explain.trace import ContextTrace, out_weight, trace_context
+from llm_lens.core.records import StepRecord, frozen
+
+INPUT_METHOD = "gradient × input (summed over embedding dims) of the token's log-probability"
+
+
+@dataclass(frozen=True)
+class LogitAttribution:
+    """The chosen token's logit (or its difference with ``vs_id``'s) split into the pieces of
+    the residual stream that wrote it, through the final norm at this step's scale."""
+
+    token_id: int
+    vs_id: int | None  # None: the logit itself, else logit(token) − logit(vs)
+    logit: float  # the model's own value from this pass
+    embed: float
+    attn: np.ndarray  # (layers,) each attention block as a whole (its heads + its bias)
+    heads: np.ndarray  # (layers, heads)
+    mlp: np.ndarray  # (layers,)
+    residual: float  # logit − sum: biases that do not split over pieces
+    norm_scale: float  # the final norm's divisor at this step, held fixed
+
+    @property
+    def sum(self) -> float:
+        """embed + every head + every MLP (the attention blocks are their heads, not added)."""
+        return float(self.embed + self.heads.sum() + self.mlp.sum())
+
+
+@dataclass(frozen=True)
+class InputAttribution:
+    """One number per context token: how much its input embedding moved the token's log p."""
+
+    method: str
+    token_ids: np.ndarray  # (T,) int64: the context the step read
+    texts: tuple[str, ...]
+    values: np.ndarray  # (T,) float32
+    logprob: float  # of the chosen token, from this pass
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Everything "why this token?" shows for one step (plain fields and read-only arrays)."""
+
+    step: int
+    position: int
+    token_text: str
+    vs_text: str | None
+    logits: LogitAttribution
+    inputs: InputAttribution
+    graph: FlowGraph
+    timings_ms: tuple[tuple[str, float], ...]  # (stage, ms) as measured
+
+
+@torch.no_grad()
+def frozen_norm_direction(norm: Any, h: torch.Tensor, d: torch.Tensor) -> tuple[Any, float]:
+    """The direction e with ``d · norm_frozen(c) = e · c`` and the norm's scale at ``h``.
+
+    An RMS-type norm is elementwise ``w ⊙ x / s(x)``: its frozen diagonal is read from the
+    norm itself on a constant vector of the same mean square as ``h`` (so the module's own
+    weight, offset and epsilon apply). A LayerNorm also centres: ``e`` is centred.
+    """
+    h = h.to(norm.weight.dtype) if hasattr(norm, "weight") else h
+    if isinstance(norm, torch.nn.LayerNorm):
+        sigma = torch.sqrt(h.float().var(unbiased=False) + norm.eps)
+        g = d * norm.weight.float() / sigma
+        return g - g.mean(), float(sigma)
+    ms = h.float().pow(2).mean()
+    probe = torch.full_like(h, float(ms.sqrt()))  # mean(probe²) = mean(h²)
+    diag = norm(probe[None])[0].float() / probe.float()  # (hidden,) weight / scale
+    ref = getattr(norm, "weight", None)
+    scale = float((ref.float() / diag).median()) if ref is not None else float(ms.sqrt())
+    return d * diag, scale
+
+
+@torch.no_grad()
+def logit_attribution(engine: Any, trace: ContextTrace, vs: int | None = None) -> LogitAttribution:
+    """Split the last position's logit of ``trace.target`` (minus ``vs``'s) over the pieces."""
+    a, info = engine.anatomy, engine.info
+    w_u = a.lm_head.weight
+    d = w_u[trace.target].float() - (w_u[vs].float() if vs is not None else 0.0)  # (hidden,)
+    e, scale = frozen_norm_direction(a.final_norm, trace.pre[-1, -1], d)
+    pre, attn = trace.pre[:, -1], trace.attn[:, -1]  # (L + 1, hidden), (L, hidden)
+    mlp = pre[1:] - pre[:-1] - attn  # (L, hidden)
+    heads = np.zeros((info.num_layers, info.num_heads), np.float32)
+    for layer, block in enumerate(a.attn):
+        v = out_weight(block).float().t() @ e  # (heads × head_dim,)
+        z = trace.heads_in[layer, -1]  # (heads × head_dim,)
+        heads[layer] = (v * z).view(info.num_heads, -1).sum(-1).cpu().numpy()
+    logit = float(trace.logits[trace.target] - (trace.logits[vs] if vs is not None else 0.0))
+    embed = float(pre[0] @ e)
+    mlp_v = (mlp @ e).cpu().numpy()
+    split = embed + float(heads.sum()) + float(mlp_v.sum())
+    return LogitAttribution(
+        token_id=trace.target,
+        vs_id=vs,
+        logit=logit,
+        embed=embed,
+        attn=frozen((attn @ e).cpu().numpy(), np.float32),
+        heads=frozen(heads),
+        mlp=frozen(mlp_v, np.float32),
+        residual=logit - split,
+        norm_scale=scale,
+    )
+
+
+def input_attribution(engine: Any, trace: ContextTrace) -> InputAttribution:
+    ids = trace.ids.cpu().numpy()
+    logprob = float(torch.log_softmax(trace.logits, -1)[trace.target])
+    return InputAttribution(
+        method=INPUT_METHOD,
+        token_ids=frozen(ids, np.int64),
+        texts=tuple(engine.texts.text(int(i)) for i in ids),
+        values=frozen(trace.grad_x_input.cpu().numpy(), np.float32),
+        logprob=logprob,
+    )
+
+
+def explain(
+    engine: Any, step: StepRecord, vs: int | None = None, floor: float = 0.01
+) -> Explanation:
+    """Explain ``step``'s chosen token from a fresh pass over the context the step read.
+
+    ``floor``: the lowest edge importance the flow graph keeps (a view may prune higher).
+    """
+    if engine.anatomy.attn and not _adds_attention_directly(engine.anatomy.layers[0]):
+        raise ValueError("why-this-token needs a pre-norm decoder (attention added as is)")
+    if vs is not None and not 0 <= vs < engine.info.vocab_size:
+        raise ValueError(f"--vs token id {vs} is outside the vocabulary")
+    t0 = time.perf_counter()
+    trace = trace_context(engine, step.context_ids, step.token.id)
+    t1 = time.perf_counter()
+    logits = logit_attribution(engine, trace, vs)
+    inputs = input_attribution(engine, trace)
+    t2 = time.perf_counter()
+    graph = flow_graph(engine, trace, floor)
+    t3 = time.perf_counter()
+    ms = (("pass", t1 - t0), ("logit", t2 - t1), ("graph", t3 - t2))
+    return Explanation(
+        step=step.index,
+        position=step.position,
+        token_text=step.token.text,
+        vs_text=None if vs is None else engine.texts.text(vs),
+        logits=logits,
+        inputs=inputs,
+        graph=graph,
+        timings_ms=tuple((k, v * 1e3) for k, v in ms),
+    )
+
+
+def _adds_attention_directly(layer: Any) -> bool:
+    """False for post-norm blocks (Gemma 2/3 normalise the attention output before adding)."""
+    return not hasattr(layer, "post_feedforward_layernorm")
+
+
+def explanation_dict(x: Explanation, threshold: float = 0.04) -> dict[str, Any]:
+    """The JSON form (``llm-lens explain --json``; documented in docs/trace-format.md)."""
+    lg = x.logits
+    components: list[dict[str, Any]] = [
+        {"kind": "embed", "layer": None, "head": None, "value": lg.embed}
+    ]
+    for layer in range(len(lg.mlp)):
+        components.append(
+            {"kind": "attn", "layer": layer, "head": None, "value": float(lg.attn[layer])}
+        )
+        components += [
+            {"kind": "head", "layer": layer, "head": h, "value": float(v)}
+            for h, v in enumerate(lg.heads[layer])
+        ]
+        components.append(
+            {"kind": "mlp", "layer": layer, "head": None, "value": float(lg.mlp[layer])}
+        )
+    return {
+        "step": x.step,
+        "position": x.position,
+        "token": x.token_text,
+        "token_id": lg.token_id,
+        "vs": x.vs_text,
+        "vs_id": lg.vs_id,
+        "logit": lg.logit,
+        "norm_scale": lg.norm_scale,
+        "components": components,
+        "sum": lg.sum,
+        "residual": lg.residual,
+        "input_method": x.inputs.method,
+        "logprob": x.inputs.logprob,
+        "input_attribution": [
+            {"index": i, "text": t, "value": float(v)}
+            for i, (t, v) in enumerate(zip(x.inputs.texts, x.inputs.values, strict=True))
+        ],
+        "graph": x.graph.as_dict(threshold),
+        "timings_ms": dict(x.timings_ms),
+    }

@@ -1,0 +1,201 @@
+"""Information-flow routes (Ferrando & Voita 2024) back from the chosen token.
+
+Every residual state is a sum of parts: after layer l's attention, position i holds
+``mid_i = pre_i + Σ_j z_ij (+ bias)`` where ``z_ij = Σ_h A_h[i, j] W_O[:, h] v_h[j]`` is what
+source token j sent through all heads; after its MLP, ``pre'_i = mid_i + mlp_i``. A part z of
+a sum y matters by its proximity ``max(0, ‖y‖₁ − ‖y − z‖₁)``, normalised over the parts of y.
+Walking down from the last layer's last position and keeping parts above a floor gives a graph
+over levels × positions (level 2l: entering layer l; 2l + 1: after its attention).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from llm_lens.core.explain.trace import ContextTrace, out_projection, out_weight
+from llm_lens.core.records import frozen
+
+KINDS = ("attn", "residual", "mlp")
+ROW_CHUNK = 32  # query rows per block: bounds the (rows, T, hidden) tensor of parts
+
+
+@dataclass(frozen=True)
+class FlowGraph:
+    """Edges of the information flow kept at ``floor``; nodes are (level, position).
+
+    An edge runs from a lower level to a higher one: ``attn`` (2l, j) → (2l+1, i),
+    ``residual`` (2l, i) → (2l+1, i) or (2l+1, i) → (2l+2, i), ``mlp`` (2l+1, i) → (2l+2, i).
+    ``head_shares`` splits an attention edge over heads by ‖A_h[i, j] W_O[:, h] v_h[j]‖₁.
+    """
+
+    num_layers: int
+    num_heads: int
+    tokens: tuple[str, ...]
+    floor: float
+    kind: np.ndarray  # (E,) int8 index into KINDS
+    src_level: np.ndarray  # (E,) int32
+    src_pos: np.ndarray  # (E,) int32
+    dst_level: np.ndarray  # (E,) int32
+    dst_pos: np.ndarray  # (E,) int32
+    weight: np.ndarray  # (E,) float32 importance in [0, 1]
+    head_shares: np.ndarray  # (E, heads) float32, zero rows for non-attention edges
+
+    @property
+    def top_level(self) -> int:
+        return 2 * self.num_layers
+
+    def kept(self, threshold: float) -> np.ndarray:
+        """(E,) bool: the edges on a route from the output whose every edge is ≥ ``threshold``."""
+        keep = np.zeros(len(self.weight), bool)
+        reached = {(self.top_level, len(self.tokens) - 1)}
+        order = np.argsort(-self.dst_level, kind="stable")
+        for e in order:
+            dst = (int(self.dst_level[e]), int(self.dst_pos[e]))
+            if self.weight[e] >= threshold and dst in reached:
+                keep[e] = True
+                reached.add((int(self.src_level[e]), int(self.src_pos[e])))
+        return keep
+
+    def as_dict(self, threshold: float) -> dict[str, Any]:
+        """``nodes`` and ``edges`` of the routes kept at ``threshold`` (for the JSON output)."""
+        keep = np.flatnonzero(self.kept(threshold))
+        ends = {(int(self.src_level[e]), int(self.src_pos[e])) for e in keep}
+        ends |= {(int(self.dst_level[e]), int(self.dst_pos[e])) for e in keep}
+        ends.add((self.top_level, len(self.tokens) - 1))
+        nodes = sorted(ends)
+        ids = {n: i for i, n in enumerate(nodes)}
+        return {
+            "threshold": threshold,
+            "nodes": [
+                {
+                    "id": ids[n],
+                    "layer": n[0] // 2,
+                    "stage": "mid" if n[0] % 2 else "pre",
+                    "position": n[1],
+                    "text": self.tokens[n[1]],
+                }
+                for n in nodes
+            ],  # fmt: skip
+            "edges": [self._edge(int(e), ids) for e in keep],
+        }
+
+    def _edge(self, e: int, ids: dict[tuple[int, int], int]) -> dict[str, Any]:
+        kind = KINDS[int(self.kind[e])]
+        shares = self.head_shares[e]
+        return {
+            "source": ids[(int(self.src_level[e]), int(self.src_pos[e]))],
+            "target": ids[(int(self.dst_level[e]), int(self.dst_pos[e]))],
+            "kind": kind,
+            "layer": int(self.src_level[e]) // 2,
+            "head": int(shares.argmax()) if kind == "attn" else None,
+            "weight": float(self.weight[e]),
+            "heads": [float(s) for s in shares] if kind == "attn" else None,
+        }
+
+
+def importance(parts: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+    """(..., parts) proximity shares of ``parts`` (..., parts, hidden) in ``total``."""
+    y = total.unsqueeze(-2)  # (..., 1, hidden)
+    prox = (y.abs().sum(-1) - (y - parts).abs().sum(-1)).clamp(min=0)  # (..., parts)
+    return prox / prox.sum(-1, keepdim=True).clamp(min=1e-12)
+
+
+class _Edges:
+    def __init__(self, heads: int) -> None:
+        self.rows: list[tuple[int, int, int, int, int, float]] = []
+        self.shares: list[np.ndarray] = []
+        self.zero = np.zeros(heads, np.float32)
+
+    def add(self, kind: int, src: tuple[int, int], dst: tuple[int, int], w: float) -> None:
+        self.rows.append((kind, *src, *dst, w))
+        self.shares.append(self.zero)
+
+
+def flow_graph(engine: Any, trace: ContextTrace, floor: float = 0.01) -> FlowGraph:
+    """Walk down from the last position of the last layer, keeping parts ≥ ``floor``."""
+    info = engine.info
+    layers, tokens = info.num_layers, trace.pre.shape[1]
+    edges = _Edges(info.num_heads)
+    active = {tokens - 1}
+    with torch.no_grad():
+        for layer in reversed(range(layers)):
+            mids = _mlp_half(trace, layer, sorted(active), floor, edges)
+            active = _attn_half(engine, trace, layer, mids, floor, edges)
+    return _freeze(info, trace, engine, floor, edges)
+
+
+def _mlp_half(
+    trace: ContextTrace, layer: int, rows: list[int], floor: float, out: _Edges
+) -> set[int]:
+    idx = torch.tensor(rows)
+    post, mid = trace.pre[layer + 1, idx], trace.pre[layer, idx] + trace.attn[layer, idx]
+    imp = importance(torch.stack([mid, post - mid], dim=1), post).cpu().numpy()  # (R, 2)
+    reached: set[int] = set()
+    for r, i in enumerate(rows):
+        for part, kind in ((0, 1), (1, 2)):
+            if imp[r, part] >= floor:
+                out.add(kind, (2 * layer + 1, i), (2 * layer + 2, i), float(imp[r, part]))
+                reached.add(i)
+    return reached
+
+
+def _per_head_out(engine: Any, trace: ContextTrace, layer: int) -> torch.Tensor:
+    """(heads, T, hidden): what each head would write for each source token at weight 1."""
+    attn, info = engine.anatomy.attn[layer], engine.info
+    w_o = out_weight(attn).float().view(-1, info.num_heads, info.head_dim)  # (hidden, H, hd)
+    groups = info.num_heads // info.num_kv_heads
+    v = trace.values[layer].repeat_interleave(groups, dim=0)  # (H, T, hd)
+    return torch.einsum("htk,dhk->htd", v, w_o)
+
+
+def _attn_half(
+    engine: Any, trace: ContextTrace, layer: int, rows: set[int], floor: float, out: _Edges
+) -> set[int]:
+    u = _per_head_out(engine, trace, layer)  # (H, T, hidden)
+    u_norm = u.abs().sum(-1)  # (H, T)
+    bias = getattr(out_projection(engine.anatomy.attn[layer]), "bias", None)
+    reached: set[int] = set()
+    ordered = sorted(rows)
+    for start in range(0, len(ordered), ROW_CHUNK):
+        chunk = ordered[start : start + ROW_CHUNK]
+        idx = torch.tensor(chunk)
+        a = trace.weights[layer][:, idx]  # (H, R, T)
+        z = torch.einsum("hrt,htd->rtd", a, u)  # (R, T, hidden)
+        parts = [trace.pre[layer, idx][:, None], z]
+        if bias is not None:
+            parts.append(bias.float().expand(len(chunk), 1, -1))
+        mid = trace.pre[layer, idx] + trace.attn[layer, idx]
+        imp = importance(torch.cat(parts, dim=1), mid).cpu().numpy()  # (R, 1 + T (+ 1))
+        norms = a * u_norm[:, None]  # (H, R, T)
+        shares = (norms / norms.sum(0, keepdim=True).clamp(min=1e-12)).cpu().numpy()
+        for r, i in enumerate(chunk):
+            if imp[r, 0] >= floor:
+                out.add(1, (2 * layer, i), (2 * layer + 1, i), float(imp[r, 0]))
+                reached.add(i)
+            for j in np.flatnonzero(imp[r, 1 : i + 2] >= floor).tolist():  # j ≤ i
+                out.add(0, (2 * layer, j), (2 * layer + 1, i), float(imp[r, 1 + j]))
+                out.shares[-1] = shares[:, r, j]
+                reached.add(j)
+    return reached
+
+
+def _freeze(info: Any, trace: ContextTrace, engine: Any, floor: float, e: _Edges) -> FlowGraph:
+    rows = np.array(e.rows, np.float64).reshape(-1, 6)
+    shares = np.stack(e.shares) if e.shares else np.zeros((0, info.num_heads))
+    return FlowGraph(
+        num_layers=info.num_layers,
+        num_heads=info.num_heads,
+        tokens=tuple(engine.texts.text(int(i)) for i in trace.ids.cpu().numpy()),
+        floor=floor,
+        kind=frozen(rows[:, 0], np.int8),
+        src_level=frozen(rows[:, 1], np.int32),
+        src_pos=frozen(rows[:, 2], np.int32),
+        dst_level=frozen(rows[:, 3], np.int32),
+        dst_pos=frozen(rows[:, 4], np.int32),
+        weight=frozen(rows[:, 5], np.float32),
+        head_shares=frozen(shares, np.float32),
+    )

@@ -1,0 +1,266 @@
+"""Why this token: direct logit attribution, gradient × input and the information-flow graph,
+checked against the model's own numbers (its logits, its attention output, finite differences).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from llm_lens.core.explain.attribution import explain, explanation_dict, logit_attribution
+from llm_lens.core.explain.flow import FlowGraph, _per_head_out, importance
+from llm_lens.core.explain.trace import trace_context
+from llm_lens.core.loop.engine import Engine, RunConfig
+from llm_lens.core.sampling import GREEDY
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_engine):
+    prompt = tiny_engine.tokenize("The cat sat on the mat because", chat=False)
+    run = tiny_engine.start(prompt, GREEDY, RunConfig(max_new_tokens=4))
+    run.run_all()
+    return run
+
+
+def _check_split(x, step, vs=None):
+    lg = x.logits
+    logits = step.logits.astype(np.float64)
+    want = logits[step.token.id] - (logits[vs] if vs is not None else 0.0)
+    scale = max(abs(want), float(np.abs(lg.heads).sum() + np.abs(lg.mlp).sum() + abs(lg.embed)))
+    # the pass over the context reproduces the run's own (cached) logit
+    assert lg.logit == pytest.approx(want, rel=1e-4, abs=1e-4 * scale)
+    # no biases in a Llama: the pieces sum to the whole logit
+    assert abs(lg.logit - lg.sum) <= 1e-4 * scale
+    assert abs(lg.residual) <= 1e-4 * scale
+    # the heads of each block sum to the block (no output-projection bias)
+    np.testing.assert_allclose(lg.heads.sum(1), lg.attn, rtol=1e-4, atol=1e-4 * scale)
+
+
+def test_logit_attribution_sums_to_the_logit_on_the_tiny_model(tiny_engine, tiny_run):
+    for step in tiny_run.steps[:3]:
+        x = explain(tiny_engine, step)
+        _check_split(x, step)
+        assert x.logits.heads.shape == (2, 4) and x.logits.mlp.shape == (2,)
+        assert x.logits.norm_scale > 0
+
+
+def test_it_runs_inside_inference_mode_as_the_worker_does(tiny_engine, tiny_run):
+    step = tiny_run.steps[1]
+    plain = explain(tiny_engine, step)
+    with torch.inference_mode():
+        inside = explain(tiny_engine, step)
+    np.testing.assert_allclose(inside.inputs.values, plain.inputs.values, rtol=1e-5)
+    assert inside.logits.logit == plain.logits.logit
+
+
+def test_logit_difference_against_another_token(tiny_engine, tiny_run):
+    step = tiny_run.steps[1]
+    vs = int(step.top_ids[1])
+    x = explain(tiny_engine, step, vs=vs)
+    _check_split(x, step, vs)
+    plain = explain(tiny_engine, step).logits
+    other = logit_attribution(tiny_engine, trace_context(tiny_engine, step.context_ids, vs))
+    # the difference's pieces are the two tokens' pieces subtracted
+    np.testing.assert_allclose(x.logits.heads, plain.heads - other.heads, atol=1e-4)
+
+
+def test_a_broken_norm_scale_breaks_the_sum(tiny_engine, tiny_run, monkeypatch):
+    """The check can fail: leave the final norm's scale out of the frozen map and it does."""
+    import llm_lens.core.explain.attribution as attribution
+
+    real = attribution.frozen_norm_direction
+    monkeypatch.setattr(attribution, "frozen_norm_direction", lambda n, h, d: (d, 1.0))
+    step = tiny_run.steps[0]
+    x = explain(tiny_engine, step)
+    assert abs(x.logits.residual) > 1e-3 * abs(x.logits.logit)
+    monkeypatch.setattr(attribution, "frozen_norm_direction", real)
+
+
+def test_the_norm_weight_is_the_models_own(tiny):
+    """A final norm with a non-trivial weight: the split still sums to the run's logit."""
+    model = copy.deepcopy(tiny.model)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        model.model.norm.weight.uniform_(0.2, 3.0)
+    engine = Engine(type(tiny)(model, tiny.tokenizer, tiny.info))
+    run = engine.start(engine.tokenize("Once upon a time", chat=False), GREEDY, RunConfig(3))
+    run.run_all()
+    step = run.steps[-1]
+    _check_split(explain(engine, step), step)
+
+
+def test_gradient_times_input_matches_finite_differences(tiny, tiny_run):
+    """d log p / d s at s = 1 for embedding j scaled by s is exactly grad_j · e_j."""
+    model = copy.deepcopy(tiny.model).double()
+    engine = Engine(type(tiny)(model, tiny.tokenizer, tiny.info))
+    step = tiny_run.steps[2]
+    ids = torch.tensor(step.context_ids)[None]
+    x = explain(engine, step)
+    base = model.get_input_embeddings()(ids).detach()
+    eps = 1e-3  # eager attention takes its softmax in float32, even in a float64 model
+
+    def logp(j, s):
+        e = base.clone()
+        e[0, j] *= s
+        with torch.no_grad():
+            out = model(inputs_embeds=e).logits[0, -1]
+        return float(torch.log_softmax(out, -1)[step.token.id])
+
+    fd = [(logp(j, 1 + eps) - logp(j, 1 - eps)) / (2 * eps) for j in range(ids.shape[1])]
+    np.testing.assert_allclose(x.inputs.values, fd, rtol=1e-2, atol=5e-5)
+    assert x.inputs.texts[-1] == tiny_engine_text(engine, step.context_ids[-1])
+    assert "gradient × input" in x.inputs.method
+
+
+def tiny_engine_text(engine, token_id):
+    return engine.texts.text(int(token_id))
+
+
+def test_per_source_parts_rebuild_the_attention_output(tiny_engine, tiny_run):
+    """Σ_j Σ_h A_h[i, j] W_O[:, h] v_h[j] is the attention block's own output at every i."""
+    step = tiny_run.steps[3]
+    trace = trace_context(tiny_engine, step.context_ids, step.token.id)
+    for layer in range(2):
+        u = _per_head_out(tiny_engine, trace, layer)  # (H, T, hidden)
+        rebuilt = torch.einsum("hit,htd->id", trace.weights[layer], u)
+        torch.testing.assert_close(rebuilt, trace.attn[layer], rtol=1e-4, atol=1e-5)
+
+
+def test_importance_is_the_papers_proximity():
+    y = torch.tensor([3.0, 1.0])
+    parts = torch.tensor([[[2.0, 0.0], [1.0, 1.0], [-1.0, 0.0]]])
+    got = importance(parts, y[None])[0]
+    prox = torch.tensor([max(0.0, 4 - 2), max(0.0, 4 - 2), max(0.0, 4 - 5)])
+    torch.testing.assert_close(got, prox / prox.sum())
+
+
+def test_flow_graph_routes_and_pruning(tiny_engine, tiny_run):
+    step = tiny_run.steps[3]
+    x = explain(tiny_engine, step, floor=0.0)
+    g: FlowGraph = x.graph
+    top = (g.top_level, len(g.tokens) - 1)
+    assert len(g.tokens) == len(step.context_ids)
+    # at floor 0 every part of every reached sum is an edge: each node's parts sum to 1
+    for level in range(1, g.top_level + 1):
+        for pos in set(g.dst_pos[g.dst_level == level].tolist()):
+            into = (g.dst_level == level) & (g.dst_pos == pos)
+            assert g.weight[into].sum() == pytest.approx(1.0, abs=1e-5)
+    assert ((g.weight >= 0) & (g.weight <= 1)).all()
+    attn = g.kind == 0
+    np.testing.assert_allclose(g.head_shares[attn].sum(1), 1.0, atol=1e-5)
+    assert (g.src_level < g.dst_level).all()
+    # a higher threshold keeps a subset, and every kept edge leads up to the output
+    low, high = g.kept(0.02), g.kept(0.2)
+    assert high.sum() < low.sum() and not (high & ~low).any()
+    d = g.as_dict(0.2)
+    ids = {n["id"]: (2 * n["layer"] + (n["stage"] == "mid"), n["position"]) for n in d["nodes"]}
+    assert top in ids.values()
+    for e in d["edges"]:
+        assert e["weight"] >= 0.2 and ids[e["source"]][0] < ids[e["target"]][0]
+
+
+def test_explanation_dict_is_json(tiny_engine, tiny_run):
+    x = explain(tiny_engine, tiny_run.steps[1])
+    data = json.loads(json.dumps(explanation_dict(x)))
+    kinds = {c["kind"] for c in data["components"]}
+    assert kinds == {"embed", "attn", "head", "mlp"}
+    heads = [c for c in data["components"] if c["kind"] == "head"]
+    assert len(heads) == 2 * 4
+    assert data["sum"] == pytest.approx(data["logit"] - data["residual"])
+    assert [t["index"] for t in data["input_attribution"]] == list(range(len(x.inputs.texts)))
+    assert data["graph"]["nodes"] and "edges" in data["graph"]
+
+
+@pytest.mark.slow
+def test_logit_attribution_on_the_bundled_model(engine, greedy_run):
+    for step in (greedy_run.steps[0], greedy_run.steps[5]):
+        x = explain(engine, step)
+        _check_split(x, step)
+        assert x.logits.heads.shape == (30, 9)
+        assert len(x.inputs.values) == step.position + 1
+        assert x.graph.kept(0.04).any()
+
+
+def test_what_does_not_split_is_the_biases_on_a_tiny_gpt2(loaded):
+    """GPT-2: LayerNorm (centring), Conv1D projections with biases, learned positions. The
+    residual is exactly the output-projection biases plus the final LayerNorm's bias."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from llm_lens.core.loading import LoadedModel, describe
+
+    cfg = GPT2Config(vocab_size=len(loaded.tokenizer), n_embd=64, n_layer=2, n_head=4,
+                     n_positions=128, attn_implementation="eager")  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)  # non-trivial norm weights and biases
+    engine = Engine(LoadedModel(model, loaded.tokenizer, describe(model, "gpt2", "t", "g")))
+    run = engine.start(engine.tokenize("The cat sat on", chat=False), GREEDY, RunConfig(3))
+    step = run.run_all()[-1]
+    lg = explain(engine, step).logits
+    assert lg.logit == pytest.approx(float(step.logits[step.token.id]), rel=1e-5)
+    ln_bias = float((model.lm_head.weight[step.token.id] @ model.transformer.ln_f.bias).detach())
+    head_biases = float((lg.attn - lg.heads.sum(1)).sum())
+    assert abs(head_biases) > 0.01 and abs(ln_bias) > 0.01
+    assert lg.residual == pytest.approx(head_biases + ln_bias, rel=1e-4, abs=1e-5)
+
+
+FAMILIES = {
+    "qwen2": ("Qwen2Config", {}),  # q/k/v biases, no output-projection bias
+    "mistral": ("MistralConfig", {"sliding_window": None}),
+    "phi3": ("Phi3Config", {"pad_token_id": 0}),  # fused qkv projection
+    "gemma": ("GemmaConfig", {"head_dim": 16}),  # RMSNorm scaled by (1 + w), scaled embeddings
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_split_is_exact_on_other_pre_norm_families(loaded, family):
+    import transformers
+
+    from llm_lens.core.loading import LoadedModel, describe
+
+    name, extra = FAMILIES[family]
+    cfg = getattr(transformers, name)(
+        vocab_size=len(loaded.tokenizer), hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, **extra,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    with torch.no_grad():
+        for p in model.eval().parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)  # norms that are not all ones
+    engine = Engine(LoadedModel(model, loaded.tokenizer, describe(model, family, "t", family)))
+    run = engine.start(engine.tokenize("The cat sat on", chat=False), GREEDY, RunConfig(3))
+    step = run.run_all()[-1]
+    _check_split(explain(engine, step), step)
+
+
+def test_a_post_norm_family_is_one_clear_refusal(loaded):
+    from transformers import Olmo2Config, Olmo2ForCausalLM
+
+    from llm_lens.core.loading import LoadedModel, describe
+
+    cfg = Olmo2Config(
+        vocab_size=len(loaded.tokenizer), hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+    model = Olmo2ForCausalLM(cfg).eval()
+    engine = Engine(LoadedModel(model, loaded.tokenizer, describe(model, "olmo2", "t", "o")))
+    run = engine.start(engine.tokenize("The cat", chat=False), GREEDY, RunConfig(1))
+    with pytest.raises(ValueError, match="pre-norm"):
+        explain(engine, run.run_all()[-1])
+
+
+def test_the_analysis_dispatch_explains_a_runs_step(tiny_engine, tiny_run):
+    from llm_lens.core.loop.analyses import compute
+
+    x = compute("explain", tiny_engine, tiny_run, {"step": 2, "vs": None})
+    assert x.step == 2 and x.logits.token_id == tiny_run.steps[2].token.id
+    assert not x.logits.heads.flags.writeable and not x.graph.weight.flags.writeable
