@@ -34,6 +34,8 @@ class Controller(QObject, SessionRequests):
         sig_busy_changed(bool): a load or a run started (True) or ended (False).
         sig_session_changed(): a session was opened, or the shown run became a live one.
         sig_saved(str, int): a session was written (path, bytes).
+        sig_token_selected(int): the selected token changed (its context position, or -1);
+            see :mod:`desktop.selection`.
 
     ``compare`` (:class:`~desktop.compare_controller.CompareController`) runs comparisons,
     beam searches and branches.
@@ -51,6 +53,7 @@ class Controller(QObject, SessionRequests):
     sig_busy_changed = Signal(bool)
     sig_session_changed = Signal()
     sig_saved = Signal(str, int)
+    sig_token_selected = Signal(int)
 
     _load_requested = Signal(object, str, str)
     _run_requested = Signal(int, str, bool, object, object)
@@ -76,6 +79,7 @@ class Controller(QObject, SessionRequests):
         self.summary: Any = None
         self.steps: list[Any] = []
         self.selected = -1
+        self.token = -1  # the selected token's position in prompt + response (desktop.selection)
         self.follow_live = True
         self.busy = False
         self.params = SamplingParams()
@@ -155,6 +159,13 @@ class Controller(QObject, SessionRequests):
         if index != self.selected:
             self.selected = index
             self.sig_selection_changed.emit(index)
+
+    def request_select_token(self, position: int, with_step: bool = False) -> None:
+        """Select the token at ``position`` of prompt + response in every pane (-1: none);
+        ``with_step`` also selects the step that chose a response token."""
+        from llm_lens.desktop.selection import select_token
+
+        select_token(self, position, with_step)
 
     def request_params(self, params: Any) -> None:
         self.params = params
@@ -306,6 +317,7 @@ class Controller(QObject, SessionRequests):
             None,
             -1,
         )
+        self.token = -1
 
     def _on_run_started(self, run_id: int, prompt: Any) -> None:
         if run_id != self.run_id:

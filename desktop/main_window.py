@@ -51,6 +51,7 @@ def settings() -> QSettings:
 
 def pane_classes() -> list[type]:
     from llm_lens.desktop.panes.attention import AttentionPane
+    from llm_lens.desktop.panes.attention_lines import AttentionLinesPane
     from llm_lens.desktop.panes.embeddings import EmbeddingsPane
     from llm_lens.desktop.panes.kvcache import KVCachePane
     from llm_lens.desktop.panes.layers import LayerStackPane
@@ -65,6 +66,7 @@ def pane_classes() -> list[type]:
         EmbeddingsPane,
         PositionsPane,
         AttentionPane,
+        AttentionLinesPane,
         LayerStackPane,
         KVCachePane,
         LogitsPane,
@@ -81,6 +83,7 @@ _PLACES = {
     "Logits": (Qt.DockWidgetArea.RightDockWidgetArea, "right"),
     "Sampling": (Qt.DockWidgetArea.RightDockWidgetArea, "right2"),
     "Attention": (Qt.DockWidgetArea.BottomDockWidgetArea, "bottom"),
+    "Attention lines": (Qt.DockWidgetArea.BottomDockWidgetArea, "bottom"),
     "Layer stack": (Qt.DockWidgetArea.BottomDockWidgetArea, "bottom2"),
     "KV cache": (Qt.DockWidgetArea.BottomDockWidgetArea, "bottom2"),
     "Timing": (Qt.DockWidgetArea.BottomDockWidgetArea, "bottom2"),
@@ -112,6 +115,9 @@ class MainWindow(QMainWindow):
 
         self.sessions = SessionActions(self, settings())
         self._build_docks()
+        from llm_lens.desktop.teaching import teach
+
+        teach(self)
         self._build_status()
         self._build_menus()
         self._wire()
@@ -202,6 +208,7 @@ class MainWindow(QMainWindow):
         view.addAction(self._action("Runs of this session (history, branches)…", self.open_branch))
         view.addAction(self._action("&Reset layout", self._reset_layout))
         help_menu = bar.addMenu("&Help")
+        help_menu.addAction(self._action("&Tour: one prompt, seven steps", self.open_tour, "F1"))
         help_menu.addAction(self._action("&About LLM Lens", self._about))
 
     def _wire(self) -> None:
@@ -364,6 +371,15 @@ class MainWindow(QMainWindow):
         self.restoreState(self._default_state, STATE_VERSION)
         for dock in self.docks.values():
             dock.setVisible(True)
+
+    def open_tour(self) -> Any:
+        """Help → Tour: walk the article's steps on the run shown (returns the dialog)."""
+        from llm_lens.desktop.tour import TourDialog
+
+        self.tour = TourDialog(self)
+        self.tour.show()
+        self.tour.start()
+        return self.tour
 
     def _about(self) -> None:
         import platform
