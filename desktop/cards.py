@@ -11,7 +11,7 @@ import html
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFrame, QLabel, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from llm_lens.core import explain_text as ex
 from llm_lens.desktop.selection import context_tokens, selected_token
@@ -24,8 +24,8 @@ class Card(QFrame):
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.explainer: ex.Explainer | None = None
-        self.toggle = QToolButton(text="How to read this", checkable=True)
-        self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.toggle = QToolButton(checkable=True)
+        self.toggle.setToolTip("How to read this: what the picture shows, and one thing to try")
         self.toggle.setArrowType(Qt.ArrowType.RightArrow)
         self.toggle.setAutoRaise(True)
         self.toggle.toggled.connect(self._toggled)
@@ -34,11 +34,14 @@ class Card(QFrame):
         self.body = QLabel(wordWrap=True, visible=False)
         self.body.setTextFormat(Qt.TextFormat.RichText)
         self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(self.toggle, 0, Qt.AlignmentFlag.AlignTop)
+        top.addWidget(self.headline, 1)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(4, 1, 4, 1)
+        layout.setContentsMargins(2, 1, 4, 1)
         layout.setSpacing(0)
-        layout.addWidget(self.toggle)
-        layout.addWidget(self.headline)
+        layout.addLayout(top)
         layout.addWidget(self.body)
 
     def _toggled(self, on: bool) -> None:
@@ -181,6 +184,8 @@ def install_cards(panes: dict[str, Any], controller: Any) -> dict[str, Card]:
         if title in ("Logits", "Sampling"):
             controller.sig_params_changed.connect(lambda _p, r=refresh: r())
         controller.sig_run_started.connect(lambda _p, c=card: c.show_explainer(None))
+        if title == "Logits":  # the softmax written out is in the card's body
+            pane.show_logits.toggled.connect(card.toggle.setChecked)
         cards[title] = card
     return cards
 

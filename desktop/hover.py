@@ -144,19 +144,19 @@ def angle_text(pane: Any, x: float, y: float) -> str:
     )
 
 
-def _watch(plot: Any, label: QLabel, text_of: Any) -> None:
+def _watch(plot: Any, label: QLabel, text_of: Any, scene: Any = None) -> None:
     """Call ``text_of(x, y)`` with view coordinates as the mouse moves over ``plot``."""
 
     def moved(scene_pos: Any) -> None:
         vb = plot.getViewBox()
-        if not vb.sceneBoundingRect().contains(scene_pos):
+        if vb.scene() is None or not vb.sceneBoundingRect().contains(scene_pos):
             return
         p = vb.mapSceneToView(scene_pos)
         text = text_of(p.x(), p.y())
         if text:
             label.setText(text)
 
-    plot.scene().sigMouseMoved.connect(moved)
+    (scene or plot.scene()).sigMouseMoved.connect(moved)
 
 
 def readout_label(pane: Any) -> QLabel:
@@ -182,7 +182,9 @@ def install_hover(panes: dict[str, Any], controller: Any) -> None:
         p = panes["Sampling"]
         label = readout_label(p)
         for name, plot in p.plots.items():
-            _watch(plot, label, lambda x, y, p=p, n=name: sampling_bar_text(p, n, y))
+            _watch(
+                plot, label, lambda x, y, p=p, n=name: sampling_bar_text(p, n, y), p.glw.scene()
+            )
     if "Embeddings" in panes:
         p = panes["Embeddings"]
         p._hover_proxy.disconnect()  # this readout says more (coordinates, norm)
