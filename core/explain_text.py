@@ -103,9 +103,7 @@ def embeddings_card(
     )
 
 
-def positions_card(
-    info: ModelInfo, inv_freq: Any, position: int, text: str | None
-) -> Explainer:
+def positions_card(info: ModelInfo, inv_freq: Any, position: int, text: str | None) -> Explainer:
     """How far RoPE has turned the selected position's fastest and slowest dimension pairs."""
     f = np.asarray(inv_freq, np.float64)
     shows = (
@@ -125,9 +123,7 @@ def positions_card(
         f"θ = {info.rope_theta:g}: wavelengths run from {waves.min():.3g} to "
         f"{waves.max():.3g} tokens.",
     )
-    return Explainer(
-        headline, shows, numbers, (), "Select a later token: its row turns further."
-    )
+    return Explainer(headline, shows, numbers, (), "Select a later token: its row turns further.")
 
 
 def attention_card(
@@ -157,7 +153,7 @@ def attention_card(
         )
     pattern = head_pattern(w) if block == 1 else None
     phenomena = tuple(pattern.names()) if pattern is not None else ()
-    numbers = ()
+    numbers: tuple[str, ...] = ()
     if pattern is not None and pattern.rows:
         numbers = (
             f"Mean weight on the first token {pattern.sink:.3f}; on the previous token "

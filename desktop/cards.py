@@ -188,4 +188,3 @@ def install_cards(panes: dict[str, Any], controller: Any) -> dict[str, Card]:
             pane.show_logits.toggled.connect(card.toggle.setChecked)
         cards[title] = card
     return cards
-

@@ -48,7 +48,9 @@ def grid_tile_text(pane: Any, x: float, y: float) -> str:
     peak = ""
     if image is not None:
         tile = np.asarray(image)[layer * TILE : (layer + 1) * TILE, head * TILE : (head + 1) * TILE]
-        peak = f": largest weight in the thumbnail {float(np.nanmax(tile)):.3f}" if tile.size else ""
+        peak = (
+            f": largest weight in the thumbnail {float(np.nanmax(tile)):.3f}" if tile.size else ""
+        )
     return f"layer {layer}, head {head}{peak} · click to show this head"
 
 
@@ -182,9 +184,7 @@ def install_hover(panes: dict[str, Any], controller: Any) -> None:
         p = panes["Sampling"]
         label = readout_label(p)
         for name, plot in p.plots.items():
-            _watch(
-                plot, label, lambda x, y, p=p, n=name: sampling_bar_text(p, n, y), p.glw.scene()
-            )
+            _watch(plot, label, lambda x, y, p=p, n=name: sampling_bar_text(p, n, y), p.glw.scene())
     if "Embeddings" in panes:
         p = panes["Embeddings"]
         p._hover_proxy.disconnect()  # this readout says more (coordinates, norm)
@@ -193,4 +193,3 @@ def install_hover(panes: dict[str, Any], controller: Any) -> None:
     if "Positions" in panes:
         p = panes["Positions"]
         _watch(p.angle_plot, readout_label(p), lambda x, y, p=p: angle_text(p, x, y))
-

@@ -79,6 +79,8 @@ class TourDialog(QDialog):
         explainer = explainer_of(title, pane, window.controller)
         said = explainer.headline if explainer is not None else "(nothing to show yet)"
         self.visited.append(title)
-        self.text.setText(f"<b>{what}</b><br>{said}<br><small>{index + 1} of {len(self.stops)}</small>")
+        self.text.setText(
+            f"<b>{what}</b><br>{said}<br><small>{index + 1} of {len(self.stops)}</small>"
+        )
         self.back.setEnabled(index > 0)
         self.next.setText("Finish" if index == len(self.stops) - 1 else "Next")

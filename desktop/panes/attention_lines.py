@@ -81,7 +81,9 @@ class LinesView(QWidget):
                 continue
             painter.setPen(QColor("#ff4081") if i == self.selected else ink)
             align = Qt.AlignmentFlag.AlignVCenter
-            painter.drawText(QRectF(4, y, COLUMN - 10, ROW), align | Qt.AlignmentFlag.AlignRight, label)
+            painter.drawText(
+                QRectF(4, y, COLUMN - 10, ROW), align | Qt.AlignmentFlag.AlignRight, label
+            )
             painter.drawText(QRectF(right + 6, y, COLUMN - 10, ROW), align, label)
         qs, ks, ws = self.links
         top = float(ws.max()) if ws.size else 1.0
@@ -137,12 +139,17 @@ class AttentionLinesPane(Pane):
         ctl = self.controller
         if ctl.info is None or ctl.prompt is None or step is None:
             return
-        for box, top in ((self.layer_box, ctl.info.num_layers), (self.head_box, ctl.info.num_heads)):
+        for box, top in (
+            (self.layer_box, ctl.info.num_layers),
+            (self.head_box, ctl.info.num_heads),
+        ):
             if box.maximum() != top - 1:
                 with QSignalBlocker(box):
                     box.setRange(0, top - 1)
         layer = self.layer_box.value()
-        heads = range(ctl.info.num_heads) if self.mean_heads.isChecked() else [self.head_box.value()]
+        heads = (
+            range(ctl.info.num_heads) if self.mean_heads.isChecked() else [self.head_box.value()]
+        )
         maps = [
             ctl.request_analysis("attention_map", layer=layer, head=h, max_size=MAP_LIMIT)
             for h in heads
@@ -185,10 +192,13 @@ class AttentionLinesPane(Pane):
             q, k, v, hidden = top_links(w, LIMIT)
             what = "every token"
         self.shown, self.hidden_count = (q, k, v), hidden
-        head = "mean of all heads" if self.mean_heads.isChecked() else f"head {self.head_box.value()}"
+        head = (
+            "mean of all heads" if self.mean_heads.isChecked() else f"head {self.head_box.value()}"
+        )
         self.status.setText(
             f"layer {self.layer_box.value()}, {head}: {what}; {len(v):,} strongest lines drawn of "
-            f"{total:,}" + (f" ({total - len(v):,} hidden)" if total > len(v) else "")
+            f"{total:,}"
+            + (f" ({total - len(v):,} hidden)" if total > len(v) else "")
             + ". Hover a token to follow it; line width and opacity ∝ weight."
         )
         self.view.set_data(labels, self.shown, pos)
