@@ -11,10 +11,21 @@ import html
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from llm_lens.core import explain_text as ex
 from llm_lens.desktop.selection import context_tokens, selected_token
+
+TOKEN_CARDS = ("Tokens", "Embeddings", "Positions", "Attention", "Attention lines")
+BODY_MAX = 96  # pixels: an open card scrolls rather than crowding out its pane
 
 
 class Card(QFrame):
@@ -31,7 +42,7 @@ class Card(QFrame):
         self.toggle.toggled.connect(self._toggled)
         self.headline = QLabel(wordWrap=True)
         self.headline.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.body = QLabel(wordWrap=True, visible=False)
+        self.body = QLabel(wordWrap=True)
         self.body.setTextFormat(Qt.TextFormat.RichText)
         self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         top = QHBoxLayout()
@@ -42,11 +53,14 @@ class Card(QFrame):
         layout.setContentsMargins(2, 1, 4, 1)
         layout.setSpacing(0)
         layout.addLayout(top)
-        layout.addWidget(self.body)
+        self.fold = QScrollArea(visible=False, widgetResizable=True, maximumHeight=BODY_MAX)
+        self.fold.setFrameShape(QFrame.Shape.NoFrame)
+        self.fold.setWidget(self.body)
+        layout.addWidget(self.fold)
 
     def _toggled(self, on: bool) -> None:
         self.toggle.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
-        self.body.setVisible(on)
+        self.fold.setVisible(on)
 
     def show_explainer(self, explainer: ex.Explainer | None) -> None:
         self.explainer = explainer
@@ -180,7 +194,8 @@ def install_cards(panes: dict[str, Any], controller: Any) -> dict[str, Card]:
             card.show_explainer(explainer_of(title, pane, controller))
 
         pane.after_render.append(refresh)
-        controller.sig_token_selected.connect(lambda _p, r=refresh: r())
+        if title in TOKEN_CARDS:
+            controller.sig_token_selected.connect(lambda _p, r=refresh: r())
         if title in ("Logits", "Sampling"):
             controller.sig_params_changed.connect(lambda _p, r=refresh: r())
         controller.sig_run_started.connect(lambda _p, c=card: c.show_explainer(None))

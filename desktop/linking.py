@@ -102,7 +102,7 @@ def link_tokens(pane: Any, controller: Any) -> Any:
 def link_attention(pane: Any, controller: Any) -> Any:
     row_box = pg.PlotDataItem(pen=MARK_PEN)
     col_box = pg.PlotDataItem(pen=MARK_PEN)
-    grid_marks = pg.PlotDataItem(connect="pairs", pen=pg.mkPen("#ff4081", width=1))
+    grid_marks = pg.PlotDataItem(connect="pairs", pen=pg.mkPen(255, 64, 129, 140, width=1))
     for item in (row_box, col_box):
         pane.map_plot.addItem(item, ignoreBounds=True)
     pane.grid_plot.addItem(grid_marks, ignoreBounds=True)
@@ -199,6 +199,16 @@ def link_layers(pane: Any, controller: Any) -> Any:
                 controller.request_select_token(x)
 
     pane.heat_plot.scene().sigMouseClicked.connect(clicked)
+
+    def lens_cell(row: int, column: int) -> None:
+        """A lens table cell names a vocabulary token: select where it occurs in the run."""
+        lens = pane._lens
+        if lens is not None and row < lens.top_ids.shape[0]:
+            pos = first_position_of(controller, int(lens.top_ids[row, column]))
+            if pos >= 0:
+                controller.request_select_token(pos)
+
+    pane.lens_table.cellClicked.connect(lens_cell)
 
     def reflect() -> None:
         lens, pos = pane._prompt_lens, controller.token
