@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 
 from llm_lens.core.arithmetic import top_links
 from llm_lens.desktop.controller import Controller
-from llm_lens.desktop.panes.attention import visible_text
+from llm_lens.desktop.panes.attention import MAP_SIZE, visible_text
 from llm_lens.desktop.panes.base import Pane
 from llm_lens.desktop.selection import context_tokens
 
@@ -150,8 +150,9 @@ class AttentionLinesPane(Pane):
         heads = (
             range(ctl.info.num_heads) if self.mean_heads.isChecked() else [self.head_box.value()]
         )
+        size = MAP_SIZE if len(ctl.prompt) <= MAP_SIZE else MAP_LIMIT  # share the heatmap's
         maps = [
-            ctl.request_analysis("attention_map", layer=layer, head=h, max_size=MAP_LIMIT)
+            ctl.request_analysis("attention_map", layer=layer, head=h, max_size=size)
             for h in heads
         ]
         if any(m is None for m in maps):
