@@ -152,8 +152,7 @@ class AttentionLinesPane(Pane):
         )
         size = MAP_SIZE if len(ctl.prompt) <= MAP_SIZE else MAP_LIMIT  # share the heatmap's
         maps = [
-            ctl.request_analysis("attention_map", layer=layer, head=h, max_size=size)
-            for h in heads
+            ctl.request_analysis("attention_map", layer=layer, head=h, max_size=size) for h in heads
         ]
         if any(m is None for m in maps):
             self.status.setText(ctl.waiting_text("prompt map", "computing the prompt map…"))

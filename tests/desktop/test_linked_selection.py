@@ -175,3 +175,21 @@ def test_line_view_draws_the_strongest_lines_of_a_400_token_prompt(qtbot, contro
     qtbot.waitUntil(lambda: controller.token == 10, timeout=2000)
     assert elapsed < 2.0, f"render took {elapsed:.2f} s"
     print(f"line view render on {total} tokens: {elapsed * 1e3:.0f} ms")
+
+
+@pytest.mark.parametrize("n", [5, 32, 47, 300])
+def test_grid_marks_land_on_the_cell_that_shows_the_position(n):
+    """The mark of position p in a decode tile is the strip cell where a one-hot row at p
+    lands; in a prefill tile, the pooled cell of the overview."""
+    from llm_lens.desktop.linking import TILE, strip_bin
+    from llm_lens.desktop.panes.attention import pool_rows, strip
+
+    for p in range(n):
+        row = np.zeros(n, np.float32)
+        row[p] = 1.0
+        cells = np.flatnonzero(strip(row, TILE) == 1.0)
+        assert strip_bin(n, TILE, p) in cells
+        eye = np.eye(n, dtype=np.float32)
+        block = max(1, -(-n // min(TILE, n)))
+        pooled = pool_rows(eye, block)
+        assert pooled[overview_cell(n, p), overview_cell(n, p)] == 1.0
