@@ -40,7 +40,7 @@ class Card(QFrame):
         self.toggle.setArrowType(Qt.ArrowType.RightArrow)
         self.toggle.setAutoRaise(True)
         self.toggle.toggled.connect(self._toggled)
-        self.headline = QLabel(wordWrap=True)
+        self.headline = QLabel(wordWrap=True, textFormat=Qt.TextFormat.PlainText)
         self.headline.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.body = QLabel(wordWrap=True)
         self.body.setTextFormat(Qt.TextFormat.RichText)

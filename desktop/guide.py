@@ -93,6 +93,10 @@ def add_legends(panes: dict[str, Any]) -> None:
         attention.map_plot.setLabel("left", "query token (reads)")
         attention.map_plot.setLabel("bottom", "key token (is read)")
         attention.bar.setLabel("right", "attention weight")
+    sampling = panes.get("Sampling")
+    if sampling is not None:
+        for plot in sampling.plots.values():
+            plot.setLabel("bottom", "probability")
     positions = panes.get("Positions")
     if positions is not None:
         positions.freq_plot.setLabel("left", "rad / token")

@@ -1,12 +1,13 @@
 """Help → Tour: the article's seven steps walked on the current run, one pane at a time.
 
-Each stop raises and focuses a pane, moves the selection (the prompt's last token, whose query
-chose the first response token at the prefill) and says one sentence made of that pane's card
-headline, so the numbers are the run's own.
+Each stop raises and focuses a pane, moves the selection (the first response token, or the
+prompt's last token whose query chose it at the prefill) and says one sentence made of that
+pane's card headline, so the numbers are the run's own.
 """
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
@@ -58,9 +59,20 @@ class TourDialog(QDialog):
             self.back.setEnabled(False)
             self.next.setEnabled(False)
             return
-        ctl.request_select(0)
-        ctl.request_select_token(len(ctl.prompt) - 1)
         self.go(0)
+
+    def _move_selection(self, title: str) -> None:
+        """The first response token where the story is about a token, the prompt's last token
+        (whose query chose it) where it is about reading, the last step for the cache."""
+        ctl = self.window_.controller
+        n = len(ctl.prompt)
+        if title in ("Tokens", "Embeddings"):
+            ctl.request_select_token(n, with_step=True)
+        elif title in ("KV cache", "Timing"):
+            ctl.request_select(len(ctl.steps) - 1)
+        else:
+            ctl.request_select(0)
+            ctl.request_select_token(n - 1)
 
     def go(self, index: int) -> None:
         if not 0 <= index < len(self.stops):
@@ -74,10 +86,12 @@ class TourDialog(QDialog):
         if dock is not None:
             dock.show()
             dock.raise_()
+        self._move_selection(title)
         pane.setFocus()
         pane.render_and_paint()  # the card reads what this pane shows now
         explainer = explainer_of(title, pane, window.controller)
         said = explainer.headline if explainer is not None else "(nothing to show yet)"
+        said = html.escape(said)  # token texts such as <|im_start|> are not markup
         self.visited.append(title)
         self.text.setText(
             f"<b>{what}</b><br>{said}<br><small>{index + 1} of {len(self.stops)}</small>"

@@ -5,6 +5,8 @@ Asserted on data each pane keeps for its marks (``pane.linked``), never on pixel
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, Qt
@@ -130,11 +132,20 @@ def test_hover_readouts_and_cards_carry_the_records_numbers(qtbot, shown):
 
 
 def test_the_tour_visits_every_pane(qtbot, shown):
+    ctl = shown.controller
     tour = shown.open_tour()
+    assert tour.visited == ["Tokens"] and ctl.token == len(ctl.prompt) and ctl.selected == 0
+    said = []
     for _ in range(len(tour.stops) - 1):
         tour.next.click()
+        said.append(tour.text.text())
+        if tour.visited[-1] == "Attention":
+            assert ctl.token == len(ctl.prompt) - 1
+            assert html.escape(shown.cards["Attention"].explainer.headline) in said[-1]
     assert set(tour.visited) == set(shown.panes)
-    assert shown.controller.token == len(shown.controller.prompt) - 1
+    assert ctl.selected == len(ctl.steps) - 1  # the last stops look at the whole run
+    step = ctl.steps[-1]
+    assert f"{step.kv.formula_bytes:,} bytes" in said[-2]  # the KV cache stop's own numbers
     tour.close()
 
 
