@@ -129,6 +129,7 @@ class AttentionLinesPane(Pane):
         self.matrix = np.zeros((0, 0))
         self.shown = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
         self.hidden_count = 0
+        self._scrolled_to = -1  # a redraw scrolls only when the selected token moved
         controller.sig_token_selected.connect(lambda _p: self._draw())
 
     def on_result(self, kind: str, key: object, result: object) -> None:
@@ -202,11 +203,14 @@ class AttentionLinesPane(Pane):
             + ". Hover a token to follow it; line width and opacity ∝ weight."
         )
         self.view.set_data(labels, self.shown, pos)
+        moved, self._scrolled_to = pos != self._scrolled_to, pos
+        if moved and pos >= 0:  # the query's row in view (its lines run up to its keys)
+            self.scroll.ensureVisible(COLUMN, int(4 + (pos + 0.5) * ROW), 10, 3 * ROW)
 
     def clear(self) -> None:
         self.matrix = np.zeros((0, 0))
         self.shown = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
-        self.hidden_count = 0
+        self.hidden_count, self._scrolled_to = 0, -1
         self.view.set_data([], self.shown, -1)
         self.status.setText("")
 

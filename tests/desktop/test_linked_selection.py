@@ -181,7 +181,10 @@ def test_line_view_draws_the_strongest_lines_of_a_400_token_prompt(qtbot, contro
     controller.request_select_token(200)
     assert set(pane.shown[0].tolist()) == {200} and pane.view.selected == 200
     np.testing.assert_allclose(np.sort(pane.shown[2]), np.sort(pane.matrix[200, :201]))
+    assert pane.scroll.verticalScrollBar().value() > 0  # row 200 was scrolled into view
     # hovering a token on the left selects it
+    pane.scroll.verticalScrollBar().setValue(0)
+    qtbot.wait(50)
     qtbot.mouseMove(pane.view, QPoint(20, int(4 + 10.5 * 16)))
     qtbot.waitUntil(lambda: controller.token == 10, timeout=2000)
     assert elapsed < 2.0, f"render took {elapsed:.2f} s"
