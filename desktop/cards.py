@@ -42,7 +42,7 @@ class Card(QFrame):
         self.toggle.toggled.connect(self._toggled)
         self.headline = QLabel(wordWrap=True, textFormat=Qt.TextFormat.PlainText)
         self.headline.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.body = QLabel(wordWrap=True)
+        self.body = QLabel(wordWrap=True, alignment=Qt.AlignmentFlag.AlignTop)
         self.body.setTextFormat(Qt.TextFormat.RichText)
         self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         top = QHBoxLayout()

@@ -205,7 +205,8 @@ class AttentionLinesPane(Pane):
         self.view.set_data(labels, self.shown, pos)
         moved, self._scrolled_to = pos != self._scrolled_to, pos
         if moved and pos >= 0:  # the query's row in view (its lines run up to its keys)
-            self.scroll.ensureVisible(COLUMN, int(4 + (pos + 0.5) * ROW), 10, 3 * ROW)
+            margin = max(3 * ROW, int(0.45 * self.scroll.viewport().height()))
+            self.scroll.ensureVisible(COLUMN, int(4 + (pos + 0.5) * ROW), 10, margin)
 
     def clear(self) -> None:
         self.matrix = np.zeros((0, 0))
