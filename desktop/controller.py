@@ -35,6 +35,8 @@ class Controller(QObject):
         sig_saved(str, int): a session was written (path, bytes).
         sig_head_requested(int, int): show this layer and head (a click in "why this token?").
         sig_explain_requested(int): explain this step's token (a "why?" on a token).
+        sig_token_selected(int): the selected token changed (its context position, or -1);
+            see :mod:`desktop.selection`.
 
     It is composed of parts with one job each: ``sessions``
     (:class:`~llm_lens.desktop.session_controller.SessionController`) shows reopened runs and
@@ -58,6 +60,7 @@ class Controller(QObject):
     sig_saved = Signal(str, int)
     sig_head_requested = Signal(int, int)
     sig_explain_requested = Signal(int)
+    sig_token_selected = Signal(int)
 
     _load_requested = Signal(object, str, str)
     _run_requested = Signal(int, str, bool, object, object, bool)
@@ -80,6 +83,7 @@ class Controller(QObject):
         self.summary: Any = None
         self.steps: list[Any] = []
         self.selected = -1
+        self.token = -1  # the selected token's position in prompt + response (desktop.selection)
         self.follow_live = True
         self.busy = False
         self.params = SamplingParams()
@@ -178,6 +182,13 @@ class Controller(QObject):
         """Select step ``index`` and ask for its "why this token?" view."""
         self.request_select(index)
         self.sig_explain_requested.emit(index)
+
+    def request_select_token(self, position: int, with_step: bool = False) -> None:
+        """Select the token at ``position`` of prompt + response in every pane (-1: none);
+        ``with_step`` also selects the step that chose a response token."""
+        from llm_lens.desktop.selection import select_token
+
+        select_token(self, position, with_step)
 
     def request_params(self, params: Any) -> None:
         self.params = params
@@ -317,6 +328,7 @@ class Controller(QObject):
             None,
             -1,
         )
+        self.token = -1
 
     def _on_run_started(self, run_id: int, prompt: Any) -> None:
         if run_id != self.run_id:

@@ -61,6 +61,7 @@ def settings() -> QSettings:
 
 def pane_classes() -> list[type]:
     from llm_lens.desktop.panes.attention import AttentionPane
+    from llm_lens.desktop.panes.attention_lines import AttentionLinesPane
     from llm_lens.desktop.panes.attribution import AttributionPane
     from llm_lens.desktop.panes.embeddings import EmbeddingsPane
     from llm_lens.desktop.panes.kvcache import KVCachePane
@@ -76,6 +77,7 @@ def pane_classes() -> list[type]:
         EmbeddingsPane,
         PositionsPane,
         AttentionPane,
+        AttentionLinesPane,
         LayerStackPane,
         KVCachePane,
         LogitsPane,
@@ -111,6 +113,9 @@ class MainWindow(QMainWindow):
         self.sessions = SessionActions(self, settings())
         self._restored = self._arranged = self._shown = False
         self._build_docks()
+        from llm_lens.desktop.teaching import teach
+
+        teach(self)
         self._build_status()
         self._build_menus()
         self._wire()
@@ -197,6 +202,7 @@ class MainWindow(QMainWindow):
         )  # fmt: skip
         view.addAction(self._action("&Reset layout", self._reset_layout))
         help_menu = bar.addMenu("&Help")
+        help_menu.addAction(self._action("&Tour: one prompt, seven steps", self.open_tour, "F1"))
         help_menu.addAction(self._action("&About LLM Lens", self._about))
 
     def _wire(self) -> None:
@@ -391,6 +397,15 @@ class MainWindow(QMainWindow):
     def hidden_panes(self) -> list[str]:
         """Panes neither shown nor one tab click away."""
         return [n for n, d in self.docks.items() if not one_click_away(self, d)]
+
+    def open_tour(self) -> Any:
+        """Help → Tour: walk the article's steps on the run shown (returns the dialog)."""
+        from llm_lens.desktop.tour import TourDialog
+
+        self.tour = TourDialog(self)
+        self.tour.show()
+        self.tour.start()
+        return self.tour
 
     def _about(self) -> None:
         import platform

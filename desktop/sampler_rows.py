@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 
 from llm_lens.core.cli.compare import NEUTRAL, PRESETS
 from llm_lens.core.sampling import SamplingParams
+from llm_lens.desktop.guide import SAMPLING_TIPS
 
 CUSTOM = "custom"
 PRESET_LABELS = {
@@ -79,6 +80,7 @@ class SamplerRow(QWidget):
         super().__init__(parent)
         self.number = QLabel(f"#{number}")
         self.preset = QComboBox()
+        self.preset.setToolTip("A named set of sampling settings; editing one makes it custom")
         for name, label in PRESET_LABELS.items():
             self.preset.addItem(label, name)
         self.boxes: dict[str, QSpinBox | QDoubleSpinBox] = {}
@@ -93,7 +95,7 @@ class SamplerRow(QWidget):
             else:
                 box = QDoubleSpinBox(minimum=low, maximum=high, singleStep=step, decimals=decimals)
             box.setPrefix(prefix)
-            box.setToolTip(name.replace("_", " "))
+            box.setToolTip(SAMPLING_TIPS.get(name, name.replace("_", " ")))
             box.valueChanged.connect(self._on_edited)
             self.boxes[name] = box
             layout.addWidget(box)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import threading
 import sys
+import threading
 from typing import Any
 
 from llm_lens.core.cli.args import (

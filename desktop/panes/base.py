@@ -55,6 +55,7 @@ class Pane(QWidget):
         self.render_times_ms: list[float] = []
         self.paint_times_ms: list[float] = []
         self._stale = False  # a run started: clear before the next render
+        self.after_render: list[Any] = []  # callables run after each render (desktop.linking)
         controller.sig_selection_changed.connect(self.schedule)
         controller.sig_steps_changed.connect(self.schedule)
         controller.sig_run_started.connect(self._on_run_started)
@@ -80,6 +81,8 @@ class Pane(QWidget):
             self._stale = False
             self.clear()
         self.render(self.controller.current_step())
+        for hook in self.after_render:
+            hook()
         t1 = time.perf_counter()
         self.paint_now()
         self.render_times_ms.append((t1 - t0) * 1e3)

@@ -248,7 +248,7 @@ class EmbeddingsPane(Pane):
         self.neighbour_list.clear()
         for tid, text, sim in zip(result.ids, result.texts, result.similarities, strict=True):
             self._texts.setdefault(int(tid), text)
-            item = qw.QListWidgetItem(f"{sim:.3f}  {visible_text(text, 24)}  ({int(tid)})")
+            item = qw.QListWidgetItem(f"cosine {sim:.3f}  {visible_text(text, 24)}  ({int(tid)})")
             item.setData(Qt.ItemDataRole.UserRole, int(tid))
             item.setData(Qt.ItemDataRole.UserRole + 1, float(sim))
             self.neighbour_list.addItem(item)

@@ -72,6 +72,11 @@ class LogitsPane(Pane):
             self.plot.addItem(item)
         self.log_scale = QCheckBox("log scale")
         self.log_scale.toggled.connect(lambda _on: self.render(self.controller.current_step()))
+        self.show_logits = QCheckBox("logits")
+        self.show_logits.setToolTip(
+            "Show the raw scores (logits) the softmax turns into these probabilities"
+        )
+        self.show_logits.toggled.connect(lambda _on: self.render(self.controller.current_step()))
         self.info = QLabel()
         self.info.setWordWrap(True)
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -80,6 +85,7 @@ class LogitsPane(Pane):
         row = QHBoxLayout()
         row.addWidget(self.info, 1)
         row.addWidget(self.log_scale)
+        row.addWidget(self.show_logits)
         layout = QVBoxLayout(self)
         layout.addLayout(row)
         layout.addWidget(self.plot_widget, 1)
@@ -94,6 +100,10 @@ class LogitsPane(Pane):
         probs = np.asarray(step.top_probs[:n])
         log = self.log_scale.isChecked()
         ends, base = bar_values(probs, log)
+        as_logits = self.show_logits.isChecked()
+        if as_logits:  # raw scores: bars from just below the smallest shown
+            ends = np.asarray(step.top_logits[:n], np.float64)
+            base = float(math.floor(ends.min()) - 1.0)
         hits = np.flatnonzero(step.top_ids[:n] == step.token.id)
         self.chosen_row = int(hits[0]) if hits.size else None
         brushes = [CHOSEN_BRUSH if i == self.chosen_row else BAR_BRUSH for i in range(n)]
@@ -101,11 +111,13 @@ class LogitsPane(Pane):
             x0=np.full(n, base), y=np.arange(n), width=ends - base, height=0.75, brushes=brushes
         )
         for i, item in enumerate(self.values):
-            item.setText(f"{probs[i]:.2%}" if i < n else "")
+            shown = f"{ends[i]:.2f}" if as_logits else f"{probs[i]:.2%}"
+            item.setText(shown if i < n else "")
             item.setPos(float(ends[i]) if i < n else 0.0, i)
         ticks = [(i, tick_label(i + 1, step.top_texts[i])) for i in range(n)]
         self.plot.getAxis("left").setTicks([ticks, []])
         label = "log10 probability" if log else "probability"
+        label = "logit (raw score)" if as_logits else label
         if self.plot.getAxis("bottom").labelText != label:  # a new label re-lays out the plot
             self.plot.setLabel("bottom", label)
         span = float(ends.max()) - base

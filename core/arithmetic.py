@@ -1,0 +1,171 @@
+"""The arithmetic behind the pictures, computed from records: no model, no Qt.
+
+What the explainer cards and the tour say is derived here, from the numbers a record holds:
+the softmax of the top logits written out step by step, the token a seeded sampler would draw
+at a step under other settings, and attention patterns a head shows (a sink on the first
+token, a previous-token head), measured, never assumed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from llm_lens.core.records import StepRecord
+from llm_lens.core.sampling import SamplingParams, make_generator, run_stages
+
+SINK_SHARE = 0.5  # mean weight on the first token above which a head is called a sink
+PREVIOUS_SHARE = 0.5  # mean weight on the previous token above which it is a previous-token head
+
+
+@dataclass(frozen=True)
+class SoftmaxRow:
+    """One token's way from logit to probability: p = exp(z − max) / Σ exp(z_j − max)."""
+
+    token_id: int
+    text: str
+    logit: float
+    shifted: float  # z − max z
+    exp: float  # exp(z − max z)
+    prob: float  # exp / total
+
+
+@dataclass(frozen=True)
+class SoftmaxSteps:
+    """The softmax of a step's top tokens, with the normaliser over the whole vocabulary."""
+
+    rows: tuple[SoftmaxRow, ...]
+    max_logit: float
+    total: float  # Σ exp(z − max) over every vocabulary entry
+    vocab: int
+    top_share: float  # how much of the total the rows shown hold
+
+
+def softmax_steps(step: StepRecord, n: int = 5) -> SoftmaxSteps:
+    """Softmax of the recorded raw logits, written out for the top ``n`` tokens."""
+    logits = np.asarray(step.logits, np.float64)  # (vocab,)
+    top = float(logits.max())
+    exps = np.exp(logits - top)  # (vocab,)
+    total = float(exps.sum())
+    rows = []
+    for i in range(min(n, len(step.top_ids))):
+        tid = int(step.top_ids[i])
+        z = float(logits[tid])
+        e = float(exps[tid])
+        rows.append(SoftmaxRow(tid, step.top_texts[i], z, z - top, e, e / total))
+    share = sum(r.exp for r in rows) / total
+    return SoftmaxSteps(tuple(rows), top, total, int(logits.shape[0]), share)
+
+
+@dataclass(frozen=True)
+class StageProb:
+    """A token's probability after one sampling stage, and how many tokens that stage kept."""
+
+    stage: str
+    prob: float
+    kept: int
+
+
+@dataclass(frozen=True)
+class Draw:
+    """The token a sampler with ``params`` would draw at one step, and its way through stages."""
+
+    token_id: int
+    greedy: bool
+    seed: int | None
+    stages: tuple[StageProb, ...]  # raw first
+
+
+def draw_at(step: StepRecord, params: SamplingParams) -> Draw:
+    """What ``params`` (its seed included) would draw at ``step`` of a run started afresh.
+
+    The engine makes one generator per run from the seed and draws once per step; a draw
+    (``torch.multinomial`` of one sample) consumes the same random numbers whatever the
+    probabilities, so the generator is advanced by ``step.index`` draws before this one.
+    A run made with ``params`` draws exactly the recorded token (tested).
+    """
+    import torch
+
+    from llm_lens.core.sampling import choose
+
+    logits = torch.from_numpy(np.array(step.logits, np.float32))  # (vocab,) writable copy
+    context = torch.from_numpy(np.array(step.context_ids, np.int64))[None]  # (1, seq)
+    stages = run_stages(logits, context, params)
+    generator = None
+    if not params.is_greedy:
+        generator = make_generator(params, "cpu")
+        flat = torch.full((1, logits.shape[0]), 1.0 / logits.shape[0])  # (1, vocab)
+        for _ in range(step.index):
+            torch.multinomial(flat, num_samples=1, generator=generator)
+    token = choose(stages[-1], params, generator)
+    probs = tuple(
+        StageProb(s.name, float(s.probs[0, token]), int((s.probs[0] > 0).sum())) for s in stages
+    )
+    return Draw(token, params.is_greedy, params.seed, probs)
+
+
+@dataclass(frozen=True)
+class HeadPattern:
+    """How much weight one head's rows give the first token and the previous token."""
+
+    sink: float  # mean over rows 1… of the weight on key 0
+    previous: float  # mean over rows 1… of the weight on key q − 1 (rows 2…, so not key 0)
+    rows: int
+
+    @property
+    def is_sink(self) -> bool:
+        return self.rows > 0 and self.sink >= SINK_SHARE
+
+    @property
+    def is_previous_token(self) -> bool:
+        return self.rows > 0 and self.previous >= PREVIOUS_SHARE
+
+    def names(self) -> list[str]:
+        """Phenomena present in these numbers, in words with the numbers."""
+        out = []
+        if self.is_sink:
+            out.append(
+                f"attention sink: its rows put {self.sink:.0%} of their weight on the first "
+                "token on average"
+            )
+        if self.is_previous_token:
+            out.append(
+                f"previous-token head: its rows put {self.previous:.0%} of their weight on "
+                "the token just before on average"
+            )
+        return out
+
+
+def head_pattern(weights: Any) -> HeadPattern:
+    """Sink and previous-token shares of a causal (q, k) map of one head (unpooled)."""
+    w = np.asarray(weights, np.float64)
+    n = min(w.shape[0], w.shape[1]) if w.ndim == 2 else 0
+    if n < 3:
+        return HeadPattern(0.0, 0.0, 0)
+    sink = float(np.nanmean(w[1:n, 0]))
+    q = np.arange(2, n)
+    previous = float(np.nanmean(w[q, q - 1]))
+    return HeadPattern(sink, previous, n - 1)
+
+
+def strongest_key(row: Any) -> tuple[int, float]:
+    """(key index, weight) of the largest weight in one attention row."""
+    r = np.nan_to_num(np.asarray(row, np.float64), nan=-1.0)
+    k = int(np.argmax(r))
+    return k, float(r[k])
+
+
+def top_links(weights: Any, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The ``limit`` strongest (query, key, weight) cells of a causal map, and how many
+    non-zero cells were left out: what a line view can afford to draw."""
+    w = np.nan_to_num(np.asarray(weights, np.float64), nan=0.0)
+    q, k = np.nonzero(np.tril(w) > 0)
+    values = w[q, k]
+    if values.size > limit:
+        keep = np.argpartition(values, -limit)[-limit:]
+        q, k, values = q[keep], k[keep], values[keep]
+    order = np.argsort(values)  # weakest first: the strongest are drawn on top
+    hidden = int(np.count_nonzero(np.tril(w) > 0)) - int(values.size)
+    return q[order], k[order], values[order], hidden

@@ -1,0 +1,92 @@
+"""The arithmetic the cards show: softmax written out, seeded draws replayed, head patterns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from llm_lens.core.arithmetic import draw_at, head_pattern, softmax_steps, top_links
+from llm_lens.core.explain_text import logits_card, sampling_card
+from llm_lens.core.loop.engine import RunConfig
+from llm_lens.core.sampling import GREEDY, SamplingParams
+
+
+@pytest.fixture(scope="module")
+def sampled_run(tiny_engine):
+    params = SamplingParams(temperature=1.3, top_p=0.9, seed=11)
+    prompt = tiny_engine.tokenize("The bank of the river", chat=False)
+    run = tiny_engine.start(prompt, params, RunConfig(max_new_tokens=6))
+    run.run_all()
+    return run, params
+
+
+def test_softmax_steps_equal_the_recorded_probabilities(sampled_run):
+    run, _ = sampled_run
+    step = run.steps[2]
+    sm = softmax_steps(step, 5)
+    assert [r.token_id for r in sm.rows] == [int(i) for i in step.top_ids[:5]]
+    np.testing.assert_allclose([r.prob for r in sm.rows], step.top_probs[:5], rtol=1e-4)
+    ref = torch.softmax(torch.from_numpy(np.array(step.logits)).double(), -1)
+    np.testing.assert_allclose(sm.rows[0].prob, float(ref[step.top_ids[0]]), rtol=1e-9)
+    assert sm.rows[0].shifted == 0.0 and sm.vocab == step.logits.shape[0]
+
+
+def test_a_seeded_draw_replays_every_recorded_token(sampled_run):
+    """The seed advanced by one draw per earlier step draws exactly what the run drew."""
+    run, params = sampled_run
+    for step in run.steps:
+        assert draw_at(step, params).token_id == step.token.id
+    other = params.with_(seed=12)
+    drawn = [draw_at(s, other).token_id for s in run.steps]
+    assert drawn != [s.token.id for s in run.steps]  # the seed matters
+
+
+def test_draw_stages_follow_the_processors(sampled_run):
+    run, params = sampled_run
+    step = run.steps[1]
+    draw = draw_at(step, params)
+    assert [s.stage for s in draw.stages] == ["raw", "temperature", "top_p"]
+    assert draw.stages[0].prob == pytest.approx(step.prob, rel=1e-5)
+    greedy = draw_at(step, GREEDY)
+    assert greedy.token_id == int(np.argmax(step.logits)) and greedy.greedy
+
+
+def test_head_pattern_names_a_sink_and_a_previous_token_head():
+    n = 8
+    sink = np.zeros((n, n))
+    sink[:, 0] = 0.9
+    for i in range(n):
+        sink[i, 1 : i + 1] = 0.1 / max(i, 1)
+    prev = np.zeros((n, n))
+    prev[0, 0] = 1
+    for i in range(1, n):
+        prev[i, i - 1] = 0.8
+        prev[i, i] = 0.2
+    s, p = head_pattern(sink), head_pattern(prev)
+    assert s.is_sink and not s.is_previous_token and "attention sink" in s.names()[0]
+    assert p.is_previous_token and not p.is_sink
+    assert p.previous == pytest.approx(0.8)
+    uniform = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+    assert head_pattern(uniform).names() == []
+
+
+def test_top_links_keep_the_strongest_and_count_the_rest():
+    rng = np.random.default_rng(0)
+    w = np.tril(rng.random((400, 400)))
+    q, k, v, hidden = top_links(w, 500)
+    assert len(v) == 500 and hidden == 400 * 401 // 2 - 500
+    assert v.min() >= np.sort(w[np.tril_indices(400)])[-500]
+    assert np.all(k <= q)
+
+
+def test_logits_card_numbers_are_the_records(sampled_run):
+    run, params = sampled_run
+    step = run.steps[0]
+    card = logits_card(step, params)
+    z = float(step.logits[step.token.id])
+    assert f"had logit {z:.1f}" in card.headline
+    assert f"top-p {params.top_p:g} keeps" in card.headline
+    assert f"z = {float(step.top_logits[0]):.2f}" in card.numbers[0]
+    explainer, draw = sampling_card(step, params)
+    assert draw.token_id == step.token.id and "the token the run chose" in explainer.headline
