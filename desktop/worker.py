@@ -2,7 +2,10 @@
 
 The GUI reaches it only through queued signals; cancellation of a running generation goes
 through a ``threading.Event`` because a queued "cancel" slot would wait behind the loop.
-Analysis requests that arrive during a run are served between steps.
+Analysis requests that arrive during a run are served between steps, within a budget: at most
+``ANALYSIS_SHARE`` of the run's own time so far, so the window's questions cannot slow the model
+more than that; the rest wait for the run's end. A pending request of a per-step kind (the lens
+of step 5 while the pane now shows step 9) is dropped when a newer one of that kind arrives.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
+
+ANALYSIS_SHARE = 0.10  # between steps of a run, analyses may take this share of the model's time
+SUPERSEDED = ("lens", "attention_map", "neighbours")  # a newer request drops a pending older one
 
 
 class Worker(QObject):
@@ -60,6 +66,7 @@ class Worker(QObject):
         self._last_run: Any = None
         self._full_prefill: tuple[float, int] = (0.0, 0)  # (ms, tokens) of the last full one
         self.history: Callable[[Any], Any] | None = None  # called here after each live run
+        self.analysis_ms = 0.0  # time analyses took between the current run's steps
 
     @Slot(object, str, str)
     def load(self, spec: object, device: str, dtype: str) -> None:
@@ -106,6 +113,7 @@ class Worker(QObject):
             self.sig_error.emit("run", "no model is loaded yet")
             return
         self.cancel.clear()
+        self.analysis_ms = model_ms = 0.0
         try:
             prompt = self.engine.tokenize(text, chat)
             run, reused = self._start(prompt, params, config)
@@ -117,7 +125,8 @@ class Worker(QObject):
                     self._after_prefill(run, reused)
                     self.sig_prefill.emit(run_id, run.prefill)
                 self.sig_step.emit(run_id, record)
-                self._serve_pending()
+                model_ms += record.timing.total_ms
+                self._serve_pending(budget_ms=ANALYSIS_SHARE * model_ms)
             self.sig_run_finished.emit(run_id, run.summary())
             self._remember(run)
             if self.history is not None:
@@ -198,7 +207,18 @@ class Worker(QObject):
             self.sig_stream_item.emit(job_id, "error", f"it failed: {exc}")
 
     def submit(self, kind: str, key: Any, job: Callable[[], Any]) -> None:
-        """Queue an analysis job (any thread); it runs between steps or when idle."""
+        """Queue an analysis job (any thread); it runs between steps or when idle.
+
+        A pending job of the same per-step kind is dropped and answered with a None result
+        (which asks nothing to be cached: the request can be made again)."""
+        dropped = []
+        if kind in SUPERSEDED:
+            with self.pending.mutex:
+                dropped = [item for item in self.pending.queue if item[0] == kind]
+                for item in dropped:
+                    self.pending.queue.remove(item)
+        for old_kind, old_key, _ in dropped:
+            self.sig_result.emit(old_kind, old_key, None)
         self.pending.put((kind, key, job))
 
     @Slot()
@@ -206,16 +226,20 @@ class Worker(QObject):
         """Run queued analysis jobs now (connected to a queued signal from the GUI)."""
         self._serve_pending()
 
-    def _serve_pending(self) -> None:
+    def _serve_pending(self, budget_ms: float | None = None) -> None:
+        """Run queued jobs: all of them, or while this run's analyses stay within ``budget_ms``."""
+        import time
+
         import torch
 
         from llm_lens.core.errors import LensError
 
-        while True:
+        while budget_ms is None or self.analysis_ms <= budget_ms:
             try:
                 kind, key, job = self.pending.get_nowait()
             except queue.Empty:
                 return
+            t0 = time.perf_counter()
             try:
                 with torch.inference_mode():
                     result = job()
@@ -226,4 +250,6 @@ class Worker(QObject):
                 traceback.print_exc()
                 self.sig_error.emit("analysis", f"{kind}: {exc}")
                 continue
+            finally:
+                self.analysis_ms += (time.perf_counter() - t0) * 1e3
             self.sig_result.emit(kind, key, result)
