@@ -67,6 +67,7 @@ class Worker(QObject):
         self._full_prefill: tuple[float, int] = (0.0, 0)  # (ms, tokens) of the last full one
         self.history: Callable[[Any], Any] | None = None  # called here after each live run
         self.analysis_ms = 0.0  # time analyses took between the current run's steps
+        self.cost_ms: dict[str, float] = {}  # the last time each kind of analysis took
 
     @Slot(object, str, str)
     def load(self, spec: object, device: str, dtype: str) -> None:
@@ -226,6 +227,23 @@ class Worker(QObject):
         """Run queued analysis jobs now (connected to a queued signal from the GUI)."""
         self._serve_pending()
 
+    def _next_job(self, budget_ms: float | None) -> tuple[str, Any, Callable[[], Any]] | None:
+        """The oldest queued job, or the oldest whose last cost fits what is left of the budget
+        (a kind not yet timed fits only before anything was spent)."""
+        if budget_ms is None:
+            try:
+                return self.pending.get_nowait()
+            except queue.Empty:
+                return None
+        left = budget_ms - self.analysis_ms
+        with self.pending.mutex:
+            for item in self.pending.queue:
+                cost = self.cost_ms.get(item[0], 0.0 if self.analysis_ms == 0 else float("inf"))
+                if cost <= left:
+                    self.pending.queue.remove(item)
+                    return item
+        return None
+
     def _serve_pending(self, budget_ms: float | None = None) -> None:
         """Run queued jobs: all of them, or while this run's analyses stay within ``budget_ms``."""
         import time
@@ -234,11 +252,11 @@ class Worker(QObject):
 
         from llm_lens.core.errors import LensError
 
-        while budget_ms is None or self.analysis_ms <= budget_ms:
-            try:
-                kind, key, job = self.pending.get_nowait()
-            except queue.Empty:
+        while True:
+            item = self._next_job(budget_ms)
+            if item is None:
                 return
+            kind, key, job = item
             t0 = time.perf_counter()
             try:
                 with torch.inference_mode():
@@ -251,5 +269,6 @@ class Worker(QObject):
                 self.sig_error.emit("analysis", f"{kind}: {exc}")
                 continue
             finally:
-                self.analysis_ms += (time.perf_counter() - t0) * 1e3
+                self.cost_ms[kind] = (time.perf_counter() - t0) * 1e3
+                self.analysis_ms += self.cost_ms[kind]
             self.sig_result.emit(kind, key, result)

@@ -50,3 +50,16 @@ def test_a_newer_per_step_request_drops_the_pending_one():
         ("prompt_lens", ("prompt_lens",), "prompt"),
         ("lens", ("lens", 2), "lens 2"),
     ]
+
+
+def test_a_job_that_would_overrun_the_budget_waits_while_a_cheap_one_runs(tiny_engine):
+    worker = Worker()
+    worker.engine = tiny_engine
+    worker.cost_ms = {"attention_overview": 5_000.0, "lens": 0.0}
+    order: list[str] = []
+    worker.submit("attention_overview", ("overview",), lambda: order.append("overview"))
+    worker.submit("lens", ("lens", 1), lambda: order.append("lens"))
+    worker.run(1, "the cat sat on the mat", False, GREEDY, RunConfig(max_new_tokens=4))
+    assert order == ["lens"]  # the overview took 5 s last time: not between these steps
+    worker.serve()
+    assert order == ["lens", "overview"]
