@@ -65,12 +65,15 @@ def wait(ms: int) -> None:
     loop.exec()
 
 
-def wait_for(signal: Any, timeout_s: float) -> None:
+def wait_for(signal: Any, timeout_s: float, *others: Any) -> None:
+    """Until ``signal`` (or any of ``others``) is emitted, or the timeout."""
     loop = QEventLoop()
-    signal.connect(loop.quit)
+    for sig in (signal, *others):
+        sig.connect(loop.quit)
     QTimer.singleShot(int(timeout_s * 1e3), loop.quit)
     loop.exec()
-    signal.disconnect(loop.quit)
+    for sig in (signal, *others):
+        sig.disconnect(loop.quit)
 
 
 class GapClock:
@@ -157,10 +160,12 @@ def in_window(win: Any, text: str, chat: bool, tokens: int, gaps: GapClock) -> d
 
     ctl.sig_steps_changed.connect(arrived)
     ctl.request_run(text, chat, GREEDY, tokens)
-    wait_for(ctl.sig_run_finished, 600)
+    wait_for(ctl.sig_run_finished, 1200, ctl.sig_error)
     ctl.sig_steps_changed.disconnect(arrived)
     wait(500)  # the last repaints and analyses
     gaps.on = False
+    if len(ctl.steps) < 2:
+        return {"gap": max(gaps.gaps, default=0.0)}
     out = figures(ctl.steps)
     units = [r + p for pane in win.panes.values()
              for r, p in zip(pane.render_times_ms, pane.paint_times_ms, strict=False)]  # fmt: skip
@@ -241,8 +246,16 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     length = engine.info.context_length - tokens
     ids = engine.tokenize(FILLER * (length // 10 + 1), chat=False).ids[:length]
     text = engine.tokenizer.decode(ids)
+    while len(engine.tokenize(text, chat=False)) > length:  # decoding may merge differently
+        ids = ids[:-8]
+        text = engine.tokenizer.decode(ids)
+    errors: list[str] = []
+    ctl.sig_error.connect(errors.append)
     rss0 = _rss_mb()
     got = in_window(win, text, False, tokens, gaps)
+    if errors or not ctl.steps:
+        print(f"full context: the run failed: {errors}", flush=True)
+        return
     wait(3000)  # the panes' analyses of the long prompt
     run = ctl.worker.runs[ctl.run_id]
     t0 = time.perf_counter()
