@@ -68,6 +68,7 @@ class Worker(QObject):
         self.history: Callable[[Any], Any] | None = None  # called here after each live run
         self.analysis_ms = 0.0  # time analyses took between the current run's steps
         self.cost_ms: dict[str, float] = {}  # the last time each kind of analysis took
+        self.closing = threading.Event()  # the window is closing: queued analyses are skipped
 
     @Slot(object, str, str)
     def load(self, spec: object, device: str, dtype: str) -> None:
@@ -252,7 +253,7 @@ class Worker(QObject):
 
         from llm_lens.core.errors import LensError
 
-        while True:
+        while not self.closing.is_set():
             item = self._next_job(budget_ms)
             if item is None:
                 return
