@@ -1,56 +1,42 @@
-"""GUI responsiveness during a run: the longest gap of a 10 ms timer on the GUI thread, pane
-render and paint times, garbage-collection pauses, and start-up (window visible; first token)
-— printed, not asserted.
+"""Does the window slow the model? The same engine headless and inside the window, one process run.
 
-The window uses a fresh settings folder (the default layout, not whatever the last session left)
-and splits the tabbed docks apart, so all nine panes are visible and painted during the run.
-``--runs N`` repeats the run N times in the same window and prints each.
+For each prompt (a 40-token chat prompt and a 1,000-token text) and each repetition the runs go
+in turn: headless (the window's own engine, run on the GUI thread while the event loop waits),
+in the window with every pane on screen, in the window with no pane visible (every dock
+hidden), and headless again. Each window run is divided by the mean of the two headless runs
+around it, so a machine that gets busier or quieter during the benchmark moves both alike.
+
+Figures are the model thread's own records: TTFT is step 0's time, the inter-token latency is
+each decode step's wall time (forward + sample + capture + the time between steps, when the
+window's signals and analyses ran). With all panes visible the GUI thread's longest gap (a 10 ms
+timer) and the pane repaints are measured too. ``--switch-interval`` repeats everything at
+several values of ``sys.setswitchinterval``; ``--full-context`` runs one prompt of the model's
+whole context in the window instead and reports memory and the attention window's time.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
+from typing import Any
 
-T_START = time.perf_counter()
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ["LLM_LENS_CONFIG_DIR"] = tempfile.mkdtemp(prefix="llm-lens-bench-")
 
-from PySide6.QtCore import QElapsedTimer, Qt, QTimer  # noqa: E402
+from PySide6.QtCore import QElapsedTimer, QEventLoop, Qt, QTimer, qInstallMessageHandler  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-PROMPT = "Explain transformers like I am 12"
-TOKENS = 64
+SHORT = "Explain transformers like I am 12"
+FILLER = " the quick brown fox jumps over the lazy dog."
 
 
-class GcPauses:
-    """Durations of the cyclic collector's passes on the GUI thread (gc.callbacks)."""
-
-    def __init__(self) -> None:
-        self.pauses: list[tuple[float, float, int]] = []  # (start, ms, generation)
-        self._start = 0.0
-        self._gui = threading.get_ident()
-        gc.callbacks.append(self._callback)
-
-    def _callback(self, phase: str, info: dict) -> None:
-        if threading.get_ident() != self._gui:
-            return
-        if phase == "start":
-            self._start = time.perf_counter()
-        else:
-            ms = (time.perf_counter() - self._start) * 1e3
-            self.pauses.append((self._start, ms, info["generation"]))
-
-
-def show_every_pane(win) -> None:  # noqa: ANN001
-    """Take the tab groups apart: the nine panes in a 3 × 3 grid, all on screen at once."""
+def show_every_pane(win: Any) -> None:
+    """Take the tab groups apart: every pane in a grid of three columns, all on screen at once."""
     docks = list(win.docks.values())
     horizontal, vertical = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
     for dock in docks:
@@ -67,124 +53,289 @@ def show_every_pane(win) -> None:  # noqa: ANN001
     QApplication.processEvents()
 
 
-def paints(pane) -> list[float]:  # noqa: ANN001
-    """Paint times of the scheduler's units (zeros where the pane paints later, on its own)."""
-    return getattr(pane, "paint_times_ms", None) or [0.0] * len(pane.render_times_ms)
+def set_docks_visible(win: Any, visible: bool) -> None:
+    for dock in win.docks.values():
+        dock.setVisible(visible)
+    QApplication.processEvents()
 
 
-def percentile(values: list[float], q: float) -> float:
-    return sorted(values)[min(len(values) - 1, int(len(values) * q))]
+def wait(ms: int) -> None:
+    loop = QEventLoop()
+    QTimer.singleShot(ms, loop.quit)
+    loop.exec()
 
 
-def report(run: int, gaps: list[tuple[float, float]], win, gc_pauses: list) -> None:  # noqa: ANN001
-    ms = [g for _, g in gaps]
-    longest_at, longest = max(gaps, key=lambda g: g[1])
-    in_gc = [p for p in gc_pauses if longest_at - longest / 1e3 <= p[0] <= longest_at]
-    gc_note = f" (a {in_gc[0][1]:.0f} ms gen-{in_gc[0][2]} GC pass in it)" if in_gc else ""
-    print(
-        f"run {run}: 10 ms timer: ticks {len(ms)}, longest gap {longest:.0f} ms{gc_note}, "
-        f"p99 {percentile(ms, 0.99):.0f} ms, median {statistics.median(ms):.0f} ms"
+def wait_for(signal: Any, timeout_s: float, *others: Any) -> None:
+    """Until ``signal`` (or any of ``others``) is emitted, or the timeout."""
+    loop = QEventLoop()
+    for sig in (signal, *others):
+        sig.connect(loop.quit)
+    QTimer.singleShot(int(timeout_s * 1e3), loop.quit)
+    loop.exec()
+    for sig in (signal, *others):
+        sig.disconnect(loop.quit)
+
+
+class GapClock:
+    """A 10 ms timer on the GUI thread: the gaps between its ticks while measuring."""
+
+    def __init__(self) -> None:
+        self.gaps: list[float] = []
+        self.on = False
+        self._clock = QElapsedTimer()
+        self._timer = QTimer(interval=10)
+        self._timer.timeout.connect(self._tick)
+        self._timer.start()
+
+    def start(self) -> None:
+        self.gaps.clear()
+        self._clock.start()
+        self.on = True
+
+    def _tick(self) -> None:
+        if self.on:
+            self.gaps.append(float(self._clock.restart()))
+
+
+def figures(steps: Any) -> dict[str, float]:
+    """TTFT, mean inter-token wall time and its parts, from the records (ms).
+
+    ``itl_free`` and ``ttft_free`` leave out the time the model thread queued for a core held by
+    another process: what they would be on a machine with a core free for the model.
+    """
+    decode = [s.timing for s in steps[1:]]
+    first = steps[0].timing
+
+    def mean(key: str) -> float:
+        return statistics.mean(getattr(t, key) for t in decode)
+
+    return {
+        "ttft": first.total_ms,
+        "ttft_free": first.total_ms - first.queue_ms,
+        "itl": mean("wall_ms"),
+        "itl_free": mean("wall_ms") - mean("queue_ms"),
+        "own": mean("own_ms"),
+        "gil": mean("blocked_ms"),
+        "core": mean("queue_ms"),
+        "between": mean("between_ms"),
+    }
+
+
+def worker_idle(win: Any) -> None:
+    """Wait until the worker has served every queued analysis (it shares the engine)."""
+    pending = win.controller.worker.pending
+    for _ in range(600):
+        if pending.empty():
+            break
+        wait(50)
+    wait(200)
+
+
+def headless(win: Any, text: str, chat: bool, tokens: int) -> dict[str, float]:
+    """The window's engine, run here on the GUI thread: no pane, no signal, no event loop."""
+    from llm_lens.core.loop.engine import RunConfig
+    from llm_lens.core.sampling import GREEDY
+
+    worker_idle(win)
+    engine = win.controller.worker.engine
+    run = engine.start(engine.tokenize(text, chat), GREEDY, RunConfig(max_new_tokens=tokens))
+    return figures(run.run_all())
+
+
+def in_window(win: Any, text: str, chat: bool, tokens: int, gaps: GapClock) -> dict[str, float]:
+    """One run through the controller, as the Run button starts it; waits for the panes."""
+    from llm_lens.core.sampling import GREEDY
+
+    ctl = win.controller
+    for pane in win.panes.values():
+        pane.render_times_ms.clear()
+        pane.paint_times_ms.clear()
+    gaps.start()
+    t0 = time.perf_counter()
+    first: list[float] = []
+
+    def arrived() -> None:
+        if not first:
+            first.append((time.perf_counter() - t0) * 1e3)
+
+    ctl.sig_steps_changed.connect(arrived)
+    ctl.request_run(text, chat, GREEDY, tokens)
+    wait_for(ctl.sig_run_finished, 1200, ctl.sig_error)
+    ctl.sig_steps_changed.disconnect(arrived)
+    wait(500)  # the last repaints and analyses
+    gaps.on = False
+    if len(ctl.steps) < 2:
+        return {"gap": max(gaps.gaps, default=0.0)}
+    out = figures(ctl.steps)
+    units = [r + p for pane in win.panes.values()
+             for r, p in zip(pane.render_times_ms, pane.paint_times_ms, strict=False)]  # fmt: skip
+    out.update(
+        shown=first[0] if first else float("nan"),
+        gap=max(gaps.gaps, default=0.0),
+        repaint=statistics.median(units) if units else 0.0,
+        repaints=float(len(units)),
     )
-    start = gaps[0][0] - gaps[0][1] / 1e3
-    worst = sorted(gaps, key=lambda g: -g[1])[:5]
-    print("  longest gaps: " + ", ".join(f"{g:.0f} ms at {t - start:.2f} s" for t, g in worst))
-    slow_gc = [p for p in gc_pauses if p[1] >= 10]
-    total_gc = sum(p[1] for p in gc_pauses)
+    return out
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):5.2f} ({min(values):.2f}–{max(values):.2f})"
+
+
+def compare(win: Any, name: str, text: str, chat: bool, args: Any, gaps: GapClock) -> None:
+    """ABAB: headless, all panes, idle, headless; ratios against the headless runs around."""
+    ratios: dict[str, dict[str, list[float]]] = {"all": {}, "idle": {}}
+    seen: dict[str, list[dict[str, float]]] = {"headless": [], "all": [], "idle": []}
+    for _ in range(args.reps):
+        before = headless(win, text, chat, args.tokens)
+        set_docks_visible(win, True)
+        worker_idle(win)  # the analyses the shown panes ask for
+        every = in_window(win, text, chat, args.tokens, gaps)
+        set_docks_visible(win, False)
+        worker_idle(win)
+        idle = in_window(win, text, chat, args.tokens, gaps)
+        after = headless(win, text, chat, args.tokens)
+        seen["headless"] += [before, after]
+        seen["all"].append(every)
+        seen["idle"].append(idle)
+        for mode, got in (("all", every), ("idle", idle)):
+            for key in ("itl", "ttft", "itl_free", "ttft_free"):
+                ratios[mode].setdefault(key, []).append(got[key] / ((before[key] + after[key]) / 2))
+    set_docks_visible(win, True)
+    report(name, seen, ratios)
+
+
+def report(name: str, seen: dict[str, Any], ratios: dict[str, Any]) -> None:
+    def ms(mode: str, key: str) -> str:
+        values = [r[key] for r in seen[mode]]
+        return f"{min(values):6.0f}–{max(values):<6.0f}"
+
+    cols = ("ttft", "itl", "own", "gil", "core", "between")
+    print(f"{name}: ms (min–max over runs); decode steps: own, waiting for the GIL, for a core")
+    print("  " + " " * 9 + "".join(f"{c:>14s}" for c in cols))
+    for mode in ("headless", "all", "idle"):
+        print(f"  {mode:9s} " + " ".join(ms(mode, k) for k in cols))
+    print("  ratio to the headless runs around it: median (min–max); 'free': less the core waits")
+    for mode, label in (("all", "every pane"), ("idle", "no pane")):
+        r = ratios[mode]
+        print(
+            f"  {label:10s} ITL {spread(r['itl'])}  TTFT {spread(r['ttft'])}  "
+            f"ITL free {spread(r['itl_free'])}  TTFT free {spread(r['ttft_free'])}"
+        )
+    every = seen["all"]
     print(
-        f"  GC on the GUI thread: {len(gc_pauses)} passes, {total_gc:.0f} ms in all, "
-        f"{len(slow_gc)} of 10 ms or more "
-        f"({', '.join(f'{p[1]:.0f} ms gen {p[2]}' for p in slow_gc) or 'none'})"
+        "  every pane: GUI longest gap "
+        + ", ".join(f"{r['gap']:.0f}" for r in every)
+        + " ms; median pane repaint "
+        + ", ".join(f"{r['repaint']:.1f}" for r in every)
+        + " ms; first step on screen after "
+        + ", ".join(f"{r['shown']:.0f}" for r in every)
+        + " ms",
+        flush=True,
     )
-    renders = [t for p in win.panes.values() for t in p.render_times_ms]
-    units = [
-        r + p
-        for pane in win.panes.values()
-        for r, p in zip(pane.render_times_ms, paints(pane), strict=True)
-    ]
+
+
+def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
+    """One prompt of the model's whole context in the window: memory and the attention window."""
+    import resource
+
+    from llm_lens.core import attention
+
+    ctl = win.controller
+    engine = ctl.worker.engine
+    length = engine.info.context_length - tokens
+    ids = engine.tokenize(FILLER * (length // 10 + 1), chat=False).ids[:length]
+    text = engine.tokenizer.decode(ids)
+    while len(engine.tokenize(text, chat=False)) > length:  # decoding may merge differently
+        ids = ids[:-8]
+        text = engine.tokenizer.decode(ids)
+    errors: list[str] = []
+    ctl.sig_error.connect(errors.append)
+    rss0 = _rss_mb()
+    got = in_window(win, text, False, tokens, gaps)
+    if errors or not ctl.steps:
+        print(f"full context: the run failed: {errors}", flush=True)
+        return
+    wait(3000)  # the panes' analyses of the long prompt
+    run = ctl.worker.runs[ctl.run_id]
+    t0 = time.perf_counter()
+    attention.attention_map(engine, run.cache, run.prefill.hidden, 12, 4, max_size=256)
+    window = (time.perf_counter() - t0) * 1e3
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
-        f"  pane updates: {len(renders)}; render median {statistics.median(renders):.1f} ms; "
-        f"render + paint median {statistics.median(units):.1f} ms, max {max(units):.1f} ms"
+        f"full context: {len(run.prompt)}-token prompt + {tokens} tokens in the window: "
+        f"TTFT {got['ttft'] / 1e3:.1f} s, ITL {got['itl']:.0f} ms, GUI longest gap "
+        f"{got['gap']:.0f} ms; RSS {_rss_mb() - rss0:+.0f} MB over the loaded model "
+        f"(peak RSS {peak:.0f} MB); one pooled 256² attention window {window:.0f} ms",
+        flush=True,
     )
-    for name, pane in win.panes.items():
-        r, p = pane.render_times_ms, paints(pane)
-        if r:
-            print(
-                f"    {name:12s} n={len(r):3d} render median {statistics.median(r):5.1f} "
-                f"max {max(r):5.1f} | paint median {statistics.median(p):5.1f} "
-                f"max {max(p):5.1f} ms"
-            )
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--reps", type=int, default=2, help="repetitions of each ABAB cycle")
+    parser.add_argument("--tokens", type=int, default=32, help="new tokens a run")
+    parser.add_argument("--long", type=int, default=1000, help="long prompt tokens (0: skip)")
+    parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, mps")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument(
+        "--switch-interval", default="", help="comma-separated seconds (default: the app's)"
+    )
+    parser.add_argument("--full-context", action="store_true", help="the 8,192-token prompt")
+    return parser.parse_args()
+
+
+def quiet(_mode: Any, _context: Any, message: str) -> None:
+    """The offscreen platform's warning on every size-hint change is noise here."""
+    if "propagateSizeHints" not in message:
+        print(message, file=sys.stderr)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=1)
-    args = parser.parse_args()
+    args = parse()
+    qInstallMessageHandler(quiet)
     app = QApplication(sys.argv[:1])
-    from llm_lens.desktop.app import apply_theme
+    from llm_lens.desktop.app import apply_theme, tune_process
     from llm_lens.desktop.main_window import MainWindow
 
+    tune_process()
     apply_theme(app)
-    win = MainWindow()
+    win = MainWindow(device=args.device, dtype=args.dtype)
     win.sessions.confirm_close = False
     win.resize(1920, 1200)
     win.show()
     show_every_pane(win)
-    app.processEvents()
-    visible_s = time.perf_counter() - T_START
-    gaps: list[tuple[float, float]] = []
-    clock = QElapsedTimer()
-    ticker = QTimer(interval=10)
-    state = {"measuring": False, "loaded_at": 0.0, "first_token": 0.0, "run": 0}
-    collector = GcPauses()
-
-    def tick() -> None:
-        if state["measuring"]:
-            gaps.append((time.perf_counter(), clock.restart()))
-
-    ticker.timeout.connect(tick)
-    ticker.start()
-    ctl = win.controller
-
-    def loaded(_info: object) -> None:
-        print(f"window visible after launch        {visible_s * 1e3:8.0f} ms")
-        # a person reads the window for a moment: the vocabulary projection is drawn by then
-        QTimer.singleShot(3000, start_run)
-
-    def start_run() -> None:
-        from llm_lens.core.sampling import GREEDY
-
-        for pane in win.panes.values():
-            pane.render_times_ms.clear()
-            paints(pane).clear()
-        gaps.clear()
-        collector.pauses.clear()
-        state.update(measuring=True, loaded_at=time.perf_counter(), first_token=0.0)
-        state["run"] += 1
-        clock.start()
-        ctl.request_run(PROMPT, True, GREEDY, TOKENS)
-
-    def steps() -> None:
-        if not state["first_token"]:
-            state["first_token"] = time.perf_counter() - state["loaded_at"]
-
-    def finished(_summary: object) -> None:
-        QTimer.singleShot(1500, run_done)  # let the last analyses arrive and repaint
-
-    def run_done() -> None:
-        state["measuring"] = False
-        if state["run"] == 1:
-            print(f"first token after the run started  {state['first_token'] * 1e3:8.0f} ms")
-        report(state["run"], gaps, win, collector.pauses)
-        if state["run"] < args.runs:
-            QTimer.singleShot(1000, start_run)
-        else:
-            app.quit()
-
-    ctl.sig_model_loaded.connect(loaded)
-    ctl.sig_steps_changed.connect(steps)
-    ctl.sig_run_finished.connect(finished)
+    gaps = GapClock()
     win.load(None)
-    app.exec()
+    wait_for(win.controller.sig_model_loaded, 600)
+    wait(3000)  # the vocabulary projection and first analyses
+    engine = win.controller.worker.engine
+    print(f"device {engine.device}, dtype {engine.info.dtype}, {sys.platform}", flush=True)
+    if args.full_context:
+        full_context(win, args.tokens, gaps)
+        win.close()
+        return 0
+    long_text = FILLER * (args.long // 10 + 1)
+    long_ids = engine.tokenize(long_text, chat=False).ids[: args.long]
+    prompts = [(f"{len(engine.tokenize(SHORT).ids)}-token chat prompt", SHORT, True)]
+    if args.long:
+        long_text = engine.tokenizer.decode(long_ids)
+        count = len(engine.tokenize(long_text, chat=False).ids)
+        prompts.append((f"{count}-token prompt", long_text, False))
+    intervals = [float(v) for v in args.switch_interval.split(",") if v] or [
+        sys.getswitchinterval()
+    ]
+    headless(win, SHORT, True, 4)  # warm-up
+    for interval in intervals:
+        sys.setswitchinterval(interval)
+        print(f"== sys.setswitchinterval({interval * 1e3:g} ms), {args.tokens} new tokens")
+        for name, text, chat in prompts:
+            compare(win, name, text, chat, args, gaps)
     win.close()
     return 0
 

@@ -139,13 +139,51 @@ class StageSummary:
 
 @dataclass(frozen=True)
 class StepTiming:
+    """Where one step's wall time went, on the model thread.
+
+    ``forward_ms``, ``sample_ms`` and ``capture_ms`` are wall times; the ``*_wait_ms`` are the
+    part of each during which the model thread was off the CPU (wall minus the thread's CPU
+    time: waiting for the GIL, or for a core another thread or process held). They are measured
+    only where one CPU thread does the model's work (a CPU device with one torch thread), else 0.
+    ``queue_ms`` is the part of those waits the thread was ready but every core was busy (Linux
+    only); the rest it was blocked: on the GIL. ``between_ms`` is the wall time from the previous
+    step's hand-over to this step's start: whatever consumed the record (a window's signals, its
+    queued analyses) ran then.
+    """
+
     forward_ms: float
     sample_ms: float
     capture_ms: float
+    forward_wait_ms: float = 0.0
+    sample_wait_ms: float = 0.0
+    capture_wait_ms: float = 0.0
+    between_ms: float = 0.0
+    queue_ms: float = 0.0
 
     @property
     def total_ms(self) -> float:
+        """The step as the loop times it (TTFT and inter-token latency are built from this)."""
         return self.forward_ms + self.sample_ms + self.capture_ms
+
+    @property
+    def wait_ms(self) -> float:
+        """Time inside the step the model thread spent off the CPU."""
+        return self.forward_wait_ms + self.sample_wait_ms + self.capture_wait_ms
+
+    @property
+    def blocked_ms(self) -> float:
+        """Waiting with a core free: blocked on a lock, the GIL above all."""
+        return self.wait_ms - self.queue_ms
+
+    @property
+    def own_ms(self) -> float:
+        """The model's own time: the step minus its waits."""
+        return self.total_ms - self.wait_ms
+
+    @property
+    def wall_ms(self) -> float:
+        """Wall time from the previous step's hand-over to this one's: step plus between."""
+        return self.total_ms + self.between_ms
 
 
 @dataclass(frozen=True)

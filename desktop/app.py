@@ -22,6 +22,25 @@ def _prepare_environment() -> None:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
+SWITCH_INTERVAL_S = 0.005  # Python's default; see docs/performance.md for the values measured
+
+
+def tune_process(switch_interval: float | None = None) -> None:
+    """Process settings for a window beside a model thread.
+
+    ``sys.setswitchinterval``: how long a thread may hold the GIL while another waits for it.
+    The GUI thread paints in Python (pyqtgraph) and the model thread needs the GIL between the
+    modules of every layer; ``LLM_LENS_SWITCH_INTERVAL`` (seconds) overrides the default.
+    """
+    env = os.environ.get("LLM_LENS_SWITCH_INTERVAL", "")
+    try:
+        value = float(env) if env else switch_interval or SWITCH_INTERVAL_S
+    except ValueError:
+        value = switch_interval or SWITCH_INTERVAL_S
+    if value > 0:
+        sys.setswitchinterval(value)
+
+
 def apply_theme(app: Any) -> None:
     """Fusion style with the system's light or dark scheme (followed when it changes)."""
     from PySide6.QtCore import Qt
@@ -58,6 +77,7 @@ def set_icon(app: Any) -> None:
 def run_gui(args: argparse.Namespace) -> int:
     """Open the window; whatever fails, one line (and a log) and the model thread is stopped."""
     _prepare_environment()
+    tune_process()
     from llm_lens.desktop.qt_libs import check
 
     problem = check()

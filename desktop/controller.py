@@ -407,6 +407,7 @@ class Controller(QObject):
 
     def shutdown(self, timeout_ms: int = 10000) -> None:
         """Cancel any run and stop the thread (it finishes the step it is in)."""
+        self.worker.closing.set()  # analyses deferred to the run's end are not wanted now
         self.request_stop()
         self._thread.quit()
         self._thread.wait(timeout_ms)

@@ -2,7 +2,10 @@
 
 The GUI reaches it only through queued signals; cancellation of a running generation goes
 through a ``threading.Event`` because a queued "cancel" slot would wait behind the loop.
-Analysis requests that arrive during a run are served between steps.
+Analysis requests that arrive during a run are served between steps, within a budget: at most
+``ANALYSIS_SHARE`` of the run's own time so far, so the window's questions cannot slow the model
+more than that; the rest wait for the run's end. A pending request of a per-step kind (the lens
+of step 5 while the pane now shows step 9) is dropped when a newer one of that kind arrives.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
+
+ANALYSIS_SHARE = 0.10  # between steps of a run, analyses may take this share of the model's time
+SUPERSEDED = ("lens", "attention_map", "neighbours")  # a newer request drops a pending older one
 
 
 class Worker(QObject):
@@ -64,6 +70,9 @@ class Worker(QObject):
         self._prefix: Any = None  # core.branching.PrefixCache of the last finished run
         self._last_run: Any = None
         self._full_prefill: tuple[float, int] = (0.0, 0)  # (ms, tokens) of the last full one
+        self.analysis_ms = 0.0  # time analyses took between the current run's steps
+        self.cost_ms: dict[str, float] = {}  # the last time each kind of analysis took
+        self.closing = threading.Event()  # the window is closing: queued analyses are skipped
 
     @Slot(object, str, str)
     def load(self, spec: object, device: str, dtype: str) -> None:
@@ -201,6 +210,8 @@ class Worker(QObject):
             "step": self.sig_step,
             "run_finished": self.sig_run_finished,
         }
+        budgeted = where == "run"  # a live run: analyses between steps take ≤ ANALYSIS_SHARE
+        self.analysis_ms = model_ms = 0.0
         try:
             with torch.inference_mode():  # outermost: the jobs interleave generators
                 for tag, payload in job(self):
@@ -209,7 +220,11 @@ class Worker(QObject):
                         signal.emit(job_id, payload)
                     else:
                         self.sig_stream_item.emit(job_id, tag, payload)
-                    self._serve_pending()
+                    if not budgeted:
+                        self._serve_pending()
+                    elif tag == "step":
+                        model_ms += payload.timing.total_ms
+                        self._serve_pending(budget_ms=ANALYSIS_SHARE * model_ms)
         except LensError as exc:
             fail(str(exc))
         except Exception as exc:
@@ -220,7 +235,18 @@ class Worker(QObject):
         return str(getattr(getattr(self.engine, "info", None), "name", "no model"))
 
     def submit(self, kind: str, key: Any, job: Callable[[], Any]) -> None:
-        """Queue an analysis job (any thread); it runs between steps or when idle."""
+        """Queue an analysis job (any thread); it runs between steps or when idle.
+
+        A pending job of the same per-step kind is dropped and answered with a None result
+        (which asks nothing to be cached: the request can be made again)."""
+        dropped = []
+        if kind in SUPERSEDED:
+            with self.pending.mutex:
+                dropped = [item for item in self.pending.queue if item[0] == kind]
+                for item in dropped:
+                    self.pending.queue.remove(item)
+        for old_kind, old_key, _ in dropped:
+            self.sig_result.emit(old_kind, old_key, None)
         self.pending.put((kind, key, job))
 
     @Slot()
@@ -228,16 +254,38 @@ class Worker(QObject):
         """Run queued analysis jobs now (connected to a queued signal from the GUI)."""
         self._serve_pending()
 
-    def _serve_pending(self) -> None:
+    def _next_job(self, budget_ms: float | None) -> tuple[str, Any, Callable[[], Any]] | None:
+        """The oldest queued job, or the oldest whose last cost fits what is left of the budget
+        (a kind not yet timed fits only before anything was spent)."""
+        if budget_ms is None:
+            try:
+                job: tuple[str, Any, Callable[[], Any]] = self.pending.get_nowait()
+            except queue.Empty:
+                return None
+            return job
+        left = budget_ms - self.analysis_ms
+        with self.pending.mutex:
+            for item in self.pending.queue:
+                cost = self.cost_ms.get(item[0], 0.0 if self.analysis_ms == 0 else float("inf"))
+                if cost <= left:
+                    self.pending.queue.remove(item)
+                    return item
+        return None
+
+    def _serve_pending(self, budget_ms: float | None = None) -> None:
+        """Run queued jobs: all of them, or while this run's analyses stay within ``budget_ms``."""
+        import time
+
         import torch
 
         from llm_lens.core.errors import LensError
 
-        while True:
-            try:
-                kind, key, job = self.pending.get_nowait()
-            except queue.Empty:
+        while not self.closing.is_set():
+            item = self._next_job(budget_ms)
+            if item is None:
                 return
+            kind, key, job = item
+            t0 = time.perf_counter()
             try:
                 with torch.inference_mode():
                     result = job()
@@ -248,6 +296,9 @@ class Worker(QObject):
                 doing = f"computing {kind.replace('_', ' ')} on {self._model_name()}"
                 self.sig_error.emit("analysis", _crash(doing, exc))
                 continue
+            finally:
+                self.cost_ms[kind] = (time.perf_counter() - t0) * 1e3
+                self.analysis_ms += self.cost_ms[kind]
             self.sig_result.emit(kind, key, result)
 
 

@@ -26,6 +26,7 @@ from llm_lens.core.attention import AttentionProbe
 from llm_lens.core.errors import PromptError
 from llm_lens.core.loading import LoadedModel
 from llm_lens.core.loop.capture import Capture
+from llm_lens.core.loop.clock import StepClock, measures_waits
 from llm_lens.core.records import (
     PrefillCapture,
     PromptTokens,
@@ -210,6 +211,8 @@ class Run:
     start: RunStart | None = None  # set by Engine.start_from: begin from this cache and logits
     generator: Any = None  # the sampler's torch.Generator; made from params.seed when None.
     # It is kept after the run, so a continuation draws exactly what a longer run would.
+    _clock: StepClock | None = field(default=None, repr=False)
+    _handed_over: float | None = field(default=None, repr=False)  # the last step's end
 
     def __iter__(self) -> Iterator[StepRecord]:
         with torch.inference_mode():
@@ -228,6 +231,14 @@ class Run:
         context = list(self.prompt.ids)
         if self.generator is None:
             self.generator = sampling.make_generator(self.params, "cpu")
+        self._clock = clock = StepClock(measures_waits(eng.device, torch.get_num_threads()))
+        self._handed_over = None  # a resumed iteration does not count the pause between
+        try:
+            yield from self._steps(ids, context)
+        finally:
+            clock.close()
+
+    def _steps(self, ids: Any, context: list[int]) -> Iterator[StepRecord]:
         kv_before = 0
         while True:
             record = self._step(ids, context, self.generator, kv_before)
@@ -241,28 +252,40 @@ class Run:
             if reason:
                 self.finish_reason = reason
                 return
-            ids = torch.tensor([[record.token.id]], device=eng.device)  # (1, 1)
+            ids = torch.tensor([[record.token.id]], device=self.engine.device)  # (1, 1)
 
     def _step(self, ids: Any, context: list[int], generator: Any, kv_before: int) -> StepRecord:
-        eng = self.engine
         prefill = not self.steps
         position = len(context) - 1
         eager = not prefill or ids.shape[1] <= EAGER_PREFILL_LIMIT
-        start = self.start if prefill else None
-        if start is not None and start.capture is not None and start.logits is not None:
-            cap, logits, forward_ms = start.capture, start.logits, start.forward_ms
-        else:
-            cap, logits, forward_ms = captured_forward(eng, ids, self.cache, eager)
-        t1 = time.perf_counter()
+        clock = self._clock or StepClock(False)
+        m0 = clock.mark()
+        between = 0.0 if self._handed_over is None else (m0[0] - self._handed_over) * 1e3
+        cap, logits, known_ms = self._forward(ids, eager, prefill)
+        m1 = clock.mark()
         stages = sampling.run_stages(logits, [context], self.params)
         token_id = sampling.choose(stages[-1], self.params, generator)
-        t2 = time.perf_counter()
+        m2 = clock.mark()
         if prefill:
             self._keep_prefill(cap)
         record = self._record(cap, logits, stages, token_id, position, context, kv_before)
-        t3 = time.perf_counter()
-        timing = StepTiming(forward_ms, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
+        m3 = clock.mark()
+        self._handed_over = m3[0]
+        forward = clock.split(m0, m1) if known_ms is None else (known_ms, 0.0, 0.0)
+        sample, capture = clock.split(m1, m2), clock.split(m2, m3)
+        queued = forward[2] + sample[2] + capture[2]
+        timing = StepTiming(
+            forward[0], sample[0], capture[0], forward[1], sample[1], capture[1], between, queued
+        )
         return _replace(record, timing=timing)
+
+    def _forward(self, ids: Any, eager: bool, prefill: bool) -> tuple[Capture, Any, float | None]:
+        """The step's capture and last logits; with the cost in ms when a start read them."""
+        start = self.start if prefill else None
+        if start is not None and start.capture is not None and start.logits is not None:
+            return start.capture, start.logits, start.forward_ms
+        cap, logits, _ = captured_forward(self.engine, ids, self.cache, eager)
+        return cap, logits, None
 
     def _keep_prefill(self, cap: Capture) -> None:
         hidden = cap.all_positions().float().cpu().numpy()  # (layers + 1, T, hidden)

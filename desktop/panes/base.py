@@ -56,15 +56,13 @@ class Pane(QWidget):
         self.paint_times_ms: list[float] = []
         self._stale = False  # a run started: clear before the next render
         self.after_render: list[Any] = []  # callables run after each render (desktop.linking)
+        self._deferred = False  # a render skipped while hidden during a run: due when shown
         controller.sig_selection_changed.connect(self.schedule)
         controller.sig_steps_changed.connect(self.schedule)
         controller.sig_run_started.connect(self._on_run_started)
         controller.sig_model_loaded.connect(self._on_model_loaded)
         controller.sig_result.connect(self.on_result)
-
-    def showEvent(self, event: Any) -> None:  # noqa: N802 (Qt override)
-        super().showEvent(event)
-        plain_axes(self)
+        controller.sig_busy_changed.connect(self._on_busy_changed)
 
     def schedule(self, *_: object) -> None:
         """Ask for a render; the scheduler runs it soon, never in the same turn as another pane."""
@@ -76,6 +74,9 @@ class Pane(QWidget):
         """Render the selected step, then paint now if shown (the scheduler's one unit of work)."""
         import time
 
+        if self.hidden_while_streaming():
+            self._deferred = True  # a tab behind another, a closed dock: no work for the GIL
+            return
         t0 = time.perf_counter()
         if self._stale:
             self._stale = False
@@ -87,6 +88,26 @@ class Pane(QWidget):
         self.paint_now()
         self.render_times_ms.append((t1 - t0) * 1e3)
         self.paint_times_ms.append((time.perf_counter() - t1) * 1e3)
+
+    def hidden_while_streaming(self) -> bool:
+        """True while a run streams in and this pane is not on screen in a shown window.
+
+        Its renders wait until it is shown or the run ends: every render is Python on the GUI
+        thread, which holds the GIL the model thread needs between the modules of each layer.
+        """
+        return bool(self.controller.busy) and self.window().isVisible() and not self.isVisible()
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802 (Qt name)
+        super().showEvent(event)
+        plain_axes(self)
+        if self._deferred:
+            self._deferred = False
+            self.schedule()
+
+    def _on_busy_changed(self, busy: bool) -> None:
+        if not busy and self._deferred:  # the run ended: every pane shows its last step
+            self._deferred = False
+            self.schedule()
 
     def paint_now(self) -> None:
         """Lay out, settle and paint this pane's plots now, inside the scheduler's turn.

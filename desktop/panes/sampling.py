@@ -1,7 +1,8 @@
 """Sampling pane: the settings for the next run, and what they do to the selected step right now.
 
 Changing a control sends the settings to the controller (they apply to the next Run) and re-runs
-the recorded step's raw logits through every active stage on the GUI thread, without the model:
+the recorded step's raw logits through every active stage on the GUI thread, without the model
+(with the run's own settings the loop's recorded stages are shown as they are):
 one bar plot per stage, all over the same tokens (the raw top 15), so you can watch repetition
 penalty, temperature, top-k, top-p and min-p reshape and cut the distribution.
 """
@@ -71,6 +72,28 @@ def stage_views(step: StepRecord, params: SamplingParams) -> list[StageView]:
                 float(stage.removed_mass),
             )
         )
+    return views
+
+
+def recorded_views(step: StepRecord, params: SamplingParams) -> list[StageView] | None:
+    """The stages the loop recorded for ``step``, as plotted, when they are those of ``params``.
+
+    The loop staged the step on the model thread already (``StepRecord.stages``: each stage's
+    top-n). A shown token missing from a stage's top-n has probability 0 there when the stage
+    kept no more tokens than it recorded; otherwise (a repetition penalty pushed it far down)
+    None: re-stage the logits.
+    """
+    names = ["raw", *params.active_stages()]
+    if [s.name for s in step.stages] != names:
+        return None
+    ids = [int(i) for i in step.top_ids[:SHOW]]
+    views = []
+    for stage in step.stages:
+        found = dict(zip(stage.top_ids.tolist(), stage.top_probs.tolist(), strict=True))
+        if stage.kept > len(stage.top_ids) and any(i not in found for i in ids):
+            return None
+        probs = np.array([found.get(i, 0.0) for i in ids], np.float64)
+        views.append(StageView(stage.name, probs, stage.kept, stage.removed_mass))
     return views
 
 
@@ -261,7 +284,7 @@ class SamplingPane(Pane):
         if key == self._key:
             return
         self._key, self._step = key, step
-        self.views = self._staged.pop(key, None) or stage_views(step, self.params)
+        self.views = self._staged.pop(key, None) or self._stage(step)
         self._staged[key] = self.views  # scrubbing back to a step does not re-stage it (~10 ms)
         while len(self._staged) > STAGED_KEPT:
             self._staged.pop(next(iter(self._staged)))
@@ -284,6 +307,14 @@ class SamplingPane(Pane):
         raw.setYRange(-0.6, n - 0.4, padding=0)
         for view in self.views:
             self.stats[view.name].setPos(max(top, 1e-6) * 1.05, n - 0.4)
+
+    def _stage(self, step: StepRecord) -> list[StageView]:
+        """The run's own stages when these are its settings (no work here), else re-staged."""
+        if self.params == self.controller.run_params:
+            views = recorded_views(step, self.params)
+            if views is not None:
+                return views
+        return stage_views(step, self.params)
 
     def _stage_text(self, view: StageView) -> str:
         """Kept-token count and the mass this stage removed, small enough for a narrow plot."""

@@ -1,8 +1,11 @@
 """Timing: why the first token takes longer than the rest, measured on this machine.
 
 Each step's time is split into the forward pass, sampling and capture (copying the internals off
-the model for the other panes). The prefill reads the whole prompt in one parallel pass; every
-decode step reads one new token plus the cached keys and values of all earlier ones.
+the model for the other panes), each counted only while the model thread was on a CPU; the time
+it waited (for the GIL a painting GUI thread held, or for a core) and the time between steps
+(the window taking the record, analyses served in between) are stacked apart, so the model's own
+time is never confused with the instrument's. The prefill reads the whole prompt in one parallel
+pass; every decode step reads one new token plus the cached keys and values of all earlier ones.
 """
 
 from __future__ import annotations
@@ -19,23 +22,42 @@ from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.panes.base import Pane, steady_axes
 
 PARTS = (
-    ("forward_ms", "forward", "#4fc3f7"),
-    ("sample_ms", "sample", "#ffb74d"),
-    ("capture_ms", "capture", "#ce93d8"),
+    ("forward", "forward", "#4fc3f7"),
+    ("sample", "sample", "#ffb74d"),
+    ("capture", "capture", "#ce93d8"),
+    ("blocked", "waiting: GIL", "#e57373"),
+    ("queued", "waiting: a core", "#8d6e63"),
+    ("between", "between steps", "#9e9e9e"),
 )
 
 
+def parts_of(t: Any) -> tuple[float, ...]:
+    """A StepTiming as the stacked parts: own forward, sample, capture; waiting blocked (the GIL)
+    and for a core (other threads and processes); between steps.
+
+    They add up to the step's wall time (``t.wall_ms``)."""
+    return (
+        t.forward_ms - t.forward_wait_ms,
+        t.sample_ms - t.sample_wait_ms,
+        t.capture_ms - t.capture_wait_ms,
+        t.blocked_ms,
+        t.queue_ms,
+        t.between_ms,
+    )
+
+
 def timings(steps: Sequence[Any]) -> dict[str, np.ndarray]:
-    """Per-step milliseconds of each part, and their total, as arrays over the steps."""
-    out = {
-        key: np.array([getattr(s.timing, key) for s in steps], np.float64) for key, _, _ in PARTS
-    }
+    """Per-step milliseconds of each part, the loop's total and the wall time, over the steps."""
+    table = np.array([parts_of(s.timing) for s in steps], np.float64).reshape(-1, len(PARTS))
+    out = {key: table[:, i] for i, (key, _, _) in enumerate(PARTS)}
     out["total_ms"] = np.array([s.timing.total_ms for s in steps], np.float64)
+    out["wall_ms"] = table.sum(axis=1)
     return out
 
 
 class TimingPane(Pane):
-    """Stacked per-step time (forward, sample, capture), TTFT, inter-token latency, tokens/s.
+    """Stacked per-step time (forward, sample, capture, waiting, between steps), TTFT,
+    inter-token latency, tokens/s.
 
     Clicking the plot, or dragging the marker, selects the step under it.
     """
@@ -118,12 +140,25 @@ class TimingPane(Pane):
             itl = float(decode.mean()) if decode.size else float("nan")
             overall = " (running)"
         rate = decode.size / decode.sum() * 1e3 if decode.size and decode.sum() > 0 else 0.0
-        t_sel = step.timing
+        instrument = self.instrument_text(t) if decode.size else ""
+        f, s_, c, g, q, b = parts_of(step.timing)
+        wall = f + s_ + c + g + q + b
         return (
             f"TTFT {ttft:.1f} ms · mean inter-token latency {itl:.1f} ms · "
-            f"decode {rate:.1f} tokens/s{overall}\n"
-            f"step {step.index}: forward {t_sel.forward_ms:.1f} + sample {t_sel.sample_ms:.1f} + "
-            f"capture {t_sel.capture_ms:.1f} = {t_sel.total_ms:.1f} ms"
+            f"decode {rate:.1f} tokens/s{overall}\n{instrument}"
+            f"step {step.index}: forward {f:.1f} + sample {s_:.1f} + capture {c:.1f} + waiting "
+            f"for the GIL {g:.1f} + for a core {q:.1f} + between {b:.1f} = {wall:.1f} ms"
+        )
+
+    @staticmethod
+    def instrument_text(t: dict[str, np.ndarray]) -> str:
+        """Decode steps' mean: the model's own time apart from the waits and the gaps."""
+        own = (t["forward"] + t["sample"] + t["capture"])[1:].mean()
+        return (
+            f"decode steps, mean: the model's own {own:.1f} ms · waiting for the GIL "
+            f"{t['blocked'][1:].mean():.1f} ms, for a core {t['queued'][1:].mean():.1f} ms · "
+            f"between steps {t['between'][1:].mean():.1f} ms · wall {t['wall_ms'][1:].mean():.1f}"
+            " ms\n"
         )
 
     def explanation(self, steps: Sequence[Any]) -> str:
@@ -173,7 +208,17 @@ class TimingPane(Pane):
         return [self.plot]
 
     def csv_table(self) -> tuple[Sequence[str], Sequence[Sequence[Any]]]:
-        header = ("step", "forward_ms", "sample_ms", "capture_ms", "total_ms")
+        header = (
+            "step",
+            "forward_ms",
+            "sample_ms",
+            "capture_ms",
+            "total_ms",
+            "gil_wait_ms",
+            "core_wait_ms",
+            "between_ms",
+            "wall_ms",
+        )
         rows = [
             (
                 s.index,
@@ -181,6 +226,10 @@ class TimingPane(Pane):
                 s.timing.sample_ms,
                 s.timing.capture_ms,
                 s.timing.total_ms,
+                s.timing.blocked_ms,
+                s.timing.queue_ms,
+                s.timing.between_ms,
+                s.timing.wall_ms,
             )
             for s in self.controller.steps
         ]

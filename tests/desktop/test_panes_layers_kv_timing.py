@@ -161,21 +161,32 @@ def test_timing_bars_marker_and_click(qtbot, ran, tmp_path):
     pane.render(ran.current_step())
 
     fwd = [s.timing.forward_ms for s in steps]
-    smp = [s.timing.sample_ms for s in steps]
-    cap = [s.timing.capture_ms for s in steps]
+    own = {
+        "forward": [s.timing.forward_ms - s.timing.forward_wait_ms for s in steps],
+        "sample": [s.timing.sample_ms - s.timing.sample_wait_ms for s in steps],
+        "capture": [s.timing.capture_ms - s.timing.capture_wait_ms for s in steps],
+        "blocked": [s.timing.wait_ms - s.timing.queue_ms for s in steps],
+        "queued": [s.timing.queue_ms for s in steps],
+        "between": [s.timing.between_ms for s in steps],
+    }
     bars = pane.bars
-    np.testing.assert_allclose(bars["forward_ms"].opts["height"], fwd)
-    np.testing.assert_allclose(bars["sample_ms"].opts["height"], smp)
-    np.testing.assert_allclose(bars["sample_ms"].opts["y0"], fwd)
-    np.testing.assert_allclose(bars["capture_ms"].opts["y0"], np.add(fwd, smp))
+    base = np.zeros(len(steps))
+    for key, heights in own.items():  # stacked in this order
+        np.testing.assert_allclose(bars[key].opts["height"], heights)
+        np.testing.assert_allclose(bars[key].opts["y0"], base)
+        base = base + heights
+    # the stack is each step's wall time: the loop's own total plus what happened between steps
+    np.testing.assert_allclose(base, [s.timing.wall_ms for s in steps])
     np.testing.assert_allclose(
-        np.add(bars["capture_ms"].opts["y0"], cap), [s.timing.total_ms for s in steps]
+        base, [s.timing.total_ms + s.timing.between_ms for s in steps], rtol=1e-9
     )
     assert pane.marker.value() == len(steps) - 1
     summary = ran.summary
     assert f"TTFT {summary.ttft_ms:.1f} ms" in pane.stats_label.text()
     assert f"mean inter-token latency {summary.mean_itl_ms:.1f} ms" in pane.stats_label.text()
     assert f"prefill read {len(ran.prompt)} prompt tokens" in pane.explain_label.text()
+    own = np.add(own["forward"], own["sample"])[1:] + np.array(own["capture"][1:])
+    assert f"the model's own {own.mean():.1f} ms" in pane.stats_label.text()
 
     # selecting elsewhere moves the marker (through the controller's signal and the repaint)
     ran.request_select(2)
@@ -202,7 +213,7 @@ def test_timing_bars_marker_and_click(qtbot, ran, tmp_path):
     assert [float(r[4]) for r in rows[1:]] == pytest.approx([s.timing.total_ms for s in steps])
 
     pane.render(None)
-    assert len(bars["forward_ms"].opts["height"]) == 0 and not pane.marker.isVisible()
+    assert len(bars["forward"].opts["height"]) == 0 and not pane.marker.isVisible()
 
 
 def test_svg_export(qtbot, ran, tmp_path):

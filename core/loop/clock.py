@@ -1,0 +1,66 @@
+"""Per-step clocks of the model thread: wall time, and how much of it the thread spent off the CPU.
+
+A thread that waits for the GIL (a window's GUI thread painting) sleeps: its CPU time stands
+still while the wall clock runs. So does a thread that is ready to run while another thread or
+process holds every core; Linux counts that time apart (``/proc/thread-self/schedstat``, the run
+queue delay), so the two waits can be told apart there. With one CPU thread doing the model's
+work, wall minus thread CPU time is the waiting; with several torch threads or a GPU the model's
+work happens elsewhere and the difference would count it as waiting, so it is not measured there.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+SCHEDSTAT = "/proc/thread-self/schedstat"  # cpu ns, run-queue wait ns, slices
+
+Mark = tuple[float, float, float]  # wall s, thread CPU s, run-queue wait s
+
+
+def measures_waits(device: Any, threads: int) -> bool:
+    """True where wall minus thread CPU time is the model thread's waiting: one CPU thread."""
+    return getattr(device, "type", str(device)) == "cpu" and threads == 1
+
+
+class StepClock:
+    """Marks on the thread that made it; ``split`` gives the wall, off-CPU and run-queue ms
+    between two marks. ``close`` releases the schedstat file."""
+
+    def __init__(self, waits: bool) -> None:
+        self._waits = waits
+        self._fd: int | None = None
+        if waits:
+            try:
+                self._fd = os.open(SCHEDSTAT, os.O_RDONLY)  # this thread's: opened here
+            except OSError:  # not Linux, or no scheduler statistics: the queue is not told apart
+                self._fd = None
+
+    def mark(self) -> Mark:
+        """(wall s, thread CPU s, run-queue wait s) now; zeros for what is not measured."""
+        if not self._waits:
+            return time.perf_counter(), 0.0, 0.0
+        return time.perf_counter(), time.thread_time(), self._queued()
+
+    def _queued(self) -> float:
+        if self._fd is None:
+            return 0.0
+        try:
+            return int(os.pread(self._fd, 64, 0).split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+    def split(self, start: Mark, end: Mark) -> tuple[float, float, float]:
+        """(wall ms, off-CPU ms, of which waiting for a core ms) from ``start`` to ``end``."""
+        wall = (end[0] - start[0]) * 1e3
+        if not self._waits:
+            return wall, 0.0, 0.0
+        off = min(wall, max(0.0, wall - (end[1] - start[1]) * 1e3))
+        queued = min(off, max(0.0, (end[2] - start[2]) * 1e3))
+        return wall, off, queued
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

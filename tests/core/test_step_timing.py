@@ -1,0 +1,129 @@
+"""Step timing: the parts of each step add up to the wall time between steps, and the time the
+model thread spends off the CPU (waiting for the GIL) is told apart from its own time."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+from llm_lens.core.loop.clock import StepClock, measures_waits
+from llm_lens.core.loop.engine import RunConfig
+from llm_lens.core.sampling import GREEDY
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _prompt(tiny_engine):
+    return tiny_engine.tokenize("The quick brown fox jumps over the lazy dog", chat=False)
+
+
+def test_waits_are_measured_only_with_one_cpu_thread():
+    assert measures_waits(torch.device("cpu"), 1)
+    assert not measures_waits(torch.device("cpu"), 2)
+    assert not measures_waits(torch.device("cuda"), 1)
+    clock = StepClock(False)
+    start = clock.mark()
+    time.sleep(0.01)
+    wall, wait, queued = clock.split(start, clock.mark())
+    assert wall >= 9.0 and wait == 0.0 and queued == 0.0
+
+
+def test_a_sleeping_thread_is_off_cpu():
+    clock = StepClock(True)
+    start = clock.mark()
+    time.sleep(0.03)
+    wall, wait, queued = clock.split(start, clock.mark())
+    clock.close()
+    assert wall >= 29.0 and wait >= 0.8 * wall and 0.0 <= queued <= wait
+
+
+def test_parts_add_up_to_the_wall_time_between_steps(tiny_engine, one_thread):
+    """forward + sample + capture + between, summed over the steps, is the loop's wall time;
+    the consumer's pause between steps appears as ``between_ms`` of the next step."""
+    run = tiny_engine.start(_prompt(tiny_engine), GREEDY, RunConfig(max_new_tokens=6))
+    t0 = time.perf_counter()
+    yields = []
+    for _ in run:
+        yields.append(time.perf_counter())
+        time.sleep(0.025)  # the consumer: a window emitting signals, serving analyses
+    total = (yields[-1] - t0) * 1e3
+    steps = run.steps
+    assert steps[0].timing.between_ms == 0.0
+    for step in steps[1:]:
+        assert 24.0 <= step.timing.between_ms < 200.0
+    walls = sum(s.timing.wall_ms for s in steps)
+    assert walls == pytest.approx(total, abs=10.0)  # 5 × 25 ms missing if between were lost
+    for step, a, b in zip(steps[1:], yields, yields[1:], strict=False):
+        assert step.timing.wall_ms == pytest.approx((b - a) * 1e3, abs=3.0)
+    for step in steps:
+        t = step.timing
+        assert t.own_ms + t.wait_ms == pytest.approx(t.total_ms)
+        assert 0.0 <= t.forward_wait_ms <= t.forward_ms
+        assert 0.0 <= t.capture_wait_ms <= t.capture_ms
+
+
+def test_waiting_for_the_gil_is_counted_as_waiting(tiny_engine, one_thread):
+    """A pure-Python thread that holds the GIL (a GUI thread painting) makes the model thread
+    wait: the wait shows as off-CPU time inside the steps, not as the model's own time."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    spinner = threading.Thread(target=spin, daemon=True)
+    spinner.start()
+    try:
+        run = tiny_engine.start(_prompt(tiny_engine), GREEDY, RunConfig(max_new_tokens=6))
+        steps = run.run_all()
+    finally:
+        stop.set()
+        spinner.join()
+        sys.setswitchinterval(before)
+    blocked = sum(s.timing.blocked_ms for s in steps)
+    total = sum(s.timing.total_ms for s in steps)
+    assert blocked > 0.3 * total, (blocked, total)
+
+
+def test_waiting_for_a_core_is_told_apart_from_waiting_for_the_gil(tiny_engine, one_thread):
+    """Two busy processes on this thread's core: the model thread queues for the CPU (Linux
+    counts it apart), which is not blocked time."""
+    import os
+    import subprocess
+
+    if not os.path.exists("/proc/thread-self/schedstat") or not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no Linux scheduler statistics here")
+    core = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    hogs = [
+        subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", "while True: pass"])
+        for _ in range(2)
+    ]
+    os.sched_setaffinity(0, {core})
+    try:
+        time.sleep(0.2)
+        run = tiny_engine.start(_prompt(tiny_engine), GREEDY, RunConfig(max_new_tokens=6))
+        steps = run.run_all()
+    finally:
+        os.sched_setaffinity(0, before)
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    queued = sum(s.timing.queue_ms for s in steps)
+    total = sum(s.timing.total_ms for s in steps)
+    assert queued > 0.3 * total, (queued, total)
+    for s in steps:
+        assert 0.0 <= s.timing.queue_ms <= s.timing.wait_ms + 1e-9
+        assert s.timing.blocked_ms == pytest.approx(s.timing.wait_ms - s.timing.queue_ms)

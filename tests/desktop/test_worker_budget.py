@@ -1,0 +1,65 @@
+"""Analyses between a run's steps stay within a share of the model's time; a newer request of a
+per-step kind drops the pending older one (answered None, so it can be asked again)."""
+
+from __future__ import annotations
+
+import time
+
+from llm_lens.core.loop.engine import RunConfig
+from llm_lens.core.sampling import GREEDY
+from llm_lens.desktop.worker import ANALYSIS_SHARE, Worker
+
+
+def test_analyses_between_steps_stay_within_their_share(tiny_engine):
+    worker = Worker()
+    worker.engine = tiny_engine
+    steps: list[object] = []
+    worker.sig_step.connect(lambda _run, record: steps.append(record))
+    served: list[int] = []
+
+    def job(i: int):
+        def run() -> int:
+            served.append(len(steps))
+            time.sleep(0.03)
+            return i
+
+        return run
+
+    for i in range(6):
+        worker.submit("attention_overview", ("overview", i), job(i))
+    worker.run(1, "the cat sat on the mat", False, GREEDY, RunConfig(max_new_tokens=8))
+    assert len(steps) == 8
+    model_ms = sum(s.timing.total_ms for s in steps)
+    during = len(served)
+    assert 1 <= during < 6  # the first at once, not all six (0.18 s against a few ms of model)
+    assert worker.analysis_ms <= ANALYSIS_SHARE * model_ms + 40.0
+    worker.serve()  # the run ended: the rest run now
+    assert len(served) == 6 and served[-1] == 8
+
+
+def test_a_newer_per_step_request_drops_the_pending_one():
+    worker = Worker()
+    results: list[tuple[str, object, object]] = []
+    worker.sig_result.connect(lambda kind, key, result: results.append((kind, key, result)))
+    worker.submit("lens", ("lens", 1), lambda: "lens 1")
+    worker.submit("prompt_lens", ("prompt_lens",), lambda: "prompt")
+    worker.submit("lens", ("lens", 2), lambda: "lens 2")
+    assert results == [("lens", ("lens", 1), None)]  # dropped, nothing cached
+    worker.serve()
+    assert results[1:] == [
+        ("prompt_lens", ("prompt_lens",), "prompt"),
+        ("lens", ("lens", 2), "lens 2"),
+    ]
+
+
+def test_a_job_that_would_overrun_the_budget_waits_while_a_cheap_one_runs(tiny_engine):
+    worker = Worker()
+    worker.engine = tiny_engine
+    worker.cost_ms = {"attention_overview": 5_000.0, "lens": 0.0}
+    order: list[str] = []
+    worker.submit("attention_overview", ("overview",), lambda: order.append("overview"))
+    worker.submit("lens", ("lens", 1), lambda: order.append("lens"))
+    worker.run(1, "the cat sat on the mat", False, GREEDY, RunConfig(max_new_tokens=4))
+    assert order == ["lens"]  # the overview took 5 s last time: not between these steps
+    worker.serve()
+    assert order == ["lens", "overview"]
