@@ -269,7 +269,8 @@ class Worker(QObject):
                 cost = self.cost_ms.get(item[0], 0.0 if self.analysis_ms == 0 else float("inf"))
                 if cost <= left:
                     self.pending.queue.remove(item)
-                    return item
+                    chosen: tuple[str, Any, Callable[[], Any]] = item
+                    return chosen
         return None
 
     def _serve_pending(self, budget_ms: float | None = None) -> None:
