@@ -9,6 +9,7 @@ seed 0), so ``temperature=0.2`` changes the temperature and nothing else. No Qt 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import asdict
 from typing import Any
@@ -138,9 +139,16 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
         "divergence_step": comparison.divergence_step,
         "kl_per_step": comparison.kl_per_step,
         "overlap_per_step": comparison.overlap_per_step,
+        "own_kl_per_step": _json_floats(comparison.own_kl_per_step),
+        "own_overlap_per_step": _json_floats(comparison.own_overlap_per_step),
         "shared_prefill_ms": comparison.shared_prefill_ms,
         "prefill_saved_ms": comparison.prefill_saved_ms,
     }
+
+
+def _json_floats(values: list[float]) -> list[float | None]:
+    """NaN (a step only one column reached) as null: strict JSON has no NaN."""
+    return [None if math.isnan(v) else v for v in values]
 
 
 def main(argv: list[str]) -> int:

@@ -25,6 +25,7 @@ from llm_lens.core.records import (
     StepRecord,
     frozen,
 )
+from llm_lens.core.tokens import bytes_text
 
 FORMAT_NAME = "llm-lens-session"
 FORMAT_VERSION = 1
@@ -86,7 +87,7 @@ class SessionRun:
     def output_text(self) -> str:
         """The response, decoded from the bytes of its tokens (special tokens left out)."""
         raw = b"".join(s.token.raw for s in self.steps if not s.token.special)
-        return raw.decode("utf-8", errors="replace")
+        return bytes_text(raw)
 
 
 @dataclass(frozen=True)
