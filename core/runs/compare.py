@@ -129,10 +129,10 @@ def comparison_curves(runs: Sequence[ColumnRun]) -> CompareCurves:
             overlaps.append(_mean_off_diagonal(overlap[np.ix_(index, index)]))
             own.append(dists[index[j]])
         own_kl, own_overlap = pairwise(np.stack(own))
-        row = (np.mean(kls), np.mean(overlaps), _mean_off_diagonal(own_kl),
+        row = (float(np.mean(kls)), float(np.mean(overlaps)), _mean_off_diagonal(own_kl),
                _mean_off_diagonal(own_overlap))  # fmt: skip
         for values, value in zip(out, row, strict=True):
-            values.append(float(value))
+            values.append(value)
     return CompareCurves(*(tuple(v) for v in out))
 
 
