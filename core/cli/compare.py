@@ -18,7 +18,7 @@ from llm_lens.core.cli.args import Parser, guarded
 from llm_lens.core.errors import SamplingError
 from llm_lens.core.sampling import SamplingParams
 
-SCHEMA = "llm-lens-compare/1"
+SCHEMA = "llm-lens-compare/2"
 NEUTRAL: dict[str, Any] = {
     "temperature": 1.0,
     "top_k": 0,

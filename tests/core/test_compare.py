@@ -455,7 +455,7 @@ def test_compare_cli_writes_traces_and_metrics(tmp_path, engine, greedy_run):
     ]
     assert main_compare(argv) == 0
     data = json.loads(out.read_text(encoding="utf-8"))
-    assert data["schema"] == "llm-lens-compare/1"
+    assert data["schema"] == "llm-lens-compare/2"
     assert [c["spec"] for c in data["configs"]] == ["greedy", "factual,seed=3"]
     assert data["configs"][1]["temperature"] == 0.2 and data["configs"][1]["seed"] == 3
     assert [t["schema"] for t in data["traces"]] == ["llm-lens-trace/1"] * 2
