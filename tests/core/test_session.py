@@ -385,7 +385,7 @@ BAD_FILES: dict[str, tuple[Any, str]] = {
     ),
     "malformed step": (
         lambda good, p: rewrite(good, p, lambda m: m["runs"][0]["steps"][0].pop("token")),
-        r"the manifest is damaged \(KeyError",
+        r"the manifest is invalid: runs\[0\]\.steps\[0\]\.token is missing",
     ),
 }
 
