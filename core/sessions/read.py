@@ -251,7 +251,7 @@ def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRec
     return StepRecord(
         **scalars,
         token=_token(d["token"]),
-        logits=arr["logits"],
+        logits=_exact_top(arr["logits"], arr["top_ids"], arr["top_logits"]),
         top_ids=arr["top_ids"],
         top_logits=arr["top_logits"],
         top_probs=arr["top_probs"],
@@ -267,6 +267,18 @@ def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRec
     )
 
 
+def _exact_top(logits: np.ndarray, top_ids: np.ndarray, top_logits: np.ndarray) -> np.ndarray:
+    """Float16 logits (format 2) with the top N put back exactly as the model computed them,
+    so sampling from a saved step reads the same numbers where the probability mass is."""
+    _need(logits.ndim == 1 and top_ids.shape == top_logits.shape and top_ids.ndim == 1,
+          "logits: shapes do not match the top ids")  # fmt: skip
+    _need(top_ids.size == 0 or 0 <= int(top_ids.min()) <= int(top_ids.max()) < logits.size,
+          "logits: top ids out of range")  # fmt: skip
+    out = np.array(logits, np.float32)
+    out[top_ids] = top_logits
+    return frozen(out)
+
+
 def _steps(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[StepRecord, ...]:
     steps, fields = d["steps"], d["arrays"]
     n, n_stages = len(steps), sum(len(s["stages"]) for s in steps)
@@ -274,7 +286,10 @@ def _steps(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[StepRecord
         name: _unpack(fields.get(name), arrays, n, dtype, name)
         for name, _, _, dtype, _ in STEP_ARRAYS
     }
-    stage_columns = [_unpack(fields.get(f), arrays, n_stages, t, f) for f, t, _ in STAGE_ARRAYS]
+    stage_columns = [
+        _unpack(fields.get(f), arrays, n_stages, "int64" if t.startswith("int") else t, f)
+        for f, t, _ in STAGE_ARRAYS
+    ]
     stages = zip(*stage_columns, strict=True)
     return tuple(_step(s, {k: v[i] for k, v in per.items()}, stages) for i, s in enumerate(steps))
 
