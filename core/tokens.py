@@ -33,7 +33,7 @@ def _byte_decoder() -> dict[str, int]:
     return {chr(c): b for b, c in zip(bs, cs, strict=True)}
 
 
-BYTE_SEP = "\u2009"  # a thin space between the hex bytes: panes that make spaces visible keep it
+BYTE_SEP = " "  # between the hex bytes (a thin space would print as \u2009 in a repr)
 
 
 def bytes_text(raw: bytes) -> str:
@@ -54,7 +54,7 @@ def bytes_text(raw: bytes) -> str:
             end = pos + exc.end
             while end < len(raw) and _undecodable_at(raw, end):
                 end += 1
-            parts.append("‹" + raw[pos + exc.start : end].hex(" ").replace(" ", BYTE_SEP) + "›")
+            parts.append("‹" + raw[pos + exc.start : end].hex(BYTE_SEP) + "›")
             pos = end
     return "".join(parts)
 

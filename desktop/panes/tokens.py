@@ -10,6 +10,7 @@ incrementally after the last chip.
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -52,7 +53,10 @@ def visible(text: str) -> str:
 def piece_label(text: str, raw: bytes, special: bool = False) -> str:
     """What a chip shows: the visible text, with bytes that form no character as ‹e4 bd›
     (:func:`core.tokens.bytes_text`, the one place token bytes become label text)."""
-    return visible(text if special else bytes_text(raw))
+    if special:
+        return visible(text)
+    parts = re.split(r"(‹[0-9a-f ]+›)", bytes_text(raw))  # bytes keep their plain spaces
+    return "".join(p if p.startswith("‹") else visible(p) for p in parts if p) or "∅"
 
 
 def prob_colour(p: float) -> QColor:
