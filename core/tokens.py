@@ -33,6 +33,95 @@ def _byte_decoder() -> dict[str, int]:
     return {chr(c): b for b, c in zip(bs, cs, strict=True)}
 
 
+BYTE_SEP = " "  # between the hex bytes (a thin space would print as \u2009 in a repr)
+
+
+def bytes_text(raw: bytes) -> str:
+    """Text of token bytes for any label: UTF-8 where the bytes form whole characters, and each
+    run of bytes that forms no character (a piece of a split one) as ‹e4 bd›, never "\ufffd".
+
+    The one place token bytes become text: token texts, top texts, lens texts, chip labels,
+    attention axes and the response all come through here.
+    """
+    parts: list[str] = []
+    pos = 0
+    while pos < len(raw):
+        try:
+            parts.append(raw[pos:].decode("utf-8"))
+            break
+        except UnicodeDecodeError as exc:
+            parts.append(raw[pos : pos + exc.start].decode("utf-8"))
+            end = pos + exc.end
+            while end < len(raw) and _undecodable_at(raw, end):
+                end += 1
+            parts.append("‹" + raw[pos + exc.start : end].hex(BYTE_SEP) + "›")
+            pos = end
+    return "".join(parts)
+
+
+def _undecodable_at(raw: bytes, pos: int) -> bool:
+    """True when no UTF-8 character starts at ``raw[pos]``."""
+    try:
+        raw[pos : pos + 4].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start == 0
+    return False
+
+
+@dataclass(frozen=True)
+class CharGroup:
+    """Consecutive tokens whose bytes, joined, form whole characters none of them forms alone."""
+
+    first: int  # index of the first token of the group
+    count: int  # tokens in the group (at least 2)
+    text: str  # the character(s) they form
+
+
+def char_groups(pieces: Sequence[bytes]) -> list[CharGroup]:
+    """Groups of split-character pieces (emoji, Chinese) in a token sequence, in order.
+
+    A group starts at a piece that does not decode on its own and grows until the joined bytes
+    decode; pieces that never complete a character are left ungrouped.
+    """
+    groups: list[CharGroup] = []
+    i = 0
+    while i < len(pieces):
+        if not _undecodable(pieces[i]):
+            i += 1
+            continue
+        joined = pieces[i]
+        for j in range(i + 1, min(len(pieces), i + 8)):
+            joined += pieces[j]
+            if not _undecodable(joined):
+                groups.append(CharGroup(i, j - i + 1, joined.decode("utf-8")))
+                i = j
+                break
+        i += 1
+    return groups
+
+
+def _undecodable(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def user_token_range(prompt: PromptTokens) -> range:
+    """Indices of the prompt tokens that spell the user's own text (the rest are the chat
+    template's: its special tokens, role names and newlines). All tokens in raw mode."""
+    if not prompt.chat:
+        return range(len(prompt))
+    start = prompt.rendered.rfind(prompt.text) if prompt.text else -1
+    if start < 0:
+        return range(0)
+    end = start + len(prompt.text)
+    inside = [i for i, t in enumerate(prompt.tokens) if t.start >= start and 0 <= t.end <= end]
+    inside = [i for i in inside if prompt.tokens[i].end > prompt.tokens[i].start]
+    return range(inside[0], inside[-1] + 1) if inside else range(0)
+
+
 class TokenText:
     """Maps token ids of one tokenizer to (text, raw bytes, special) and caches the answers."""
 
@@ -88,13 +177,11 @@ class TokenText:
             )
         else:
             raw = piece.replace("\u2581", " ").encode()
-        return raw.decode("utf-8", errors="replace"), raw
+        return bytes_text(raw), raw
 
     def join(self, ids: Sequence[int]) -> str:
         """Text of a token run, decoding bytes as a whole so split characters come out whole."""
-        return b"".join(self.raw(i) for i in ids if i not in self.special_ids).decode(
-            "utf-8", errors="replace"
-        )
+        return bytes_text(b"".join(self.raw(i) for i in ids if i not in self.special_ids))
 
 
 _PLACEHOLDER = "LLMLENSUSERTEXT7F3A"  # stands for the user's text while the template is rendered

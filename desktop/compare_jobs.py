@@ -46,6 +46,8 @@ class CompareOutcome:
     overlap_per_step: tuple[float, ...]
     prefills: tuple[PrefillCapture | None, ...]
     finish_reasons: tuple[str | None, ...]
+    own_kl_per_step: tuple[float, ...] = ()  # each column's own distribution, own text
+    own_overlap_per_step: tuple[float, ...] = ()
 
     @classmethod
     def of(cls, comparison: Any, runs: Sequence[Any]) -> CompareOutcome:
@@ -58,6 +60,8 @@ class CompareOutcome:
             tuple(comparison.overlap_per_step),
             tuple(r.prefill for r in runs),
             tuple(r.finish_reason for r in runs),
+            tuple(comparison.own_kl_per_step),
+            tuple(comparison.own_overlap_per_step),
         )
 
 

@@ -2,12 +2,14 @@
 
 Each column is its continuation as token chips coloured by the chosen token's probability, the
 first divergence marked by a red bar; under the columns, the mean pairwise KL divergence and
-overlap of the columns' distributions at each shared step. Clicking a chip selects that step in
-every column; "show in panes" shows a column's run in the main window's panes.
+overlap at every step: each column's text scored under every column's settings (solid), and the
+distributions the columns sampled from, each on its own text (dashed). Clicking a chip selects
+that step in every column; "show in panes" shows a column's run in the main window's panes.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +37,14 @@ from llm_lens.desktop.sampler_rows import SamplerRow, describe_params
 
 ERROR_STYLE = "QLabel { background: #b3261e; color: white; padding: 6px; }"
 DIVERGE = QColor("#d93025")
+SAME_PEN = pg.mkPen("#3d7bd9", width=2)
+OWN_PEN = pg.mkPen("#e37400", width=2, style=Qt.PenStyle.DashLine)
+CURVES_NOTE = (
+    "solid: the same text scored under each column's settings (what the settings alone "
+    "change; 0 for K samples of one setting) · dashed: each column's own distribution on its own "
+    "text (equal to solid up to the first divergence, red dotted line; after it, how far the "
+    "texts have led the model apart) · mean over pairs of columns, one point per step"
+)
 MODES = ("side by side: 2–4 configurations", "same settings, K samples (seeds s … s+K−1)")
 
 
@@ -170,10 +180,10 @@ class CompareView(QWidget):
         layout.addWidget(scroll, 1)
         layout.addWidget(self._build_plots())
 
-    def _build_plots(self) -> pg.GraphicsLayoutWidget:
+    def _build_plots(self) -> QWidget:
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setFixedHeight(170)
-        self.curves, self.cursors = [], []
+        self.curves, self.own_curves, self.cursors, self.diverge_lines = [], [], [], []
         for i, (title, axis) in enumerate(
             (("mean pairwise KL divergence", "nats"), ("mean pairwise overlap", "Σ min(p, q)"))
         ):
@@ -181,17 +191,30 @@ class CompareView(QWidget):
             plot.setLabel("left", axis)
             plot.setLabel("bottom", "step")
             plot.showGrid(x=True, y=True, alpha=0.3)
-            self.curves.append(plot.plot([], [], pen=pg.mkPen("#3d7bd9", width=2), symbol="o",
-                                         symbolSize=6, symbolBrush="#3d7bd9"))  # fmt: skip
+            self.curves.append(plot.plot([], [], pen=SAME_PEN, symbol="o", symbolSize=5,
+                                         symbolBrush="#3d7bd9"))  # fmt: skip
+            self.own_curves.append(plot.plot([], [], pen=OWN_PEN))
+            diverge = pg.InfiniteLine(
+                angle=90, movable=False, pen=pg.mkPen(DIVERGE, width=1, style=Qt.PenStyle.DotLine)
+            )
             cursor = pg.InfiniteLine(angle=90, pen=pg.mkPen("#d93025", width=1), movable=False)
-            cursor.setVisible(False)
-            plot.addItem(cursor)
+            for line in (diverge, cursor):
+                line.setVisible(False)
+                plot.addItem(line)
             self.cursors.append(cursor)
+            self.diverge_lines.append(diverge)
         self.kl_plot, self.overlap_plot = self.plots.getItem(0, 0), self.plots.getItem(0, 1)
         for plot in (self.kl_plot, self.overlap_plot):
             plot.disableAutoRange()
+        self.kl_plot.setYRange(0, 1, padding=0)
         self.overlap_plot.setYRange(0, 1.05, padding=0)
-        return self.plots
+        self.curves_note = QLabel(CURVES_NOTE, wordWrap=True)
+        box = QWidget()
+        column = QVBoxLayout(box)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.plots)
+        column.addWidget(self.curves_note)
+        return box
 
     def _wire(self) -> None:
         c = self.compare
@@ -299,14 +322,23 @@ class CompareView(QWidget):
         self._plot(outcome)
 
     def _plot(self, outcome: Any) -> None:
-        """KL and overlap over the steps every column shared (to the first divergence)."""
-        kl, overlap = outcome.kl_per_step, outcome.overlap_per_step
-        for curve, values in zip(self.curves, (kl, overlap), strict=True):
-            curve.setData(list(range(len(values))), list(values))
+        """KL and overlap at every step: teacher-forced (solid) and each column's own (dashed),
+        with the first divergence marked."""
+        same = (outcome.kl_per_step, outcome.overlap_per_step)
+        own = (outcome.own_kl_per_step, outcome.own_overlap_per_step)
+        for curves, series in ((self.curves, same), (self.own_curves, own)):
+            for curve, values in zip(curves, series, strict=True):
+                x = [i for i, v in enumerate(values) if math.isfinite(v)]
+                curve.setData(x, [values[i] for i in x])
         steps = max((c.length for c in outcome.columns), default=1)
         for plot in (self.kl_plot, self.overlap_plot):
             plot.setXRange(-0.5, max(steps - 0.5, 0.5), padding=0)
-        self.kl_plot.setYRange(0, max(max(kl, default=0.0) * 1.15, 0.05), padding=0)
+        kls = [v for v in (*same[0], *own[0]) if math.isfinite(v)]
+        self.kl_plot.setYRange(0, max(max(kls, default=0.0) * 1.15, 0.05), padding=0)
+        d = outcome.divergence_step
+        for line in self.diverge_lines:
+            line.setVisible(d is not None)
+            line.setValue(d or 0)
 
     # ----------------------------------------------------------------- selection
     def select_step(self, index: int) -> None:
@@ -334,8 +366,10 @@ class CompareView(QWidget):
             self.grid.removeWidget(column)
             column.deleteLater()
         self.columns, self.selected = [], -1
-        for curve in self.curves:
+        for curve in (*self.curves, *self.own_curves):
             curve.setData([], [])
+        for line in self.diverge_lines:
+            line.setVisible(False)
         for cursor in self.cursors:
             cursor.setVisible(False)
         self.step_label.setText("click a token to select its step in every column")

@@ -112,8 +112,8 @@ class SessionActions(QObject):
         if not runs or info is None:
             return "empty"
         steps = [s for run in runs for s in run]
-        logits = len(steps) * info.vocab_size * 4
-        hidden = len(steps) * (2 * info.num_layers + 1) * info.hidden_size * 4
+        logits = len(steps) * info.vocab_size * 2  # float16 (format 2)
+        hidden = len(steps) * (2 * info.num_layers + 1) * info.hidden_size * 2
         attention = sum(s.attention.size for s in steps) * 2
         prompt = len(c.prompt or ())
         if prompt <= 256:
@@ -121,7 +121,7 @@ class SessionActions(QObject):
         total = logits + hidden + attention
         many = f"{len(runs)} runs, " if len(runs) > 1 else ""
         t, lg, at, hd = (f"{v / 2**20:.1f}" for v in (total, logits, attention, hidden))
-        return f"≈ {t} MiB: {many}logits {lg}, attention (float16) {at}, hidden states {hd}"
+        return f"≈ {t} MiB: {many}logits {lg}, attention {at}, hidden states {hd} (float16)"
 
     def _on_saved(self, path: str, size: int) -> None:
         if Path(path).name == "autosave.llmlens":

@@ -9,6 +9,7 @@ seed 0), so ``temperature=0.2`` changes the temperature and nothing else. No Qt 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import threading
 from dataclasses import asdict
@@ -19,7 +20,7 @@ from llm_lens.core.cli.trace import OUT_HELP, PARSE_SPECIAL_HELP, RAW_HELP, chec
 from llm_lens.core.errors import SamplingError
 from llm_lens.core.sampling import SamplingParams
 
-SCHEMA = "llm-lens-compare/1"
+SCHEMA = "llm-lens-compare/2"
 NEUTRAL: dict[str, Any] = {
     "temperature": 1.0,
     "top_k": 0,
@@ -141,9 +142,16 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
         "divergence_step": comparison.divergence_step,
         "kl_per_step": comparison.kl_per_step,
         "overlap_per_step": comparison.overlap_per_step,
+        "own_kl_per_step": _json_floats(comparison.own_kl_per_step),
+        "own_overlap_per_step": _json_floats(comparison.own_overlap_per_step),
         "shared_prefill_ms": comparison.shared_prefill_ms,
         "prefill_saved_ms": comparison.prefill_saved_ms,
     }
+
+
+def _json_floats(values: list[float]) -> list[float | None]:
+    """NaN (a step only one column reached) as null: strict JSON has no NaN."""
+    return [None if math.isnan(v) else v for v in values]
 
 
 def main(argv: list[str]) -> int:

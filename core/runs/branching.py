@@ -24,6 +24,7 @@ from llm_lens.core.records import (
 )
 from llm_lens.core.runs.compare import final_probs
 from llm_lens.core.sampling import SamplingParams
+from llm_lens.core.tokens import bytes_text
 
 # --- branching -----------------------------------------------------------------------------------
 
@@ -362,7 +363,7 @@ def session_nodes(runs: Sequence[Any]) -> list[BranchNode]:
                 depth,
                 offset,
                 float(sum(s.logprob for s in run.steps)),
-                own.decode("utf-8", errors="replace"),
+                bytes_text(own),
                 bool(continued),
                 run.label,
                 run.prompt.text if parent_run is None else "",

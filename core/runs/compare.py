@@ -23,6 +23,7 @@ from llm_lens.core.errors import SamplingError
 from llm_lens.core.loop.engine import Engine, Run, RunConfig
 from llm_lens.core.records import PromptTokens, RunSummary, StepRecord
 from llm_lens.core.sampling import MAX_SAMPLES, SamplingParams, check_configs
+from llm_lens.core.tokens import bytes_text
 
 KL_EPS = 1e-12
 
@@ -60,6 +61,77 @@ def divergence_step(tokens: Sequence[Sequence[int]]) -> int | None:
         if len(set(chosen)) > 1:
             return index
     return None
+
+
+def pairwise(dists: np.ndarray, eps: float = KL_EPS) -> tuple[np.ndarray, np.ndarray]:
+    """(KL, overlap) matrices of the rows of ``dists`` (n, vocab): ``kl[a, b]`` = KL(p_a ‖ p_b)
+    as :func:`kl_divergence` defines it, ``overlap[a, b]`` = Σ_v min(p_a,v, p_b,v)."""
+    d = np.asarray(dists, np.float64)
+    logs = np.log(d + eps)  # (n, vocab); a zero p_a,v adds 0 · finite = 0, as in kl_divergence
+    kl = (d * logs).sum(1)[:, None] - d @ logs.T
+    overlap = np.eye(len(d)) * d.sum(1)
+    for a in range(len(d) - 1):
+        overlap[a, a + 1 :] = overlap[a + 1 :, a] = np.minimum(d[a], d[a + 1 :]).sum(1)
+    return np.maximum(kl, 0.0), overlap
+
+
+def _mean_off_diagonal(matrix: np.ndarray) -> float:
+    n = matrix.shape[0]
+    return float((matrix.sum() - np.trace(matrix)) / (n * (n - 1))) if n > 1 else math.nan
+
+
+def _settings_key(params: SamplingParams) -> SamplingParams:
+    """Settings that give the same distribution (only the seed differs) share one key."""
+    return params.with_(seed=0)
+
+
+@dataclass(frozen=True)
+class CompareCurves:
+    """Per-step curves of a comparison, one point per step of its longest column.
+
+    ``kl``/``overlap`` (teacher-forced): at step i, each column's text (the model's logits on
+    its own tokens so far) is scored under every column's sampler settings, and the mean
+    pairwise KL / overlap between those settings is averaged over the texts that reached step
+    i. They say what the settings alone change, on the same text, at every step; for K samples
+    of one setting they are 0. ``own_kl``/``own_overlap``: between the distributions each
+    column sampled from, each on its own text. Both agree up to the divergence step; after it
+    the own curves also measure how far the texts have led the model apart (NaN where fewer
+    than two columns reached the step).
+    """
+
+    kl: tuple[float, ...]
+    overlap: tuple[float, ...]
+    own_kl: tuple[float, ...]
+    own_overlap: tuple[float, ...]
+
+
+def comparison_curves(runs: Sequence[ColumnRun]) -> CompareCurves:
+    """The curves of :class:`CompareCurves` from the columns' recorded logits.
+
+    A column's step-i logits are the model's logits on the prompt and its first i tokens (its
+    KV-cached decode gives what one forward pass over those tokens gives), so scoring a text
+    under other settings needs no new forward pass: only their sampler stages.
+    """
+    keys = [_settings_key(r.params) for r in runs]
+    distinct = list(dict.fromkeys(keys))
+    index = np.array([distinct.index(k) for k in keys])
+    out: tuple[list[float], ...] = ([], [], [], [])
+    for i in range(max((len(r.steps) for r in runs), default=0)):
+        texts = [j for j, r in enumerate(runs) if len(r.steps) > i]
+        kls, overlaps, own = [], [], []
+        for j in texts:
+            step = runs[j].steps[i]
+            dists = np.stack([final_probs(step, p) for p in distinct])  # (settings, vocab)
+            kl, overlap = pairwise(dists)
+            kls.append(_mean_off_diagonal(kl[np.ix_(index, index)]))
+            overlaps.append(_mean_off_diagonal(overlap[np.ix_(index, index)]))
+            own.append(dists[index[j]])
+        own_kl, own_overlap = pairwise(np.stack(own))
+        row = (float(np.mean(kls)), float(np.mean(overlaps)), _mean_off_diagonal(own_kl),
+               _mean_off_diagonal(own_overlap))  # fmt: skip
+        for values, value in zip(out, row, strict=True):
+            values.append(value)
+    return CompareCurves(*(tuple(v) for v in out))
 
 
 def final_probs(step: StepRecord, params: SamplingParams) -> np.ndarray:
@@ -125,16 +197,16 @@ class RecordedColumn:
 
     def output_text(self) -> str:
         raw = b"".join(s.token.raw for s in self.steps if not s.token.special)
-        return raw.decode("utf-8", errors="replace")
+        return bytes_text(raw)
 
 
 @dataclass
 class Comparison:
     """Runs forked from one prefill. Metrics are computed from the runs' steps when asked.
 
-    ``kl_per_step`` and ``overlap_per_step`` cover the steps every run reached while all contexts
-    were still identical: up to and including :attr:`divergence_step` (after it the runs read
-    different tokens, so their distributions answer different questions).
+    ``kl_per_step`` and ``overlap_per_step`` have one point per step of the longest run: the
+    teacher-forced curves of :class:`CompareCurves`; ``own_kl_per_step`` and
+    ``own_overlap_per_step`` compare the distributions each run sampled from.
     """
 
     prompt: PromptTokens
@@ -176,22 +248,30 @@ class Comparison:
     def divergence_step(self) -> int | None:
         return divergence_step([r.generated_ids for r in self.runs])
 
-    def _shared_steps(self) -> range:
-        last = self.divergence_step
-        if last is None:
-            last = min(len(r.steps) for r in self.runs) - 1
-        return range(last + 1)
-
-    def _final(self, index: int) -> list[np.ndarray]:
-        return [final_probs(r.steps[index], r.params) for r in self.runs]
+    def curves(self) -> CompareCurves:
+        """The per-step curves, computed once the runs stop growing (memoised on their lengths)."""
+        lengths = tuple(len(r.steps) for r in self.runs)
+        memo = self.__dict__.get("_curves")
+        if memo is None or memo[0] != lengths:
+            memo = (lengths, comparison_curves(self.runs))
+            self.__dict__["_curves"] = memo
+        return memo[1]
 
     @property
     def kl_per_step(self) -> list[float]:
-        return [mean_pairwise_kl(self._final(i)) for i in self._shared_steps()]
+        return list(self.curves().kl)
 
     @property
     def overlap_per_step(self) -> list[float]:
-        return [mean_overlap(self._final(i)) for i in self._shared_steps()]
+        return list(self.curves().overlap)
+
+    @property
+    def own_kl_per_step(self) -> list[float]:
+        return list(self.curves().own_kl)
+
+    @property
+    def own_overlap_per_step(self) -> list[float]:
+        return list(self.curves().own_overlap)
 
     def columns(self) -> list[ColumnStats]:
         return [column_stats(r) for r in self.runs]

@@ -29,7 +29,7 @@ class Revived:
     """A recorded run made live, and how closely the loaded model reproduces the recording."""
 
     run: Run  # not to be iterated: its steps are the recording's; continue or branch it
-    max_logit_diff: float  # largest |re-read − recorded| over the last step's logits
+    max_logit_diff: float  # largest |re-read − recorded| over the last step's top-N logits
     logit_scale: float  # largest |recorded logit| of that step
 
     @property
@@ -62,8 +62,10 @@ def revive(engine: Engine, recorded: Any, cancel: threading.Event | None = None)
     with torch.inference_mode():
         logits = engine.forward(ids, cache, len(context) <= EAGER_PREFILL_LIMIT)
     now = logits.float().cpu().numpy()
-    recorded_logits = np.asarray(steps[-1].logits, np.float32)
-    diff = float(np.max(np.abs(now - recorded_logits)))
+    # the top N logits are stored exactly (the rest as float16 since session format 2)
+    top = np.asarray(steps[-1].top_ids, np.int64)
+    recorded_logits = np.asarray(steps[-1].top_logits, np.float32)
+    diff = float(np.max(np.abs(now.reshape(-1)[top] - recorded_logits)))
     fields = {f.name for f in dataclasses.fields(SamplingParams)}
     params = SamplingParams(**{k: v for k, v in recorded.params.items() if k in fields})
     config = RunConfig(max_new_tokens=len(steps), top_n=len(steps[0].top_ids))

@@ -25,16 +25,18 @@ from llm_lens.core.records import (
     StepRecord,
     frozen,
 )
+from llm_lens.core.tokens import bytes_text
 
 FORMAT_NAME = "llm-lens-session"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: float16 logits (top exact), hidden states and views; shared arrays once
 FORMAT = f"{FORMAT_NAME}/{FORMAT_VERSION}"
 MANIFEST = "manifest.json"
 MAX_ARRAY_BYTES = 2 << 30  # one array
 MAX_TOTAL_BYTES = 4 << 30  # all arrays of a session, uncompressed
 MAX_MANIFEST_BYTES = 256 << 20
 PROMPT_ATTENTION_LIMIT = 256  # prompt maps (layers, heads, T, T) are kept only up to this T
-COMPRESS_LEVEL = 1  # float data deflates only ~9% at any level; 1 is the fastest
+COMPRESS_LEVEL = 1  # integers and the manifest deflate well; level 1 is the fastest
+STORED_KINDS = "f"  # float members are stored: they deflate by only a few % (float16 ~3 %)
 DTYPES = frozenset(
     {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"}
 )
@@ -86,7 +88,7 @@ class SessionRun:
     def output_text(self) -> str:
         """The response, decoded from the bytes of its tokens (special tokens left out)."""
         raw = b"".join(s.token.raw for s in self.steps if not s.token.special)
-        return raw.decode("utf-8", errors="replace")
+        return bytes_text(raw)
 
 
 @dataclass(frozen=True)
@@ -158,18 +160,20 @@ def session_from_run(
 # ---- What a run's step arrays are called in the file -------------------------------------
 
 # (field, part, stored dtype or "half", loaded dtype, getter)
+# Version 2 keeps float32 only where exactness is the claim: the top-N logits and
+# probabilities (sampling reads them; the full float16 logits get the exact top N back on load).
 STEP_ARRAYS: tuple[tuple[str, str, str, str, Callable[[StepRecord], np.ndarray]], ...] = (
-    ("logits", "logits", "float32", "float32", lambda s: s.logits),
-    ("top_ids", "other", "int64", "int64", lambda s: s.top_ids),
+    ("logits", "logits", "half", "float32", lambda s: s.logits),
+    ("top_ids", "other", "int32", "int64", lambda s: s.top_ids),
     ("top_logits", "other", "float32", "float32", lambda s: s.top_logits),
     ("top_probs", "other", "float32", "float32", lambda s: s.top_probs),
     ("attention", "attention", "half", "float32", lambda s: s.attention),
-    ("hidden", "hidden", "float32", "float32", lambda s: s.hidden),
-    ("attn_update", "hidden", "float32", "float32", lambda s: s.attn_update),
+    ("hidden", "hidden", "half", "float32", lambda s: s.hidden),
+    ("attn_update", "hidden", "half", "float32", lambda s: s.attn_update),
     ("kv_per_layer", "other", "int64", "int64", lambda s: s.kv.per_layer),
-    ("context_ids", "other", "int64", "int64", lambda s: s.context_ids),
+    ("context_ids", "other", "int32", "int64", lambda s: s.context_ids),
 )
-STAGE_ARRAYS = (("stage_top_ids", "int64", "top_ids"), ("stage_top_probs", "float32", "top_probs"))
+STAGE_ARRAYS = (("stage_top_ids", "int32", "top_ids"), ("stage_top_probs", "float32", "top_probs"))
 STEP_SCALARS = ("run_id", "index", "position", "prob", "logprob", "rank", "entropy")
 KV_SCALARS = (
     "tokens", "bytes_total", "bytes_added", "formula_bytes", "mha_bytes", "device_allocated",

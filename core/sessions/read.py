@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import zipfile
 import zlib
 from pathlib import Path
@@ -44,6 +45,7 @@ from llm_lens.core.sessions.format import (
     SessionRun,
     check_limits,
 )
+from llm_lens.core.sessions.validate import check_manifest, check_session
 
 
 def read_session(path: str | os.PathLike[str]) -> Session:
@@ -52,21 +54,28 @@ def read_session(path: str | os.PathLike[str]) -> Session:
     try:
         with _open_zip(path) as zf:
             manifest = _read_manifest(zf)
+            check_manifest(manifest)  # the whole manifest, before anything is built
             arrays = _read_arrays(zf, manifest)
-        return _session(manifest, arrays)
+        session = _session(manifest, arrays)
+        check_session(session)  # the arrays against the model's sizes
+        return session
     except SessionError as exc:
         raise SessionError(f"{path}: {exc}") from None
     except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
         raise SessionError(f"{path}: the file is damaged ({exc})") from None
     except OSError as exc:
         raise SessionError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError) as exc:
+    except (
+        KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError, OverflowError
+    ) as exc:  # fmt: skip
         raise SessionError(
             f"{path}: the manifest is damaged ({type(exc).__name__}: {exc})"
         ) from None
 
 
 def _open_zip(path: Path) -> zipfile.ZipFile:
+    if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or device would block or never end
+        raise SessionError("not a regular file")
     with path.open("rb") as f:
         head = f.read(4)
     try:
@@ -75,10 +84,16 @@ def _open_zip(path: Path) -> zipfile.ZipFile:
         if head == b"PK\x03\x04":
             raise SessionError("the file is truncated or damaged (no zip directory)") from None
         raise SessionError("not an LLM Lens session (not a zip file)") from None
-    bad = [n for n in zf.namelist() if _unsafe_name(n)]
+    names = zf.namelist()
+    bad = [n for n in names if _unsafe_name(n)]
     if bad:
         zf.close()
         raise SessionError(f"not an LLM Lens session: unsafe member name {bad[0]!r}")
+    seen: set[str] = set()
+    twice = next((n for n in names if n in seen or seen.add(n)), None)  # type: ignore[func-returns-value]
+    if twice is not None:  # other zip readers take the first copy, Python's the last
+        zf.close()
+        raise SessionError(f"not an LLM Lens session: the member {twice!r} appears twice")
     return zf
 
 
@@ -257,7 +272,7 @@ def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRec
     return StepRecord(
         **scalars,
         token=_token(d["token"]),
-        logits=arr["logits"],
+        logits=_exact_top(arr["logits"], arr["top_ids"], arr["top_logits"]),
         top_ids=arr["top_ids"],
         top_logits=arr["top_logits"],
         top_probs=arr["top_probs"],
@@ -273,6 +288,18 @@ def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRec
     )
 
 
+def _exact_top(logits: np.ndarray, top_ids: np.ndarray, top_logits: np.ndarray) -> np.ndarray:
+    """Float16 logits (format 2) with the top N put back exactly as the model computed them,
+    so sampling from a saved step reads the same numbers where the probability mass is."""
+    _need(logits.ndim == 1 and top_ids.shape == top_logits.shape and top_ids.ndim == 1,
+          "logits: shapes do not match the top ids")  # fmt: skip
+    _need(top_ids.size == 0 or 0 <= int(top_ids.min()) <= int(top_ids.max()) < logits.size,
+          "logits: top ids out of range")  # fmt: skip
+    out = np.array(logits, np.float32)
+    out[top_ids] = top_logits
+    return frozen(out)
+
+
 def _steps(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[StepRecord, ...]:
     steps, fields = d["steps"], d["arrays"]
     n, n_stages = len(steps), sum(len(s["stages"]) for s in steps)
@@ -280,7 +307,10 @@ def _steps(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[StepRecord
         name: _unpack(fields.get(name), arrays, n, dtype, name)
         for name, _, _, dtype, _ in STEP_ARRAYS
     }
-    stage_columns = [_unpack(fields.get(f), arrays, n_stages, t, f) for f, t, _ in STAGE_ARRAYS]
+    stage_columns = [
+        _unpack(fields.get(f), arrays, n_stages, "int64" if t.startswith("int") else t, f)
+        for f, t, _ in STAGE_ARRAYS
+    ]
     stages = zip(*stage_columns, strict=True)
     return tuple(_step(s, {k: v[i] for k, v in per.items()}, stages) for i, s in enumerate(steps))
 

@@ -4,6 +4,7 @@ byte is written), then write a temporary file beside the target and rename it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -26,6 +27,7 @@ from llm_lens.core.sessions.format import (
     STAGE_ARRAYS,
     STEP_ARRAYS,
     STEP_SCALARS,
+    STORED_KINDS,
     TIMING_FIELDS,
     Session,
     SessionError,
@@ -83,9 +85,31 @@ def _pack(
     return {"layout": layout, "data": data, "lengths": lens.name}, [member, lens]
 
 
-def _whole(name: str, part: str, dtype: str, array: np.ndarray) -> _Member:
-    dtype = _half_or_full([array]) if dtype == "half" else dtype
-    return _Member(name, part, dtype, tuple(array.shape), lambda: array)
+class _Pool:
+    """Whole arrays of a file, each stored once: runs that share a prefill, prompt maps or the
+    vocabulary projection point at one member (equal content, found by a hash)."""
+
+    def __init__(self) -> None:
+        self.members: list[_Member] = []
+        self._by_content: dict[tuple[str, tuple[int, ...], bytes], str] = {}
+        self._by_id: dict[int, tuple[np.ndarray, bytes]] = {}
+
+    def add(self, name: str, part: str, dtype: str, array: np.ndarray) -> str:
+        """The member name under which ``array`` is stored (an earlier one if equal)."""
+        dtype = _half_or_full([array]) if dtype == "half" else dtype
+        key = (dtype, tuple(array.shape), self._digest(array))
+        if key not in self._by_content:
+            self._by_content[key] = name
+            self.members.append(_Member(name, part, dtype, key[1], lambda: array))
+        return self._by_content[key]
+
+    def _digest(self, array: np.ndarray) -> bytes:
+        hit = self._by_id.get(id(array))
+        if hit is None or hit[0] is not array:
+            data = np.ascontiguousarray(array)
+            hit = (array, hashlib.blake2b(data.tobytes(), digest_size=16).digest())
+            self._by_id[id(array)] = hit
+        return hit[1]
 
 
 def _token_json(t: TokenInfo) -> dict[str, Any]:
@@ -131,35 +155,30 @@ def _plan_arrays(prefix: str, run: SessionRun) -> tuple[dict[str, Any], list[_Me
     return fields, members
 
 
-def _plan_run(prefix: str, run: SessionRun) -> tuple[dict[str, Any], list[_Member]]:
+def _plan_run(prefix: str, run: SessionRun, pool: _Pool) -> tuple[dict[str, Any], list[_Member]]:
     fields, members = _plan_arrays(prefix, run)
     prefill = None
     if run.prefill is not None:
         p = run.prefill
-        members += [
-            _whole(f"{prefix}/prefill_hidden.npy", "hidden", "half", p.hidden),
-            _whole(f"{prefix}/prefill_positions.npy", "other", "int64", p.positions),
-        ]
-        prefill = {"run_id": p.run_id, "hidden": members[-2].name, "positions": members[-1].name}
+        prefill = {
+            "run_id": p.run_id,
+            "hidden": pool.add(f"{prefix}/prefill_hidden.npy", "hidden", "half", p.hidden),
+            "positions": pool.add(f"{prefix}/prefill_positions.npy", "other", "int64",
+                                  p.positions),
+        }  # fmt: skip
         if p.prompt != run.prompt:
             prefill["prompt"] = _prompt_json(p.prompt)
     maps = None
     if run.prompt_attention is not None:
-        members.append(
-            _whole(f"{prefix}/prompt_attention.npy", "attention", "half", run.prompt_attention)
-        )
-        maps = members[-1].name
+        maps = pool.add(f"{prefix}/prompt_attention.npy", "attention", "half",
+                        run.prompt_attention)  # fmt: skip
     state = None
     if run.generator_state is not None:
-        members.append(
-            _whole(f"{prefix}/generator_state.npy", "other", "uint8", run.generator_state)
-        )
-        state = members[-1].name
+        state = pool.add(f"{prefix}/generator_state.npy", "other", "uint8", run.generator_state)
     extras = {}
     for name, array in sorted(run.extras.items()):
-        dtype = "int64" if np.issubdtype(array.dtype, np.integer) else "float32"
-        members.append(_whole(f"{prefix}/extra_{name}.npy", "other", dtype, array))
-        extras[name] = members[-1].name
+        dtype = "int32" if np.issubdtype(array.dtype, np.integer) else "half"
+        extras[name] = pool.add(f"{prefix}/extra_{name}.npy", "other", dtype, array)
     return {
         "run_id": run.run_id, "label": run.label,
         "parent": list(run.parent) if run.parent is not None else None,
@@ -172,11 +191,12 @@ def _plan_run(prefix: str, run: SessionRun) -> tuple[dict[str, Any], list[_Membe
 
 def _plan(session: Session) -> tuple[bytes, list[_Member]]:
     """The manifest (encoded) and the members it lists, nothing built yet."""
-    runs, members = [], []
+    runs, members, pool = [], [], _Pool()
     for i, run in enumerate(session.runs):
-        entry, new = _plan_run(f"runs/{i}", run)
+        entry, new = _plan_run(f"runs/{i}", run, pool)
         runs.append(entry)
         members += new
+    members += pool.members
     manifest = {
         "format": FORMAT, "app_version": session.app_version, "created": session.created,
         "model": session.model, "runs": runs, "shown": session.shown_index,
@@ -197,22 +217,46 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"a {type(value).__name__} cannot be saved in a session manifest")
 
 
+MEMBER_OVERHEAD = 240  # a .npy header (128) and the zip's local and central entries (~110)
+MANIFEST_RATIO = 0.2  # the JSON manifest deflates to about a fifth (0.12-0.2 measured)
+INTEGER_RATIO = 0.5  # integer arrays (ids, byte counts) deflate to a half or less
+
+
 def estimate_size(session: Session) -> dict[str, int]:
-    """Uncompressed bytes per part (attention, logits, hidden, other) and ``total``."""
+    """Bytes of the file per part (attention, logits, hidden, other) and ``total``.
+
+    Float members are stored uncompressed, so their bytes are exact; the manifest and integer
+    arrays are deflated, estimated by their usual ratios (a small part of any real file).
+    """
     manifest, members = _plan(session)
     sizes = dict.fromkeys(PARTS, 0)
-    sizes["other"] += len(manifest)
+    sizes["other"] += int(len(manifest) * MANIFEST_RATIO)
     for m in members:
-        sizes[m.part] += m.nbytes
+        ratio = 1.0 if _stored(m) else INTEGER_RATIO
+        sizes[m.part] += int(m.nbytes * ratio) + MEMBER_OVERHEAD
     sizes["total"] = sum(sizes.values())
     return sizes
 
 
-def save_session(path: str | os.PathLike[str], session: Session) -> int:
+def _stored(member: _Member) -> bool:
+    return np.dtype(member.dtype).kind in STORED_KINDS
+
+
+class SaveCancelled(SessionError):
+    """The save was cancelled through its progress callback; the previous file is untouched."""
+
+
+Progress = Callable[[int, int], bool | None]  # (bytes written, bytes in all) -> False: cancel
+
+
+def save_session(
+    path: str | os.PathLike[str], session: Session, progress: Progress | None = None
+) -> int:
     """Write ``session`` to ``path`` atomically (temporary file beside it, then a rename).
 
-    Returns the bytes written. On any failure the previous file is untouched and no temporary
-    file is left behind.
+    Returns the bytes written. ``progress(done, total)`` is called after each array (uncompressed
+    bytes); returning False cancels (:class:`SaveCancelled`). On any failure or cancel the
+    previous file is untouched and no temporary file is left behind.
     """
     path = Path(path)
     manifest, members = _plan(session)
@@ -223,7 +267,7 @@ def save_session(path: str | os.PathLike[str], session: Session) -> int:
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f:
-            _write_zip(f, manifest, members)
+            _write_zip(f, manifest, members, progress)
 
     try:
         written = atomic_write(path, write)  # through a symlink, mode kept, never a device
@@ -234,10 +278,16 @@ def save_session(path: str | os.PathLike[str], session: Session) -> int:
     return written.stat().st_size
 
 
-def _write_zip(f: Any, manifest: bytes, members: list[_Member]) -> None:
+def _write_zip(f: Any, manifest: bytes, members: list[_Member], progress: Progress | None) -> None:
+    total, done = sum(m.nbytes for m in members), 0
     with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED, compresslevel=COMPRESS_LEVEL) as zf:
         zf.writestr(MANIFEST, manifest)
         for m in members:
             big = m.nbytes + (1 << 16) >= zipfile.ZIP64_LIMIT
-            with zf.open(m.name, "w", force_zip64=big) as out:
+            info = zipfile.ZipInfo(m.name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_STORED if _stored(m) else zipfile.ZIP_DEFLATED
+            with zf.open(info, "w", force_zip64=big) as out:
                 np.save(out, np.asarray(m.build(), dtype=m.dtype), allow_pickle=False)
+            done += m.nbytes
+            if progress is not None and progress(done, total) is False:
+                raise SaveCancelled("the save was cancelled")

@@ -10,6 +10,7 @@ incrementally after the last chip.
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -37,7 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from llm_lens.core.records import PromptTokens, StepRecord, TokenInfo
-from llm_lens.core.tokens import TiktokenView, cl100k
+from llm_lens.core.tokens import TiktokenView, bytes_text, char_groups, cl100k, user_token_range
 from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.panes.base import Pane
 
@@ -52,10 +53,12 @@ def visible(text: str) -> str:
 
 
 def piece_label(text: str, raw: bytes, special: bool = False) -> str:
-    """What a chip shows: the visible text, or ‹bytes› for a piece of a split character."""
-    if not special and TokenInfo(0, text, raw).is_partial:
-        return "‹" + raw.hex(" ") + "›"
-    return visible(text)
+    """What a chip shows: the visible text, with bytes that form no character as ‹e4 bd›
+    (:func:`core.tokens.bytes_text`, the one place token bytes become label text)."""
+    if special:
+        return visible(text)
+    parts = re.split(r"(‹[0-9a-f ]+›)", bytes_text(raw))  # bytes keep their plain spaces
+    return "".join(p if p.startswith("‹") else visible(p) for p in parts if p) or "∅"
 
 
 def prob_colour(p: float) -> QColor:
@@ -80,6 +83,8 @@ class Chip:
     from_user: bool = False  # a special token parsed out of the user's own text
     line_break: bool = False  # start a new line after this chip
     width: float = 0.0
+    group: str = ""  # on the first chip of split-character pieces: the character they form
+    joined: bool = False  # continues the previous chip's character group (no gap, one bracket)
 
 
 class ChipView(QWidget):
@@ -122,6 +127,8 @@ class ChipView(QWidget):
         fm, small = QFontMetricsF(self.font()), QFontMetricsF(self._small)
         for chip in chips:
             chip.width = fm.horizontalAdvance(chip.label) + 2 * HPAD
+            if chip.group:
+                chip.width += fm.horizontalAdvance(chip.group) + HPAD
             if self.show_ids:
                 chip.width += small.horizontalAdvance(str(chip.token_id)) + HPAD
         start = len(self.chips)
@@ -143,7 +150,9 @@ class ChipView(QWidget):
         self._laid_width = self.width()
         x, y = self._cursor.x(), self._cursor.y()
         for chip in self.chips[start:]:
-            if x + chip.width > width - GAP and x > GAP:
+            if chip.joined and x > GAP:
+                x -= GAP - 1  # a character's pieces stay together
+            elif x + chip.width > width - GAP and x > GAP:
                 x, y = GAP, y + h + GAP
             self.rects.append(QRectF(x, y, chip.width, h))
             x += chip.width + GAP
@@ -152,6 +161,20 @@ class ChipView(QWidget):
         self._cursor = QPointF(x, y)
         self.setMinimumHeight(int(y + h + 2 * GAP))
         self.update()
+
+    def set_groups(self, pieces: list[bytes]) -> None:
+        """Mark runs of chips whose bytes form a character together (``pieces``: each chip's
+        bytes); lays out again from the first chip whose grouping changed."""
+        marks = [("", False)] * len(self.chips)
+        for g in char_groups(pieces[: len(self.chips)]):
+            marks[g.first] = (g.text, False)
+            for k in range(g.first + 1, g.first + g.count):
+                marks[k] = ("", True)
+        changed = [i for i, c in enumerate(self.chips) if (c.group, c.joined) != marks[i]]
+        if changed:
+            for i in changed:
+                self.chips[i].group, self.chips[i].joined = marks[i]
+            self.replace_tail(changed[0], self.chips[changed[0] :])
 
     def resizeEvent(self, event: Any) -> None:
         super().resizeEvent(event)
@@ -187,6 +210,18 @@ class ChipView(QWidget):
                 self._paint_chip(painter, i, chip, rect)
         painter.end()
 
+    def _paint_group(self, painter: QPainter, chip: Chip, rect: QRectF, text: QRectF) -> None:
+        """The character a group of byte pieces forms, in bold before the first piece's bytes,
+        and a bracket under every piece of the group."""
+        colour = self.palette().color(QPalette.ColorRole.Highlight)
+        painter.fillRect(QRectF(rect.left(), rect.bottom() - 2, rect.width() + 1, 2), colour)
+        if chip.group:
+            bold = QFont(self.font())
+            bold.setBold(True)
+            painter.setFont(bold)
+            painter.setPen(colour)
+            painter.drawText(text, Qt.AlignmentFlag.AlignVCenter, chip.group)
+
     def _paint_chip(self, painter: QPainter, i: int, chip: Chip, rect: QRectF) -> None:
         pal = self.palette()
         alternate = QPalette.ColorRole.AlternateBase if i % 2 else QPalette.ColorRole.Button
@@ -210,6 +245,13 @@ class ChipView(QWidget):
         painter.setFont(font)
         painter.setPen(ink)
         text_rect = rect.adjusted(HPAD, 0, -HPAD, 0)
+        if chip.group or chip.joined:
+            self._paint_group(painter, chip, rect, text_rect)
+            painter.setPen(ink)
+            painter.setFont(font)
+            if chip.group:
+                text_rect = text_rect.adjusted(QFontMetricsF(font).horizontalAdvance(chip.group)
+                                               + HPAD, 0, 0, 0)  # fmt: skip
         painter.drawText(text_rect, Qt.AlignmentFlag.AlignVCenter, chip.label)
         if self.show_ids:
             painter.setFont(self._small)
@@ -263,7 +305,7 @@ def cl100k_chips(view: TiktokenView, start: int = 0) -> list[Chip]:
     chips = []
     pairs = zip(view.ids[start:], view.pieces[start:], strict=True)
     for i, (tid, raw) in enumerate(pairs, start):
-        text = raw.decode("utf-8", errors="replace")
+        text = bytes_text(raw)
         lines = [f"cl100k_base token {i}", f"id {tid}", f"text {text!r}", f"bytes {raw.hex(' ')}"]
         chips.append(
             Chip(piece_label(text, raw), tid, tooltip_html(lines), line_break=text.endswith("\n"))
@@ -281,6 +323,12 @@ def legend_html() -> str:
         f"response colour = probability of the chosen token: {cells} · <i>special</i> dashed"
         f" · <span style='color:{USER_SPECIAL}'><i>special from your text</i></span> dash-dot"
     )
+
+
+CL100K_CAPTION = (
+    "your text and the response in OpenAI's cl100k_base (the chat template's own tokens are "
+    "this model's markup: cl100k_base would spell them as plain text, so they are not compared)"
+)
 
 
 class TokensPane(Pane):
@@ -312,7 +360,7 @@ class TokensPane(Pane):
         splitter = QSplitter(Qt.Orientation.Vertical)
         for caption, view in (
             (QLabel("model tokens (prompt, then response)"), self.model_view),
-            (QLabel("the same text in OpenAI's cl100k_base"), self.cl100k_view),
+            (QLabel(CL100K_CAPTION), self.cl100k_view),
         ):
             box = QWidget()
             col = QVBoxLayout(box)
@@ -353,6 +401,8 @@ class TokensPane(Pane):
             self.model_view.append([response_chip(s) for s in steps[self._n_steps :]])
             self._n_steps = len(steps)
             self._update_cl100k()
+        pieces = [t.raw for t in prompt.tokens] + [s.token.raw for s in steps[: self._n_steps]]
+        self.model_view.set_groups(pieces)
         self._show_selection(ctl.selected)
 
     def _show_selection(self, selected: int) -> None:
@@ -366,23 +416,35 @@ class TokensPane(Pane):
         self.model_scroll.ensureVisible(int(rect.center().x()), int(rect.center().y()), 10, 30)
 
     def _update_cl100k(self) -> None:
-        """Re-tokenize the rendered prompt + response in cl100k_base; update both counts."""
+        """Re-tokenize the user's text + response in cl100k_base; update the counts."""
         prompt = self._prompt
         if prompt is None:
             return
-        rendered = prompt.rendered
-        response = b"".join(s.token.raw for s in self.controller.steps[: self._n_steps])
-        old, new = self._cl100k, cl100k(rendered + response.decode("utf-8", errors="replace"))
+        user = prompt.text if prompt.chat else prompt.rendered
+        steps = self.controller.steps[: self._n_steps]
+        response = b"".join(s.token.raw for s in steps if not s.token.special)
+        # a split character at the end is not text yet: cl100k_base reads whole characters
+        old, new = self._cl100k, cl100k(user + response.decode("utf-8", errors="ignore"))
         # streamed text only changes the tail: keep the chips of the common prefix
         pairs = enumerate(zip(old.ids if old else (), new.ids, strict=False))
         same = next((i for i, (a, b) in pairs if a != b), min(old.count if old else 0, new.count))
-        self._cl100k, self._split = new, len(rendered.encode("utf-8"))
+        self._cl100k, self._split = new, len(user.encode("utf-8"))
         self.cl100k_view.replace_tail(same, cl100k_chips(new, same))
+        self.cl100k_view.set_groups(list(new.pieces))
+        user_tokens = sum(not prompt.tokens[i].special for i in user_token_range(prompt))
+        self.counts.setText(self.counts_text(user_tokens, steps))
+
+    def counts_text(self, user_tokens: int, steps: list[StepRecord]) -> str:
+        """Like for like: the user's text + response in both tokenizers; the template apart."""
+        prompt, view = self._prompt, self._cl100k
+        if prompt is None or view is None:
+            return ""
         name = getattr(self.controller.info, "name", "model")
-        self.counts.setText(
-            f"{name}: {len(prompt) + self._n_steps} tokens · "
-            f"cl100k_base: {self._cl100k.count} tokens · {special_mode_text(prompt)}"
-        )
+        ours = user_tokens + sum(not s.token.special for s in steps)
+        text = f"your text + response: {name} {ours} tokens · cl100k_base {view.count} tokens"
+        if prompt.chat:
+            text += f" · chat template: {len(prompt) - user_tokens} tokens ({name} only)"
+        return f"{text} · {special_mode_text(prompt)}"
 
     def clear(self) -> None:
         self._prompt, self._n_steps, self._cl100k = None, 0, None

@@ -98,33 +98,58 @@ def _fake_run(tokens, dists, params):
     return SimpleNamespace(generated_ids=tokens, steps=steps, params=params)
 
 
-def test_comparison_metrics_stop_at_the_divergence_step_and_use_the_final_stage():
+def _sym(p, q):
+    return (_kl(p, q) + _kl(q, p)) / 2
+
+
+def test_comparison_curves_score_every_text_under_every_setting():
     p0, p1, p2 = [0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]
     top1 = SamplingParams(temperature=1.0, top_k=1, top_p=1.0)  # final: one-hot on the argmax
     a = _fake_run([0, 1, 2, 0], [p0, p1, p2, p0], GREEDY)  # greedy's final stage is the raw one
-    b = _fake_run([0, 1, 1, 1], [p0, p2, p1, p0], top1)
+    b = _fake_run([0, 1, 1], [p0, p2, p1], top1)
     comp = Comparison(prompt=None, runs=[a, b], shared_prefill_ms=12.5)
     assert comp.divergence_step == 2
     assert comp.prefill_saved_ms == 12.5
     kl, overlap = comp.kl_per_step, comp.overlap_per_step
-    assert len(kl) == len(overlap) == 3  # steps 0, 1 and the divergence step 2; not step 3
+    own_kl, own_overlap = comp.own_kl_per_step, comp.own_overlap_per_step
+    assert len(kl) == len(overlap) == len(own_kl) == len(own_overlap) == 4  # every step
     onehot = {0: [1, 0, 0], 1: [0, 1, 0], 2: [0, 0, 1]}
-    for i, (pa, pb) in enumerate([(p0, onehot[0]), (p1, onehot[2]), (p2, onehot[1])]):
-        pa = [float(x) for x in np.float32(pa)]  # the fake logits are float32
-        assert kl[i] == pytest.approx((_kl(pa, pb) + _kl(pb, pa)) / 2, rel=1e-5)
-        assert overlap[i] == pytest.approx(
-            sum(min(x, y) for x, y in zip(pa, pb, strict=True)), rel=1e-5
-        )
+
+    def raw(p):
+        return [float(x) for x in np.float32(p)]  # the fake logits are float32
+
+    def top(p):
+        return onehot[int(np.argmax(p))]
+
+    def ov(p, q):
+        return sum(min(x, y) for x, y in zip(p, q, strict=True))
+
+    texts = {0: (p0, p0), 1: (p1, p2), 2: (p2, p1)}
+    for i, (pa, pb) in texts.items():
+        # each text under both settings, averaged over the two texts
+        want = (_sym(raw(pa), top(pa)) + _sym(raw(pb), top(pb))) / 2
+        assert kl[i] == pytest.approx(want, rel=1e-5)
+        assert overlap[i] == pytest.approx((ov(raw(pa), top(pa)) + ov(raw(pb), top(pb))) / 2)
+        # each column's own distribution on its own text
+        assert own_kl[i] == pytest.approx(_sym(raw(pa), top(pb)), rel=1e-5)
+        assert own_overlap[i] == pytest.approx(ov(raw(pa), top(pb)), rel=1e-5)
+    # step 3: only column a reached it: its text under both settings; no pair of own dists
+    assert kl[3] == pytest.approx(_sym(raw(p0), top(p0)), rel=1e-5)
+    assert math.isnan(own_kl[3]) and math.isnan(own_overlap[3])
+    assert kl[0] == own_kl[0] and overlap[0] == own_overlap[0]  # one shared text at step 0
     assert overlap[0] == pytest.approx(0.5, rel=1e-5)
-    assert kl[0] == pytest.approx((-math.log(0.5) + _kl([0.5, 0.3, 0.2], [1, 0, 0])) / 2, 1e-5)
 
 
-def test_comparison_without_divergence_covers_the_shortest_run():
-    p = [0.25, 0.75]
-    comp = Comparison(None, [_fake_run([1, 1], [p, p], GREEDY)] * 3, 2.0)
-    assert comp.divergence_step is None
+def test_comparison_of_equal_settings_is_zero_on_the_same_text():
+    p, q = [0.25, 0.75], [0.5, 0.5]
+    runs = [_fake_run([1, 1], [p, p], GREEDY), _fake_run([1, 0], [p, q], GREEDY)]
+    comp = Comparison(None, [runs[0]] * 2 + [runs[1]], 2.0)
+    assert comp.divergence_step == 1
     assert comp.kl_per_step == pytest.approx([0.0, 0.0], abs=1e-12)
     assert comp.overlap_per_step == pytest.approx([1.0, 1.0])
+    # the own curve sees the third column's different text at step 1
+    assert comp.own_kl_per_step[0] == pytest.approx(0.0, abs=1e-12)
+    assert comp.own_kl_per_step[1] == pytest.approx(2 * 2 * _sym(p, q) / 6, rel=1e-5)
     assert comp.prefill_saved_ms == 4.0
 
 
@@ -248,7 +273,7 @@ def test_shared_prefill_equals_separate_runs(engine):
     d = comp.divergence_step
     assert d is not None and len({t[d] for t in tokens}) > 1
     assert all(len({t[i] for t in tokens}) == 1 for i in range(d))
-    assert len(comp.kl_per_step) == len(comp.overlap_per_step) == d + 1
+    assert len(comp.kl_per_step) == len(comp.overlap_per_step) == 12  # one point per step
     assert all(k >= 0 for k in comp.kl_per_step) and comp.kl_per_step[0] > 0
     assert all(0 <= o <= 1 + 1e-9 for o in comp.overlap_per_step)
     for run, col in zip(comp.runs, comp.columns(), strict=True):
@@ -430,7 +455,7 @@ def test_compare_cli_writes_traces_and_metrics(tmp_path, engine, greedy_run):
     ]
     assert main_compare(argv) == 0
     data = json.loads(out.read_text(encoding="utf-8"))
-    assert data["schema"] == "llm-lens-compare/1"
+    assert data["schema"] == "llm-lens-compare/2"
     assert [c["spec"] for c in data["configs"]] == ["greedy", "factual,seed=3"]
     assert data["configs"][1]["temperature"] == 0.2 and data["configs"][1]["seed"] == 3
     assert [t["schema"] for t in data["traces"]] == ["llm-lens-trace/1"] * 2
@@ -440,7 +465,10 @@ def test_compare_cli_writes_traces_and_metrics(tmp_path, engine, greedy_run):
     for key in ("divergence_step", "kl_per_step", "overlap_per_step", "columns"):
         assert key in data
     d = data["divergence_step"]
-    assert len(data["kl_per_step"]) == (4 if d is None else d + 1)
+    assert len(data["kl_per_step"]) == len(data["own_kl_per_step"]) == 4
+    assert data["kl_per_step"][: (4 if d is None else d + 1)] == pytest.approx(
+        data["own_kl_per_step"][: (4 if d is None else d + 1)]
+    )
 
 
 def test_a_saved_comparison_gives_the_same_metrics(tmp_path, tiny_engine):
@@ -463,6 +491,7 @@ def test_a_saved_comparison_gives_the_same_metrics(tmp_path, tiny_engine):
     assert again.divergence_step == comp.divergence_step
     assert again.kl_per_step == comp.kl_per_step
     assert again.overlap_per_step == comp.overlap_per_step
+    assert again.own_kl_per_step == pytest.approx(comp.own_kl_per_step, nan_ok=True)
     assert again.columns() == comp.columns()
     from llm_lens.core.cli.inspect import describe
 
@@ -497,3 +526,40 @@ def test_a_branch_path_reads_from_the_root(engine, greedy_run):
     assert np.array_equal(lens.top_ids, logit_lens(engine, child.steps[0], 3).top_ids)
     assert list(path.summary().generated_ids) == [st.token.id for st in steps]
     assert path.cache is child.cache and path.prefill is greedy_run.prefill
+
+
+def test_teacher_forced_distributions_equal_the_live_ones_on_the_shared_prefix(tiny_engine):
+    """Every column's text scored under every column's settings: on the shared prefix the
+    distributions are the live ones of the other columns; the step logits of a column are what
+    one forward pass of the model over its tokens gives; the curves have one point per step."""
+    from llm_lens.core.runs.compare import final_probs
+
+    engine = tiny_engine
+    prompt = engine.tokenize("Once upon a time", chat=False)
+    configs = [SamplingParams(temperature=1.3, seed=1), SamplingParams(temperature=0.7, top_k=5,
+               seed=2), GREEDY]  # fmt: skip
+    comp = compare(engine, prompt, configs, RunConfig(max_new_tokens=8))
+    d = comp.divergence_step
+    assert d is not None and d < 7  # random tiny weights diverge early
+    for text in comp.runs:  # one forward pass over the prompt and the column's tokens
+        ids = torch.tensor([prompt.ids + text.generated_ids[:-1]])
+        with torch.inference_mode():
+            logits = engine.model(ids).logits[0, len(prompt) - 1 :].float().numpy()
+        _close(logits, np.stack([s.logits for s in text.steps]), 1e-4)
+    for i in range(d + 1):
+        for text in comp.runs:
+            for live in comp.runs:
+                forced = final_probs(text.steps[i], live.params)
+                np.testing.assert_allclose(forced, final_probs(live.steps[i], live.params),
+                                           atol=1e-6)  # fmt: skip
+    n = max(len(r.steps) for r in comp.runs)
+    assert len(comp.kl_per_step) == len(comp.own_overlap_per_step) == n == 8
+    assert comp.kl_per_step[: d + 1] == pytest.approx(comp.own_kl_per_step[: d + 1], rel=1e-6)
+    assert comp.kl_per_step[d + 1] != pytest.approx(comp.own_kl_per_step[d + 1])
+    # K samples of one setting: the same text scores the same under each: 0; the own curve not
+    many = samples(
+        engine, prompt, SamplingParams(temperature=1.5), 4, 3, RunConfig(max_new_tokens=6)
+    )
+    assert many.kl_per_step == pytest.approx([0.0] * 6, abs=1e-9)
+    assert many.overlap_per_step == pytest.approx([1.0] * 6)
+    assert len(many.own_kl_per_step) == 6 and max(many.own_kl_per_step) > 0

