@@ -103,7 +103,9 @@ def embeddings_card(
     )
 
 
-def positions_card(info: ModelInfo, inv_freq: Any, position: int, text: str | None) -> Explainer:
+def positions_card(
+    theta: float | None, inv_freq: Any, position: int, text: str | None
+) -> Explainer:
     """How far RoPE has turned the selected position's fastest and slowest dimension pairs."""
     f = np.asarray(inv_freq, np.float64)
     shows = (
@@ -119,10 +121,8 @@ def positions_card(info: ModelInfo, inv_freq: Any, position: int, text: str | No
         f"mod 2π), the slowest {slow:.3g} rad."
     )
     waves = 2 * math.pi / f
-    numbers = (
-        f"θ = {info.rope_theta:g}: wavelengths run from {waves.min():.3g} to "
-        f"{waves.max():.3g} tokens.",
-    )
+    base = f"θ = {theta:g}: " if theta else ""
+    numbers = (f"{base}wavelengths run from {waves.min():.3g} to {waves.max():.3g} tokens.",)
     return Explainer(headline, shows, numbers, (), "Select a later token: its row turns further.")
 
 

@@ -104,11 +104,12 @@ def _embeddings(pane: Any, ctl: Any) -> ex.Explainer | None:
 
 
 def _positions(pane: Any, ctl: Any) -> ex.Explainer | None:
-    if pane.view is None or ctl.info is None:
+    rope = getattr(pane, "rope", None) if pane.view is not None and pane.view.rope else None
+    if rope is None or ctl.info is None:  # learned positions or ALiBi: the pane says which
         return None
     chosen = selected_token(ctl)
     pos, text = (chosen[0], chosen[1].text) if chosen is not None else (0, None)
-    return ex.positions_card(ctl.info, pane.view.inv_freq, pos, text)
+    return ex.positions_card(rope.theta, rope.inv_freq, pos, text)
 
 
 def _attention(pane: Any, ctl: Any) -> ex.Explainer | None:

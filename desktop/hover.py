@@ -132,8 +132,8 @@ def path_point_text(pane: Any, controller: Any, x: float, y: float) -> str:
 
 def angle_text(pane: Any, x: float, y: float) -> str:
     """Positions heatmap: 'position 5 'the', pair 3: angle 1.23 rad (0.42 rad / token)'."""
-    view = pane.view
-    if view is None:
+    view = getattr(pane, "rope", None) if pane.view is not None and pane.view.rope else None
+    if view is None:  # a learned table or ALiBi: no rotation angles
         return ""
     row, pair = int(math.floor(y)), int(math.floor(x))
     if not (0 <= row < view.angles.shape[0] and 0 <= pair < view.angles.shape[1]):

@@ -268,12 +268,13 @@ def link_positions(pane: Any, controller: Any) -> Any:
 
     def reflect() -> None:
         view, pos = pane.view, controller.token
-        if view is None or not 0 <= pos < view.angles.shape[0]:
+        rope = getattr(pane, "rope", None) if view is not None and view.rope else None
+        if rope is None or not 0 <= pos < rope.angles.shape[0]:
             band.setData([], [])
             pane.linked = {}
             return
-        band.setData(*rect_xy(0, pos, view.angles.shape[1], pos + 1))
-        pane.linked = {"angle_row": np.asarray(view.angles[pos]).copy()}
+        band.setData(*rect_xy(0, pos, rope.angles.shape[1], pos + 1))
+        pane.linked = {"angle_row": np.asarray(rope.angles[pos]).copy()}
 
     return reflect
 

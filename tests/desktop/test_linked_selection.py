@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, Qt
 
-from llm_lens.core.positions import rope_view
+from llm_lens.core.positions import position_view
 from llm_lens.core.sampling import GREEDY
 from llm_lens.desktop.linking import overview_cell
 from tests.desktop.conftest import wait_result
@@ -66,8 +66,7 @@ def test_selecting_a_token_in_one_pane_highlights_it_in_every_other(qtbot, shown
     np.testing.assert_allclose(panes["Embeddings"].linked["point"], proj.coords[token_id])
     paths = ctl.request_analysis("hidden_paths")
     np.testing.assert_allclose(panes["Embeddings"].linked["path"], paths.coords[pos])
-    info = ctl.info
-    angles = rope_view(info.head_dim, float(info.rope_theta), n).angles[pos]
+    angles = position_view(ctl.worker.engine.model, n).rope[0].angles[pos]
     np.testing.assert_allclose(panes["Positions"].linked["angle_row"], angles)
     lines = panes["Attention lines"]
     assert lines.view.selected == pos and set(lines.shown[0].tolist()) == {pos}
