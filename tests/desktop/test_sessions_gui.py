@@ -66,7 +66,10 @@ def test_save_then_reopen_without_the_model(qtbot, window, tmp_path):
     assert other.model_info is None and other.recorded is not None
     assert [s.token.id for s in other.steps] == [s.token.id for s in live_steps]
     for a, b in zip(other.steps, live_steps, strict=True):
-        assert np.array_equal(a.logits, b.logits) and np.array_equal(a.hidden, b.hidden)
+        # session format 2: float16, with the top-N logits exact
+        assert np.array_equal(a.logits[b.top_ids], b.logits[b.top_ids])
+        np.testing.assert_allclose(a.logits, b.logits, rtol=1e-3, atol=1e-6)
+        np.testing.assert_allclose(a.hidden, b.hidden, rtol=1e-3, atol=1e-6)
     lens = other.request_analysis("lens", step=3, k=5)  # answered from the recording
     assert np.array_equal(lens.top_ids, live_lens.top_ids)
     qtbot.waitUntil(lambda: all(p.render_times_ms for p in fresh.panes.values()), timeout=10_000)
