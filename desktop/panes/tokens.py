@@ -362,6 +362,7 @@ class TokensPane(Pane):
             (QLabel("model tokens (prompt, then response)"), self.model_view),
             (QLabel(CL100K_CAPTION), self.cl100k_view),
         ):
+            caption.setWordWrap(True)  # a long caption wraps instead of widening the window
             box = QWidget()
             col = QVBoxLayout(box)
             col.setContentsMargins(0, 0, 0, 0)
