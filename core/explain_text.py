@@ -293,3 +293,29 @@ def _text_of(step: StepRecord, token_id: int) -> str:
         return step.token.text
     hits = np.flatnonzero(np.asarray(step.top_ids) == token_id)
     return step.top_texts[int(hits[0])] if hits.size else f"#{token_id}"
+
+
+def attribution_card(result: Any) -> Explainer:
+    """ "Why this token?": its logit as the sum the view draws (``result`` an ``Explanation``,
+    or None before one was asked for)."""
+    shows = (
+        "The chosen token's logit split into what wrote it: the embedding, each layer's "
+        "attention (and each head) and each MLP, through the final norm with its scale held at "
+        "this step's value; the chips are coloured by gradient × input; the graph keeps the "
+        "routes above the threshold."
+    )
+    try_this = "Right-click a response token → Why this token?, or pick a rival token in 'vs'."
+    if result is None:
+        return Explainer("Explain a token: its logit, piece by piece.", shows, (), (), try_this)
+    a = result.logits
+    attn, mlp = float(np.sum(a.heads)), float(np.sum(a.mlp))
+    top = np.unravel_index(int(np.argmax(a.heads)), a.heads.shape)
+    headline = (
+        f"{q(result.token_text)}: logit {a.logit:.2f} = embedding {a.embed:.2f} + attention "
+        f"{attn:.2f} + MLPs {mlp:.2f} + bias {a.residual:.2g}."
+    )
+    numbers = (
+        f"The largest head is layer {int(top[0])}, head {int(top[1])} "
+        f"({float(a.heads[top]):.2f}); the final norm's divisor is held at {a.norm_scale:.3g}.",
+    )
+    return Explainer(headline, shows, numbers, (), try_this)

@@ -158,6 +158,10 @@ def _timing(pane: Any, ctl: Any) -> ex.Explainer | None:
     return ex.timing_card(ctl.steps, len(ctl.prompt)) if ctl.prompt is not None else None
 
 
+def _attribution(pane: Any, ctl: Any) -> ex.Explainer | None:
+    return ex.attribution_card(pane.result)
+
+
 GATHERERS = {
     "Tokens": _tokens,
     "Embeddings": _embeddings,
@@ -168,6 +172,7 @@ GATHERERS = {
     "Logits": _logits,
     "Sampling": _sampling,
     "Timing": _timing,
+    "Why this token?": _attribution,
 }
 
 

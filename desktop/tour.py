@@ -26,6 +26,7 @@ STOPS = (
     ("Sampling", "7 · The scores become probabilities and one token is drawn."),
     ("KV cache", "Then: every read token's keys and values stay in the cache."),
     ("Timing", "Then: the prefill reads the prompt at once; each later step one token."),
+    ("Why this token?", "And why this token: its logit split over the layers and heads."),
 )
 
 
@@ -68,7 +69,7 @@ class TourDialog(QDialog):
         n = len(ctl.prompt)
         if title in ("Tokens", "Embeddings"):
             ctl.request_select_token(n, with_step=True)
-        elif title in ("KV cache", "Timing"):
+        elif title in ("KV cache", "Timing", "Why this token?"):
             ctl.request_select(len(ctl.steps) - 1)
         else:
             ctl.request_select(0)

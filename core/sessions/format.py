@@ -180,6 +180,8 @@ KV_SCALARS = (
     "device_reserved",
 )  # fmt: skip
 TIMING_FIELDS = ("forward_ms", "sample_ms", "capture_ms")
+# the model thread's waits (StepTiming); optional: files written before them read as 0
+TIMING_WAITS = ("forward_wait_ms", "sample_wait_ms", "capture_wait_ms", "between_ms", "queue_ms")
 
 
 def check_limits(sizes: list[tuple[str, int]]) -> None:

@@ -39,6 +39,7 @@ from llm_lens.core.sessions.format import (
     STEP_ARRAYS,
     STEP_SCALARS,
     TIMING_FIELDS,
+    TIMING_WAITS,
     Session,
     SessionComparison,
     SessionError,
@@ -282,7 +283,10 @@ def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRec
         hidden=arr["hidden"],
         attn_update=arr["attn_update"],
         kv=kv,
-        timing=StepTiming(*(float(d["timing"][k]) for k in TIMING_FIELDS)),
+        timing=StepTiming(
+            *(float(d["timing"][k]) for k in TIMING_FIELDS),
+            **{k: float(d["timing"].get(k, 0.0)) for k in TIMING_WAITS},
+        ),
         context_ids=arr["context_ids"],
         finish_reason=d["finish_reason"],
     )

@@ -29,6 +29,7 @@ from llm_lens.core.sessions.format import (
     STEP_SCALARS,
     STORED_KINDS,
     TIMING_FIELDS,
+    TIMING_WAITS,
     Session,
     SessionError,
     SessionRun,
@@ -137,7 +138,7 @@ def _step_json(s: StepRecord) -> dict[str, Any]:
         d["kv"]["held_tokens"] = [int(n) for n in s.kv.held_tokens]
         d["kv"]["windows"] = list(s.kv.windows)
         d["kv"]["cached_kv_heads"] = s.kv.cached_kv_heads
-    d["timing"] = {k: getattr(s.timing, k) for k in TIMING_FIELDS}
+    d["timing"] = {k: getattr(s.timing, k) for k in (*TIMING_FIELDS, *TIMING_WAITS)}
     d["finish_reason"] = s.finish_reason
     return d
 

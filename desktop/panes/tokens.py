@@ -340,7 +340,7 @@ class TokensPane(Pane):
         super().__init__(controller, parent)
         self.model_view = ChipView()
         self.cl100k_view = ChipView()
-        self.counts = QLabel()
+        self.counts = QLabel(wordWrap=True)  # long counts wrap instead of widening the window
         self.show_ids = QCheckBox("show ids")
         self.show_ids.toggled.connect(self._on_show_ids)
         self.model_view.sig_clicked.connect(self._on_chip_clicked)

@@ -489,9 +489,10 @@ def test_a_saved_comparison_gives_the_same_metrics(tmp_path, tiny_engine):
     again = Comparison.recorded([session.runs[i] for i in saved.runs], saved.shared_prefill_ms)
     assert again.params == comp.params and again.prompt == prompt
     assert again.divergence_step == comp.divergence_step
-    assert again.kl_per_step == comp.kl_per_step
-    assert again.overlap_per_step == comp.overlap_per_step
-    assert again.own_kl_per_step == pytest.approx(comp.own_kl_per_step, nan_ok=True)
+    # the file keeps logits as float16 (the top N exact): the curves agree to rounding
+    assert again.kl_per_step == pytest.approx(comp.kl_per_step, rel=1e-4, abs=1e-9)
+    assert again.overlap_per_step == pytest.approx(comp.overlap_per_step, rel=1e-4, abs=1e-6)
+    assert again.own_kl_per_step == pytest.approx(comp.own_kl_per_step, rel=1e-4, nan_ok=True)
     assert again.columns() == comp.columns()
     from llm_lens.core.cli.inspect import describe
 

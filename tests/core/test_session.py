@@ -492,7 +492,8 @@ def test_recorded_analysis_answers_like_the_model(greedy_run, engine, tmp_path):
         live = layers.logit_lens(engine, greedy_run.steps[step], 5)
         got = recorded.get("lens", {"step": step, "k": 5})
         assert np.array_equal(got.top_ids, live.top_ids) and got.top_texts == live.top_texts
-        np.testing.assert_allclose(got.top_probs, live.top_probs, rtol=1e-6)
+        # the file keeps the residual stream as float16: the lens agrees to that rounding
+        np.testing.assert_allclose(got.top_probs, live.top_probs, rtol=2e-3, atol=1e-3)
     live_map = attention.attention_map(
         engine, greedy_run.cache, greedy_run.prefill.hidden, 4, 2, max_size=256
     )
@@ -508,8 +509,9 @@ def test_recorded_analysis_answers_like_the_model(greedy_run, engine, tmp_path):
     live_pos = position_view(engine.model, t).rope[0]
     got_pos = recorded.get("positions", {"positions": t}).rope[0]
     assert got_pos.layers == tuple(range(30)) and got_pos.theta == live_pos.theta
-    np.testing.assert_array_equal(got_pos.angles, live_pos.angles)
-    np.testing.assert_array_equal(got_pos.inv_freq, live_pos.inv_freq)
+    # float16 on disk (format 2)
+    np.testing.assert_allclose(got_pos.angles, live_pos.angles, rtol=2e-3, atol=5e-3)
+    np.testing.assert_allclose(got_pos.inv_freq, live_pos.inv_freq, rtol=2e-3)
     assert recorded.get("positions", {"positions": t + 1}) is None  # another prompt length
 
 

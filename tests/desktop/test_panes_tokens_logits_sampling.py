@@ -83,6 +83,7 @@ def test_tokens_pane(qtbot, ran, tmp_path):
     assert pane.counts.text() == (
         f"your text + response: {ran.info.name} {ours} tokens · cl100k_base {len(expected)} "
         f"tokens · chat template: {len(prompt) - users} tokens ({ran.info.name} only)"
+        " · special-token text you typed is read as plain text"
     )
 
     # clicking response chip 2 selects step 2; the last prompt chip selects the prefill
