@@ -122,10 +122,15 @@ def figures(steps: Any) -> dict[str, float]:
 
 
 def worker_idle(win: Any) -> None:
-    """Wait until the worker has served every queued analysis (it shares the engine)."""
-    pending = win.controller.worker.pending
-    for _ in range(600):
-        if pending.empty():
+    """Wait until the worker has served every analysis queued so far (it shares the engine,
+    and a headless run beside it would share the cores): a marker job queued last has run."""
+    import threading
+
+    done = threading.Event()
+    win.controller.worker.submit("bench_marker", ("bench_marker",), done.set)
+    win.controller.request_serve()
+    for _ in range(12000):  # the deferred analyses of a long prompt take a while on a busy machine
+        if done.is_set():
             break
         wait(50)
     wait(200)
@@ -142,8 +147,12 @@ def headless(win: Any, text: str, chat: bool, tokens: int) -> dict[str, float]:
     return figures(run.run_all())
 
 
-def in_window(win: Any, text: str, chat: bool, tokens: int, gaps: GapClock) -> dict[str, float]:
-    """One run through the controller, as the Run button starts it; waits for the panes."""
+def in_window(
+    win: Any, text: str, chat: bool, tokens: int, gaps: GapClock, profile: Any = None
+) -> dict[str, float]:
+    """One run through the controller, as the Run button starts it; waits for the panes.
+
+    ``profile`` (a ``cProfile.Profile``) records the GUI thread while the run streams."""
     from llm_lens.core.sampling import GREEDY
 
     ctl = win.controller
@@ -159,9 +168,16 @@ def in_window(win: Any, text: str, chat: bool, tokens: int, gaps: GapClock) -> d
             first.append((time.perf_counter() - t0) * 1e3)
 
     ctl.sig_steps_changed.connect(arrived)
+    if profile is not None:
+        profile.enable()
     ctl.request_run(text, chat, GREEDY, tokens)
     wait_for(ctl.sig_run_finished, 1200, ctl.sig_error)
+    streamed_s = time.perf_counter() - t0
+    if profile is not None:
+        profile.disable()
     ctl.sig_steps_changed.disconnect(arrived)
+    live = {name: len(pane.render_times_ms) for name, pane in win.panes.items()}
+    live_ms = sum(sum(p.render_times_ms) + sum(p.paint_times_ms) for p in win.panes.values())
     wait(500)  # the last repaints and analyses
     gaps.on = False
     if len(ctl.steps) < 2:
@@ -174,44 +190,83 @@ def in_window(win: Any, text: str, chat: bool, tokens: int, gaps: GapClock) -> d
         gap=max(gaps.gaps, default=0.0),
         repaint=statistics.median(units) if units else 0.0,
         repaints=float(len(units)),
+        gui_ms_per_s=live_ms / max(streamed_s, 1e-9),
     )
+    out["per_pane"] = {  # type: ignore[assignment]
+        name: (live[name] / streamed_s, _median(pane.render_times_ms), _median(pane.paint_times_ms))
+        for name, pane in win.panes.items()
+    }
     return out
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
 
 
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):5.2f} ({min(values):.2f}–{max(values):.2f})"
 
 
-def compare(win: Any, name: str, text: str, chat: bool, args: Any, gaps: GapClock) -> None:
+def load() -> str:
+    """The 1, 5 and 15 minute load averages, printed beside every figure (2 shared cores)."""
+    return "load " + "/".join(f"{v:.1f}" for v in os.getloadavg())
+
+
+def compare(
+    win: Any, name: str, text: str, chat: bool, tokens: int, args: Any, gaps: GapClock
+) -> None:
     """ABAB: headless, all panes, idle, headless; ratios against the headless runs around."""
     ratios: dict[str, dict[str, list[float]]] = {"all": {}, "idle": {}}
-    seen: dict[str, list[dict[str, float]]] = {"headless": [], "all": [], "idle": []}
-    for _ in range(args.reps):
-        before = headless(win, text, chat, args.tokens)
+    seen: dict[str, list[dict[str, Any]]] = {"headless": [], "all": [], "idle": []}
+    loads = [load()]
+    for rep in range(args.reps):
+        before = headless(win, text, chat, tokens)
         set_docks_visible(win, True)
         worker_idle(win)  # the analyses the shown panes ask for
-        every = in_window(win, text, chat, args.tokens, gaps)
+        profile = _profiler() if args.profile and rep == 0 else None
+        every = in_window(win, text, chat, tokens, gaps, profile)
         set_docks_visible(win, False)
         worker_idle(win)
-        idle = in_window(win, text, chat, args.tokens, gaps)
-        after = headless(win, text, chat, args.tokens)
+        idle = in_window(win, text, chat, tokens, gaps)
+        after = headless(win, text, chat, tokens)
         seen["headless"] += [before, after]
         seen["all"].append(every)
         seen["idle"].append(idle)
+        loads.append(load())
         for mode, got in (("all", every), ("idle", idle)):
             for key in ("itl", "ttft", "itl_free", "ttft_free"):
                 ratios[mode].setdefault(key, []).append(got[key] / ((before[key] + after[key]) / 2))
+        if profile is not None:
+            _print_profile(profile)
     set_docks_visible(win, True)
-    report(name, seen, ratios)
+    report(f"{name}, {tokens} new tokens", seen, ratios, loads)
 
 
-def report(name: str, seen: dict[str, Any], ratios: dict[str, Any]) -> None:
+def _profiler() -> Any:
+    import cProfile
+
+    return cProfile.Profile()
+
+
+def _print_profile(profile: Any) -> None:
+    import io
+    import pstats
+
+    out = io.StringIO()
+    stats = pstats.Stats(profile, stream=out)
+    stats.sort_stats("tottime").print_stats(25)
+    print("GUI thread while the run streamed (cProfile, by own time):")
+    print("\n".join(out.getvalue().splitlines()[:40]), flush=True)
+
+
+def report(name: str, seen: dict[str, Any], ratios: dict[str, Any], loads: list[str]) -> None:
     def ms(mode: str, key: str) -> str:
         values = [r[key] for r in seen[mode]]
         return f"{min(values):6.0f}–{max(values):<6.0f}"
 
     cols = ("ttft", "itl", "own", "gil", "core", "between")
     print(f"{name}: ms (min–max over runs); decode steps: own, waiting for the GIL, for a core")
+    print(f"  {', then '.join(loads)} (before the first and after each repetition)")
     print("  " + " " * 9 + "".join(f"{c:>14s}" for c in cols))
     for mode in ("headless", "all", "idle"):
         print(f"  {mode:9s} " + " ".join(ms(mode, k) for k in cols))
@@ -228,9 +283,17 @@ def report(name: str, seen: dict[str, Any], ratios: dict[str, Any]) -> None:
         + ", ".join(f"{r['gap']:.0f}" for r in every)
         + " ms; median pane repaint "
         + ", ".join(f"{r['repaint']:.1f}" for r in every)
-        + " ms; first step on screen after "
+        + " ms; pane work while streaming "
+        + ", ".join(f"{r['gui_ms_per_s']:.0f}" for r in every)
+        + " ms/s; first step on screen after "
         + ", ".join(f"{r['shown']:.0f}" for r in every)
         + " ms",
+        flush=True,
+    )
+    panes = every[0].get("per_pane", {})
+    print(
+        "  per pane while streaming (first run): renders/s, median render / paint ms: "
+        + "; ".join(f"{n} {rate:.1f}/s {r:.1f}/{p:.1f}" for n, (rate, r, p) in panes.items()),
         flush=True,
     )
 
@@ -271,6 +334,12 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     )
 
 
+def _torch_threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
+
+
 def _rss_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -281,10 +350,22 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=2, help="repetitions of each ABAB cycle")
     parser.add_argument("--tokens", type=int, default=32, help="new tokens a run")
     parser.add_argument("--long", type=int, default=1000, help="long prompt tokens (0: skip)")
+    parser.add_argument(
+        "--long-tokens", type=int, default=8, help="new tokens a run of the long prompt"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile the GUI thread in one streaming run"
+    )
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, mps")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument(
         "--switch-interval", default="", help="comma-separated seconds (default: the app's)"
+    )
+    parser.add_argument(
+        "--schedule",
+        default="",
+        help="comma-separated SHARE/LIVE_MS pairs for the pane scheduler while streaming "
+        "(e.g. 1/0,0.1/150; 1/0 is the scheduler without a budget; default: the app's)",
     )
     parser.add_argument("--full-context", action="store_true", help="the 8,192-token prompt")
     return parser.parse_args()
@@ -315,27 +396,41 @@ def main() -> int:
     wait_for(win.controller.sig_model_loaded, 600)
     wait(3000)  # the vocabulary projection and first analyses
     engine = win.controller.worker.engine
-    print(f"device {engine.device}, dtype {engine.info.dtype}, {sys.platform}", flush=True)
+    print(
+        f"device {engine.device}, dtype {engine.info.dtype}, {sys.platform}, "
+        f"{os.cpu_count()} cores, torch threads {_torch_threads()}, {load()}",
+        flush=True,
+    )
     if args.full_context:
         full_context(win, args.tokens, gaps)
         win.close()
         return 0
     long_text = FILLER * (args.long // 10 + 1)
     long_ids = engine.tokenize(long_text, chat=False).ids[: args.long]
-    prompts = [(f"{len(engine.tokenize(SHORT).ids)}-token chat prompt", SHORT, True)]
+    prompts = [(f"{len(engine.tokenize(SHORT).ids)}-token chat prompt", SHORT, True, args.tokens)]
     if args.long:
         long_text = engine.tokenizer.decode(long_ids)
         count = len(engine.tokenize(long_text, chat=False).ids)
-        prompts.append((f"{count}-token prompt", long_text, False))
+        prompts.append((f"{count}-token prompt", long_text, False, args.long_tokens))
     intervals = [float(v) for v in args.switch_interval.split(",") if v] or [
         sys.getswitchinterval()
     ]
     headless(win, SHORT, True, 4)  # warm-up
-    for interval in intervals:
-        sys.setswitchinterval(interval)
-        print(f"== sys.setswitchinterval({interval * 1e3:g} ms), {args.tokens} new tokens")
-        for name, text, chat in prompts:
-            compare(win, name, text, chat, args, gaps)
+    from llm_lens.desktop.panes import scheduler as sched
+
+    pairs = [pair.split("/") for pair in args.schedule.split(",") if pair]
+    schedules = [(float(share), float(live)) for share, live in pairs]
+    for share, live in schedules or [(sched.scheduler().share, float(sched.LIVE_MS))]:
+        sched.scheduler().share, sched.LIVE_MS = share, int(live)
+        for interval in intervals:
+            sys.setswitchinterval(interval)
+            print(
+                f"== sys.setswitchinterval({interval * 1e3:g} ms), panes within {share:.0%} of "
+                f"the GUI thread, each at most every {int(live)} ms while streaming; {load()}",
+                flush=True,
+            )
+            for name, text, chat, tokens in prompts:
+                compare(win, name, text, chat, tokens, args, gaps)
     win.close()
     return 0
 

@@ -41,13 +41,14 @@ class Pane(QWidget):
     """Base of all panes. Subclasses implement :meth:`render` and :meth:`clear`.
 
     ``render(step)`` is called with the selected ``StepRecord`` (or None) at most ~30 times a
-    second, one pane per event-loop turn (:mod:`desktop.panes.scheduler`); ``on_result``
+    second, one pane per event-loop turn (:mod:`desktop.panes.scheduler`); while a run streams,
+    less often, within the scheduler's share of the GUI thread; ``on_result``
     receives analysis results the pane asked for with
     ``controller.request_analysis``. ``title`` names the dock.
     """
 
     title = "Pane"
-    live_interval_ms = 0  # a slower repaint rate while a run streams in (heavy panes)
+    live_interval_ms = 0  # slower than the scheduler's LIVE_MS while a run streams (heavy panes)
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -105,9 +106,14 @@ class Pane(QWidget):
             self.schedule()
 
     def _on_busy_changed(self, busy: bool) -> None:
-        if not busy and self._deferred:  # the run ended: every pane shows its last step
+        if busy:
+            return
+        from llm_lens.desktop.panes.scheduler import scheduler
+
+        if self._deferred:  # the run ended: every pane shows its last step
             self._deferred = False
             self.schedule()
+        scheduler().wake()  # no live rate or rest left: the final step renders now
 
     def paint_now(self) -> None:
         """Lay out, settle and paint this pane's plots now, inside the scheduler's turn.

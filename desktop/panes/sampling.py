@@ -44,6 +44,14 @@ SHORT = {
     "min_p": "min-p",
 }
 ERROR_STYLE = "color: #d62728; font-weight: bold"
+NOTE = (
+    "Settings apply to the next Run. The plots re-sample the selected "
+    "step now, from its recorded logits, without the model."
+)
+NOTE_LIVE = (
+    "Settings apply to the next Run. While a run streams, the plots show its own stages; "
+    "these settings re-sample the selected step when it ends."
+)
 
 
 @dataclass(frozen=True)
@@ -205,15 +213,12 @@ class SamplingPane(Pane):
     """Sampling settings, and the selected step's distribution through each active stage."""
 
     title = "Sampling"
-    live_interval_ms = 150  # re-sampling 49,152 logits and three plots: ~20 ms a render
+    live_interval_ms = 150  # three plots
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(controller, parent)
         self.controls = SamplingControls()
-        self.note = QLabel(
-            "Settings apply to the next Run. The plots re-sample the selected "
-            "step now, from its recorded logits, without the model."
-        )
+        self.note = QLabel(NOTE)
         self.note.setWordWrap(True)
         self.error = QLabel()
         self.error.setStyleSheet(ERROR_STYLE)
@@ -230,6 +235,7 @@ class SamplingPane(Pane):
             layout.addWidget(widget)
         layout.addWidget(self.glw, 1)
         self.params: SamplingParams = controller.params
+        self.shown_params: SamplingParams = self.params  # the settings of the stages shown
         self.views: list[StageView] = []
         self._placed: tuple[str, ...] = ()
         self._step: StepRecord | None = None
@@ -280,9 +286,14 @@ class SamplingPane(Pane):
         if step is None:
             self.clear()
             return
-        key = (step.run_id, step.index, self.params)
+        params = self._live_params()
+        key = (step.run_id, step.index, params)
         if key == self._key:
             return
+        self.shown_params = params
+        note = NOTE if params == self.params else NOTE_LIVE
+        if self.note.text() != note:  # a new text re-lays out the pane
+            self.note.setText(note)
         self._key, self._step = key, step
         self.views = self._staged.pop(key, None) or self._stage(step)
         self._staged[key] = self.views  # scrubbing back to a step does not re-stage it (~10 ms)
@@ -308,13 +319,22 @@ class SamplingPane(Pane):
         for view in self.views:
             self.stats[view.name].setPos(max(top, 1e-6) * 1.05, n - 0.4)
 
+    def _live_params(self) -> SamplingParams:
+        """The settings to stage with: these controls', or the run's own while a run streams.
+
+        Re-staging 49,152 logits with other settings is torch work on the GUI thread (a sort
+        for top-p, a draw for the card) beside the model's; the run's own stages are recorded.
+        When the run ends the pane renders again with these settings."""
+        return self.controller.run_params if self.controller.busy else self.params
+
     def _stage(self, step: StepRecord) -> list[StageView]:
         """The run's own stages when these are its settings (no work here), else re-staged."""
-        if self.params == self.controller.run_params:
-            views = recorded_views(step, self.params)
+        params = self.shown_params
+        if params == self.controller.run_params:
+            views = recorded_views(step, params)
             if views is not None:
                 return views
-        return stage_views(step, self.params)
+        return stage_views(step, params)
 
     def _stage_text(self, view: StageView) -> str:
         """Kept-token count and the mass this stage removed, small enough for a narrow plot."""
@@ -329,6 +349,7 @@ class SamplingPane(Pane):
         zeros = np.zeros(SHOW)
         for bars in self.bars.values():
             bars.setOpts(x0=zeros, y=np.arange(SHOW), width=zeros)
+        self.shown_params = self.params
         for stats in self.stats.values():
             stats.setText("")
         self.stats["raw"].setText("no step selected")

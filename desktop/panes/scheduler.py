@@ -3,12 +3,20 @@
 Each pane's own coalescing timer would fire in the same turn as the others, and their
 renders and paints together (≈ 60 ms for nine pyqtgraph panes) would freeze the window that
 long on every token. The scheduler spreads them out: a dirty pane is rendered at most every
-``REPAINT_MS`` and never in the same turn as another. Heavy panes may ask for a slower rate
-while a run streams in (``live_interval_ms``); what they show when it ends is the same.
+``REPAINT_MS`` and never in the same turn as another.
+
+While a run streams in, every render is Python on the GUI thread holding the GIL that the model
+thread needs between the modules of each layer, so the window's work is what slows the model.
+Then a pane renders at most every ``LIVE_MS`` (or its own slower ``live_interval_ms``), always
+its newest step (the controller's selection follows the run), and after each unit the scheduler
+rests so that pane work takes at most ``share`` of the GUI thread's time (``GUI_SHARE``). When
+the run ends the rest is dropped (:meth:`RepaintScheduler.wake`) and every pane renders the final
+step at the normal rate: what it shows then is the same as without the budget.
 """
 
 from __future__ import annotations
 
+import os
 import time
 import weakref
 from typing import Any
@@ -17,14 +25,34 @@ from PySide6.QtCore import QObject, QTimer
 
 from llm_lens.desktop.controller import REPAINT_MS
 
+LIVE_MS = 150  # while a run streams, a pane repaints at most this often
+GUI_SHARE = 0.10  # while a run streams, pane work takes at most this share of the GUI thread
+
+
+def _share_from_env() -> float:
+    """``LLM_LENS_GUI_SHARE`` (0 < share ≤ 1) overrides ``GUI_SHARE``; anything else is ignored."""
+    try:
+        value = float(os.environ.get("LLM_LENS_GUI_SHARE", ""))
+    except ValueError:
+        return GUI_SHARE
+    return value if 0.0 < value <= 1.0 else GUI_SHARE
+
 
 class RepaintScheduler(QObject):
-    """Round-robin renderer for panes; ``request(pane)`` marks one dirty."""
+    """Round-robin renderer for panes; ``request(pane)`` marks one dirty.
 
-    def __init__(self) -> None:
+    ``share``: while a run streams, the largest share of the GUI thread's time pane renders
+    take (1.0: no rest between units). ``units``: (seconds, streaming) of each unit run, for
+    the benchmark and tests.
+    """
+
+    def __init__(self, share: float | None = None) -> None:
         super().__init__()
+        self.share = _share_from_env() if share is None else share
         self._dirty: dict[int, weakref.ref[Any]] = {}
         self._last: dict[int, float] = {}
+        self._rest_until = 0.0  # no unit starts before this while a run streams
+        self.units: list[tuple[float, bool]] = []
         self._timer = QTimer(self, singleShot=True)
         self._timer.timeout.connect(self._next)
 
@@ -36,32 +64,63 @@ class RepaintScheduler(QObject):
         if not self._timer.isActive():
             self._timer.start(0)
 
+    def wake(self) -> None:
+        """A run ended: drop the rest and the live rates; what is dirty renders now."""
+        self._rest_until = 0.0
+        self._last.clear()
+        if self._dirty:
+            self._timer.start(0)
+
     def _forget(self, key: int) -> None:
         self._dirty.pop(key, None)
         self._last.pop(key, None)
 
     def _next(self) -> None:
         now = time.monotonic()
-        intervals = {k: _interval(ref()) for k, ref in self._dirty.items()}
+        panes = {k: ref() for k, ref in self._dirty.items()}
+        streaming = any(_streaming(p) for p in panes.values())
+        if streaming and now < self._rest_until:
+            self._timer.start(max(1, int((self._rest_until - now) * 1e3)))
+            return
+        intervals = {k: _interval(p) for k, p in panes.items()}
         due = [k for k, gap in intervals.items() if now - self._last.get(k, 0.0) >= gap]
         if due:
             key = due[0]
             pane = self._dirty.pop(key)()
             self._last[key] = now
             if pane is not None:
-                pane.render_and_paint()
+                self._run(pane, streaming)
         if self._dirty:
+            now = time.monotonic()
             waits = [intervals.get(k, 0.0) - (now - self._last.get(k, 0.0)) for k in self._dirty]
-            self._timer.start(max(0, int(min(waits) * 1e3)))
+            if streaming:
+                waits.append(self._rest_until - now)
+            self._timer.start(max(0, int(max(0.0, min(waits)) * 1e3)))
+
+    def _run(self, pane: Any, streaming: bool) -> None:
+        """One unit; while streaming, rest afterwards so units stay within ``share``."""
+        t0 = time.monotonic()
+        pane.render_and_paint()
+        spent = time.monotonic() - t0
+        self.units.append((spent, streaming))
+        del self.units[:-1000]
+        if streaming and self.share < 1.0:
+            self._rest_until = t0 + spent / self.share
+
+
+def _streaming(pane: Any) -> bool:
+    """True while the model thread of ``pane``'s controller is busy (a run streaming in)."""
+    return pane is not None and bool(pane.controller.busy)
 
 
 def _interval(pane: Any) -> float:
-    """Seconds between two renders of ``pane``: ``REPAINT_MS``, or the pane's slower
-    ``live_interval_ms`` while the model thread is busy (a run streaming in)."""
+    """Seconds between two renders of ``pane``: ``REPAINT_MS``, or ``LIVE_MS`` (the pane's
+    slower ``live_interval_ms`` if it has one) while the model thread is busy."""
     if pane is None:
         return 0.0
-    live = getattr(pane, "live_interval_ms", 0) if pane.controller.busy else 0
-    return max(REPAINT_MS, live) / 1e3
+    if not _streaming(pane):
+        return REPAINT_MS / 1e3
+    return max(REPAINT_MS, LIVE_MS, getattr(pane, "live_interval_ms", 0)) / 1e3
 
 
 _scheduler: RepaintScheduler | None = None

@@ -1,0 +1,133 @@
+"""While a run streams, the panes' work on the GUI thread is budgeted: renders are coalesced to
+the scheduler's live rate, the scheduler rests between units to stay within its share of the
+GUI thread, a pane behind another gets no render at all, and every pane renders the final step
+once the run ends."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QTabWidget
+
+from llm_lens.desktop.panes import scheduler as sched
+
+pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
+
+
+class SlowPane(QObject):
+    """What the scheduler uses of a pane; each unit takes ``cost`` seconds."""
+
+    def __init__(self, controller: SimpleNamespace, cost: float = 0.0) -> None:
+        super().__init__()
+        self.controller = controller
+        self.cost = cost
+        self.units: list[tuple[float, float]] = []  # (start, end)
+
+    def render_and_paint(self) -> None:
+        t0 = time.monotonic()
+        time.sleep(self.cost)
+        self.units.append((t0, time.monotonic()))
+
+
+def test_units_rest_to_stay_within_the_share_only_while_streaming(qtbot):
+    ctl = SimpleNamespace(busy=True)
+    scheduler = sched.RepaintScheduler(share=0.1)
+    first, second = SlowPane(ctl, cost=0.02), SlowPane(ctl, cost=0.02)
+    scheduler.request(first)
+    scheduler.request(second)
+    qtbot.waitUntil(lambda: bool(second.units), timeout=3000)
+    spent = first.units[0][1] - first.units[0][0]
+    rest = second.units[0][0] - first.units[0][1]
+    assert rest >= spent * (1 / 0.1 - 1) - 0.005  # 20 ms of work, then ≥ 180 ms of rest
+    assert scheduler.units[0][1]  # recorded as a streaming unit
+
+    ctl.busy = False  # the run ended: no rest
+    scheduler.wake()
+    first.units.clear()
+    second.units.clear()
+    scheduler.request(first)
+    scheduler.request(second)
+    qtbot.waitUntil(lambda: bool(second.units), timeout=3000)
+    assert second.units[0][0] - first.units[0][1] < 0.1
+
+
+def test_requests_while_streaming_are_coalesced_to_the_live_rate(qtbot):
+    ctl = SimpleNamespace(busy=True)
+    scheduler = sched.RepaintScheduler(share=1.0)  # only the live rate limits here
+    pane = SlowPane(ctl)
+    t0 = time.monotonic()
+    for _ in range(50):  # a step every 10 ms, as fast tokens come
+        scheduler.request(pane)
+        qtbot.wait(10)
+    streamed = time.monotonic() - t0
+    assert 2 <= len(pane.units) <= streamed / (sched.LIVE_MS / 1e3) + 2 < 50
+    starts = [s for s, _ in pane.units]
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert min(gaps) >= sched.LIVE_MS / 1e3 - 0.005
+
+
+def test_wake_renders_a_pane_waiting_for_its_live_slot_at_once(qtbot):
+    ctl = SimpleNamespace(busy=True)
+    scheduler = sched.RepaintScheduler(share=1.0)
+    pane = SlowPane(ctl)
+    scheduler.request(pane)
+    qtbot.waitUntil(lambda: len(pane.units) == 1, timeout=2000)
+    scheduler.request(pane)  # waits for its next live slot (150 ms)
+    ctl.busy = False
+    t0 = time.monotonic()
+    scheduler.wake()
+    qtbot.waitUntil(lambda: len(pane.units) == 2, timeout=2000)
+    assert pane.units[1][0] - t0 < sched.LIVE_MS / 1e3
+
+
+@pytest.fixture
+def tiny_controller(qtbot, tiny_engine):
+    """A controller whose worker runs the tiny random Llama (no model load)."""
+    from llm_lens.desktop.controller import Controller
+
+    ctl = Controller()
+    ctl.worker.engine = tiny_engine
+    ctl.info = ctl.model_info = tiny_engine.info
+    yield ctl
+    ctl.shutdown()
+
+
+def test_a_stream_renders_few_steps_skips_hidden_panes_and_ends_on_the_final_step(
+    qtbot, tiny_controller
+):
+    from llm_lens.core.sampling import GREEDY
+    from llm_lens.desktop.panes.logits import LogitsPane
+    from llm_lens.desktop.panes.timing import TimingPane
+
+    ctl = tiny_controller
+    tabs = QTabWidget()
+    qtbot.addWidget(tabs)
+    shown, behind = LogitsPane(ctl), TimingPane(ctl)
+    tabs.addTab(shown, "shown")
+    tabs.addTab(behind, "behind")
+    tabs.resize(700, 450)
+    tabs.show()
+    qtbot.waitExposed(tabs)
+    rendered: dict[str, list[tuple[int, bool]]] = {"shown": [], "behind": []}
+    for name, pane in (("shown", shown), ("behind", behind)):
+        original = pane.render
+
+        def spy(step, original=original, name=name):
+            rendered[name].append((-1 if step is None else step.index, ctl.busy))
+            original(step)
+
+        pane.render = spy
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=60_000):
+        ctl.request_run("the cat sat on the mat", False, GREEDY, 48)
+    final = len(ctl.steps) - 1
+    assert final == 47
+    qtbot.waitUntil(
+        lambda: all(r and r[-1] == (final, False) for r in rendered.values()), timeout=5000
+    )
+    assert not [r for r in rendered["behind"] if r[1]]  # nothing while the run streamed
+    live = [index for index, busy in rendered["shown"] if busy]
+    assert len(live) < len(ctl.steps)  # coalesced: not a render per step
+    assert live == sorted(live)  # the newest step each time, never an older one
