@@ -334,6 +334,12 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     )
 
 
+def _schedule(text: str) -> tuple[float, float, float | None]:
+    """SHARE/LIVE_MS[/SWITCH_MS] of ``--schedule``: the switch interval in seconds, or None."""
+    parts = [float(v) for v in text.split("/")]
+    return parts[0], parts[1], parts[2] / 1e3 if len(parts) > 2 else None
+
+
 def _torch_threads() -> int:
     import torch
 
@@ -364,8 +370,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument(
         "--schedule",
         default="",
-        help="comma-separated SHARE/LIVE_MS pairs for the pane scheduler while streaming "
-        "(e.g. 1/0,0.1/150; 1/0 is the scheduler without a budget; default: the app's)",
+        help="comma-separated SHARE/LIVE_MS[/SWITCH_MS] for the pane scheduler while streaming "
+        "(e.g. 1/0,0.1/150,0.1/150/1; 1/0: no budget; default: the app's)",
     )
     parser.add_argument("--full-context", action="store_true", help="the 8,192-token prompt")
     return parser.parse_args()
@@ -418,11 +424,10 @@ def main() -> int:
     headless(win, SHORT, True, 4)  # warm-up
     from llm_lens.desktop.panes import scheduler as sched
 
-    pairs = [pair.split("/") for pair in args.schedule.split(",") if pair]
-    schedules = [(float(share), float(live)) for share, live in pairs]
-    for share, live in schedules or [(sched.scheduler().share, float(sched.LIVE_MS))]:
+    default = (sched.scheduler().share, float(sched.LIVE_MS), None)
+    for share, live, switch in [_schedule(v) for v in args.schedule.split(",") if v] or [default]:
         sched.scheduler().share, sched.LIVE_MS = share, int(live)
-        for interval in intervals:
+        for interval in [switch] if switch else intervals:
             sys.setswitchinterval(interval)
             print(
                 f"== sys.setswitchinterval({interval * 1e3:g} ms), panes within {share:.0%} of "
