@@ -32,7 +32,7 @@ class SlowPane(QObject):
         self.units.append((t0, time.monotonic()))
 
 
-def test_units_rest_to_stay_within_the_share_only_while_streaming(qtbot):
+def test_a_pane_waits_for_its_share_of_the_budget_only_while_streaming(qtbot):
     ctl = SimpleNamespace(busy=True)
     scheduler = sched.RepaintScheduler(share=0.1)
     first, second = SlowPane(ctl, cost=0.02), SlowPane(ctl, cost=0.02)
@@ -40,18 +40,34 @@ def test_units_rest_to_stay_within_the_share_only_while_streaming(qtbot):
     scheduler.request(second)
     qtbot.waitUntil(lambda: bool(second.units), timeout=3000)
     spent = first.units[0][1] - first.units[0][0]
-    rest = second.units[0][0] - first.units[0][1]
-    assert rest >= spent * (1 / 0.1 - 1) - 0.005  # 20 ms of work, then ≥ 180 ms of rest
+    assert second.units[0][0] - first.units[0][1] >= spent - 0.005  # no two units in a row
+    scheduler.request(first)
+    qtbot.waitUntil(lambda: len(first.units) == 2, timeout=3000)
+    # two panes of 20 ms within 10 %: each renders at most every 2 × 20 / 0.1 = 400 ms
+    assert first.units[1][0] - first.units[0][0] >= 0.9 * 2 * spent / 0.1
     assert scheduler.units[0][1]  # recorded as a streaming unit
 
-    ctl.busy = False  # the run ended: no rest
+    ctl.busy = False  # the run ended: the normal rate
     scheduler.wake()
-    first.units.clear()
-    second.units.clear()
+    t0 = time.monotonic()
     scheduler.request(first)
-    scheduler.request(second)
-    qtbot.waitUntil(lambda: bool(second.units), timeout=3000)
-    assert second.units[0][0] - first.units[0][1] < 0.1
+    qtbot.waitUntil(lambda: len(first.units) == 3, timeout=3000)
+    assert first.units[2][0] - t0 < 0.1
+
+
+def test_while_streaming_a_cheap_pane_renders_more_often_than_a_costly_one(qtbot):
+    ctl = SimpleNamespace(busy=True)
+    scheduler = sched.RepaintScheduler(share=0.1)
+    cheap, costly = SlowPane(ctl, cost=0.0), SlowPane(ctl, cost=0.03)
+    for _ in range(80):  # a step every 10 ms
+        scheduler.request(cheap)
+        scheduler.request(costly)
+        qtbot.wait(10)
+    assert len(cheap.units) > 2 * len(costly.units) >= 2
+    spent = sum(b - a for pane in (cheap, costly) for a, b in pane.units)
+    first = min(a for pane in (cheap, costly) for a, _ in pane.units)
+    last = max(b for pane in (cheap, costly) for _, b in pane.units)
+    assert spent <= 0.1 * (last - first) + 0.03 + 0.01  # within the share, bar the last unit
 
 
 def test_requests_while_streaming_are_coalesced_to_the_live_rate(qtbot):
