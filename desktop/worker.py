@@ -3,9 +3,10 @@
 The GUI reaches it only through queued signals; cancellation of a running generation goes
 through a ``threading.Event`` because a queued "cancel" slot would wait behind the loop.
 Analysis requests that arrive during a run are served between steps, within a budget: at most
-``ANALYSIS_SHARE`` of the run's own time so far, so the window's questions cannot slow the model
-more than that; the rest wait for the run's end. A pending request of a per-step kind (the lens
-of step 5 while the pane now shows step 9) is dropped when a newer one of that kind arrives.
+``ANALYSIS_SHARE`` of the run's decode steps' own time so far (the prefill's does not count), so
+the window's questions cannot slow the decoding more than that; the rest wait for the run's end.
+A pending request of a per-step kind (the lens of step 5 while the pane now shows step 9) is
+dropped when a newer one of that kind arrives.
 """
 
 from __future__ import annotations
@@ -223,7 +224,7 @@ class Worker(QObject):
                     if not budgeted:
                         self._serve_pending()
                     elif tag == "step":
-                        model_ms += payload.timing.total_ms
+                        model_ms += _decode_ms(payload)
                         self._serve_pending(budget_ms=ANALYSIS_SHARE * model_ms)
         except LensError as exc:
             fail(str(exc))
@@ -301,6 +302,14 @@ class Worker(QObject):
                 self.cost_ms[kind] = (time.perf_counter() - t0) * 1e3
                 self.analysis_ms += self.cost_ms[kind]
             self.sig_result.emit(kind, key, result)
+
+
+def _decode_ms(record: Any) -> float:
+    """What a step adds to the analyses' budget: a decode step's own time; the prefill none.
+
+    A long prompt's prefill (seconds) would otherwise pay for seconds of analyses between the
+    first decode steps, each of them then several times its headless time."""
+    return 0.0 if record.index == 0 else float(record.timing.total_ms)
 
 
 def _crash(doing: str, exc: BaseException) -> str:

@@ -63,3 +63,25 @@ def test_a_job_that_would_overrun_the_budget_waits_while_a_cheap_one_runs(tiny_e
     assert order == ["lens"]  # the overview took 5 s last time: not between these steps
     worker.serve()
     assert order == ["lens", "overview"]
+
+
+def test_the_prefill_does_not_pay_for_analyses_between_decode_steps():
+    """A long prompt's prefill (1 s here) earns no analysis time: a 50 ms job known from
+    before waits while the decode steps' own time (10 ms each) allows 1 ms a step."""
+    from types import SimpleNamespace
+
+    worker = Worker()
+    worker.engine = object()  # the job below does not use it
+    worker.cost_ms = {"lens": 50.0}
+    ran: list[int] = []
+    steps = [(0, 1000.0), (1, 10.0), (2, 10.0), (3, 10.0)]
+
+    def job(_worker):
+        for index, ms in steps:
+            yield "step", SimpleNamespace(index=index, timing=SimpleNamespace(total_ms=ms))
+
+    worker.submit("lens", ("lens", 3), lambda: ran.append(1))
+    worker._drive(1, job, "run")
+    assert ran == []  # 10 % of 1,030 ms would have let it run after the first decode step
+    worker.serve()
+    assert ran == [1]
