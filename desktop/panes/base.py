@@ -66,9 +66,15 @@ class Pane(QWidget):
         controller.sig_busy_changed.connect(self._on_busy_changed)
 
     def schedule(self, *_: object) -> None:
-        """Ask for a render; the scheduler runs it soon, never in the same turn as another pane."""
+        """Ask for a render; the scheduler runs it soon, never in the same turn as another pane.
+
+        A pane not on screen while a run streams is not even queued: it is marked due for when
+        it is shown or the run ends (every wake-up of the GUI thread takes the GIL)."""
         from llm_lens.desktop.panes.scheduler import scheduler
 
+        if self.hidden_while_streaming():
+            self._deferred = True
+            return
         scheduler().request(self)
 
     def render_and_paint(self) -> None:

@@ -19,12 +19,13 @@ it shows then is the same as without the budget.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import weakref
 from typing import Any
 
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QObject, Qt, QTimer
 
 from llm_lens.desktop.controller import REPAINT_MS
 
@@ -58,6 +59,7 @@ class RepaintScheduler(QObject):
         self._cost: dict[int, float] = {}  # each pane's last unit (s)
         self.units: list[tuple[float, bool]] = []
         self._timer = QTimer(self, singleShot=True)
+        self._timer.setTimerType(Qt.TimerType.PreciseTimer)  # a coarse one fires up to 5 % early
         self._timer.timeout.connect(self._next)
 
     def request(self, pane: Any) -> None:
@@ -85,7 +87,7 @@ class RepaintScheduler(QObject):
         panes = {k: ref() for k, ref in self._dirty.items()}
         streaming = any(_streaming(p) for p in panes.values())
         if streaming and now < self._rest_until:
-            self._timer.start(max(1, int((self._rest_until - now) * 1e3)))
+            self._timer.start(math.ceil((self._rest_until - now) * 1e3))
             return
         intervals = {k: self._interval(k, p) for k, p in panes.items()}
         due = [k for k, gap in intervals.items() if now - self._last.get(k, 0.0) >= gap]
@@ -100,7 +102,7 @@ class RepaintScheduler(QObject):
             waits = [intervals.get(k, 0.0) - (now - self._last.get(k, 0.0)) for k in self._dirty]
             if streaming:
                 waits.append(self._rest_until - now)
-            self._timer.start(max(0, int(max(0.0, min(waits)) * 1e3)))
+            self._timer.start(math.ceil(max(0.0, min(waits)) * 1e3))  # not early: no spin
 
     def _run(self, key: int, pane: Any, streaming: bool) -> None:
         """One unit, timed; while streaming, the loop gets as long again before the next."""
