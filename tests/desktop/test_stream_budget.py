@@ -147,3 +147,28 @@ def test_a_stream_renders_few_steps_skips_hidden_panes_and_ends_on_the_final_ste
     live = [index for index, busy in rendered["shown"] if busy]
     assert len(live) < len(ctl.steps)  # coalesced: not a render per step
     assert live == sorted(live)  # the newest step each time, never an older one
+
+
+def test_a_pane_behind_another_is_not_even_queued_while_streaming(qtbot, tiny_controller):
+    from llm_lens.desktop.panes.scheduler import scheduler
+    from llm_lens.desktop.panes.timing import TimingPane
+
+    ctl = tiny_controller
+    tabs = QTabWidget()
+    qtbot.addWidget(tabs)
+    front, behind = TimingPane(ctl), TimingPane(ctl)
+    tabs.addTab(front, "front")
+    tabs.addTab(behind, "behind")
+    tabs.show()
+    qtbot.waitExposed(tabs)
+    ctl.busy = True
+    try:
+        behind.schedule()
+        front.schedule()
+        assert id(behind) not in scheduler()._dirty and behind._deferred
+        assert id(front) in scheduler()._dirty
+    finally:
+        ctl.busy = False
+    ctl.sig_busy_changed.emit(False)  # the run ended: it is queued and renders
+    behind.render_times_ms.clear()
+    qtbot.waitUntil(lambda: bool(behind.render_times_ms), timeout=2000)
