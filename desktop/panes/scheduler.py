@@ -8,13 +8,14 @@ long on every token. The scheduler spreads them out: a dirty pane is rendered at
 While a run streams in, every render is Python on the GUI thread holding the GIL that the model
 thread needs between the modules of each layer, so the window's work is what slows the model.
 Then a pane renders its newest step (the controller's selection follows the run) at most every
-``LIVE_MS`` (or its own slower ``live_interval_ms``), and at most every ``n × cost / share``
-where ``cost`` is its last unit's time and ``n`` the panes scheduled: all of them together take
-at most ``share`` of the GUI thread (``GUI_SHARE``), a cheap pane (the token chips) stays live and
-a costly one (the KV plots) waits longer. After each unit the loop gets as long again before the
-next, so no two units make one long freeze. When the run ends the rates are dropped
-(:meth:`RepaintScheduler.wake`) and every pane renders the final step at the normal rate: what
-it shows then is the same as without the budget.
+``LIVE_MS`` (or its own slower ``live_interval_ms``), and after each unit the scheduler rests so
+that pane work takes at most ``share`` of the GUI thread's time (``GUI_SHARE``): a 20 ms unit is
+followed by 180 ms in which no pane renders. (Tried and measured worse: letting each pane's rate
+follow its own cost, so cheap panes stay live, with one unit's time of rest between units: the
+same pane time per second, but the model thread waited 3–10 times as long for the GIL; see
+docs/performance.md.) When the run ends the rest is dropped (:meth:`RepaintScheduler.wake`) and
+every pane renders the final step at the normal rate: what it shows then is the same as without
+the budget.
 """
 
 from __future__ import annotations
@@ -56,7 +57,6 @@ class RepaintScheduler(QObject):
         self._dirty: dict[int, weakref.ref[Any]] = {}
         self._last: dict[int, float] = {}
         self._rest_until = 0.0  # no unit starts before this while a run streams
-        self._cost: dict[int, float] = {}  # each pane's last unit (s)
         self.units: list[tuple[float, bool]] = []
         self._timer = QTimer(self, singleShot=True)
         self._timer.setTimerType(Qt.TimerType.PreciseTimer)  # a coarse one fires up to 5 % early
@@ -80,7 +80,6 @@ class RepaintScheduler(QObject):
     def _forget(self, key: int) -> None:
         self._dirty.pop(key, None)
         self._last.pop(key, None)
-        self._cost.pop(key, None)
 
     def _next(self) -> None:
         now = time.monotonic()
@@ -89,14 +88,14 @@ class RepaintScheduler(QObject):
         if streaming and now < self._rest_until:
             self._timer.start(math.ceil((self._rest_until - now) * 1e3))
             return
-        intervals = {k: self._interval(k, p) for k, p in panes.items()}
+        intervals = {k: _interval(p) for k, p in panes.items()}
         due = [k for k, gap in intervals.items() if now - self._last.get(k, 0.0) >= gap]
         if due:
             key = due[0]
             pane = self._dirty.pop(key)()
             self._last[key] = now
             if pane is not None:
-                self._run(key, pane, streaming)
+                self._run(pane, streaming)
         if self._dirty:
             now = time.monotonic()
             waits = [intervals.get(k, 0.0) - (now - self._last.get(k, 0.0)) for k in self._dirty]
@@ -104,33 +103,30 @@ class RepaintScheduler(QObject):
                 waits.append(self._rest_until - now)
             self._timer.start(math.ceil(max(0.0, min(waits)) * 1e3))  # not early: no spin
 
-    def _run(self, key: int, pane: Any, streaming: bool) -> None:
-        """One unit, timed; while streaming, the loop gets as long again before the next."""
+    def _run(self, pane: Any, streaming: bool) -> None:
+        """One unit; while streaming, rest afterwards so units stay within ``share``."""
         t0 = time.monotonic()
         pane.render_and_paint()
         spent = time.monotonic() - t0
-        self._cost[key] = spent
         self.units.append((spent, streaming))
         del self.units[:-1000]
         if streaming and self.share < 1.0:
-            self._rest_until = t0 + 2 * spent
-
-    def _interval(self, key: int, pane: Any) -> float:
-        """Seconds between two renders of ``pane``: ``REPAINT_MS``; while the model thread is
-        busy, ``LIVE_MS`` (the pane's slower ``live_interval_ms``) or its share of the budget."""
-        if pane is None:
-            return 0.0
-        if not _streaming(pane):
-            return REPAINT_MS / 1e3
-        live = max(REPAINT_MS, LIVE_MS, getattr(pane, "live_interval_ms", 0)) / 1e3
-        if self.share >= 1.0:
-            return live
-        return max(live, len(self._cost) * self._cost.get(key, 0.0) / self.share)
+            self._rest_until = t0 + spent / self.share
 
 
 def _streaming(pane: Any) -> bool:
     """True while the model thread of ``pane``'s controller is busy (a run streaming in)."""
     return pane is not None and bool(pane.controller.busy)
+
+
+def _interval(pane: Any) -> float:
+    """Seconds between two renders of ``pane``: ``REPAINT_MS``, or ``LIVE_MS`` (the pane's
+    slower ``live_interval_ms`` if it has one) while the model thread is busy."""
+    if pane is None:
+        return 0.0
+    if not _streaming(pane):
+        return REPAINT_MS / 1e3
+    return max(REPAINT_MS, LIVE_MS, getattr(pane, "live_interval_ms", 0)) / 1e3
 
 
 _scheduler: RepaintScheduler | None = None
