@@ -9,9 +9,13 @@ around it, so a machine that gets busier or quieter during the benchmark moves b
 Figures are the model thread's own records: TTFT is step 0's time, the inter-token latency is
 each decode step's wall time (forward + sample + capture + the time between steps, when the
 window's signals and analyses ran). With all panes visible the GUI thread's longest gap (a 10 ms
-timer) and the pane repaints are measured too. ``--switch-interval`` repeats everything at
-several values of ``sys.setswitchinterval``; ``--full-context`` runs one prompt of the model's
-whole context in the window instead and reports memory and the attention window's time.
+timer) and the pane repaints are measured too, with each pane's renders per second while the
+run streams and the GUI thread's pane work per second; ``os.getloadavg()`` is printed beside
+every figure (the machine may be shared). ``--switch-interval`` repeats everything at several
+values of ``sys.setswitchinterval``; ``--schedule`` under several settings of the pane
+scheduler's streaming budget; ``--profile`` prints a cProfile of the GUI thread during one
+streaming run; ``--full-context`` runs one prompt of the model's whole context in the window
+instead and reports memory and the attention window's time.
 """
 
 from __future__ import annotations
