@@ -130,14 +130,18 @@ def worker_idle(win: Any) -> None:
     and a headless run beside it would share the cores): a marker job queued last has run."""
     import threading
 
-    done = threading.Event()
-    win.controller.worker.submit("bench_marker", ("bench_marker",), done.set)
-    win.controller.request_serve()
-    for _ in range(12000):  # the deferred analyses of a long prompt take a while on a busy machine
-        if done.is_set():
-            break
-        wait(50)
-    wait(200)
+    worker = win.controller.worker
+    for _ in range(5):  # panes that rendered meanwhile may have asked for more
+        done = threading.Event()
+        worker.submit("bench_marker", ("bench_marker",), done.set)
+        win.controller.request_serve()
+        for _ in range(12000):  # a long prompt's deferred analyses take long on a busy machine
+            if done.is_set():
+                break
+            wait(50)
+        wait(500)
+        if worker.pending.empty():
+            return
 
 
 def headless(win: Any, text: str, chat: bool, tokens: int) -> dict[str, float]:

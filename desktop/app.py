@@ -22,7 +22,9 @@ def _prepare_environment() -> None:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
-SWITCH_INTERVAL_S = 0.005  # Python's default; see docs/performance.md for the values measured
+# 1 ms, not Python's 5 ms: with the streaming budget the model thread's GIL wait per decode step
+# was 0-4 ms at 1 ms against 6-8 ms at 5 ms (docs/performance.md, "Second pass")
+SWITCH_INTERVAL_S = 0.001
 
 
 def tune_process(switch_interval: float | None = None) -> None:
