@@ -170,3 +170,24 @@ def test_a_pane_behind_another_is_not_even_queued_while_streaming(qtbot, tiny_co
     ctl.sig_busy_changed.emit(False)  # the run ended: it is queued and renders
     behind.render_times_ms.clear()
     qtbot.waitUntil(lambda: bool(behind.render_times_ms), timeout=2000)
+
+
+def test_sampling_shows_the_runs_own_stages_while_streaming_and_its_settings_after(qtbot, ran):
+    """No re-staging of the vocabulary on the GUI thread beside a streaming run: the pane shows
+    the stages the loop recorded, says so, and re-samples with its settings when the run ends."""
+    from llm_lens.desktop.panes.sampling import NOTE, NOTE_LIVE, SamplingPane
+
+    pane = SamplingPane(ran)
+    qtbot.addWidget(pane)
+    assert pane.params != ran.run_params  # the default settings; the run was greedy
+    step = ran.current_step()
+    ran.busy = True
+    try:
+        pane.render(step)
+        assert pane.shown_params == ran.run_params and pane.note.text() == NOTE_LIVE
+        assert [v.name for v in pane.views] == [s.name for s in step.stages]
+    finally:
+        ran.busy = False
+    pane.render(step)
+    assert pane.shown_params == pane.params and pane.note.text() == NOTE
+    assert [v.name for v in pane.views] == ["raw", *pane.params.active_stages()]
