@@ -126,22 +126,28 @@ def figures(steps: Any) -> dict[str, float]:
 
 
 def worker_idle(win: Any) -> None:
-    """Wait until the worker has served every analysis queued so far (it shares the engine,
-    and a headless run beside it would share the cores): a marker job queued last has run."""
+    """Wait until the worker has served every analysis queued so far and runs none: the
+    headless run shares its engine (and its capture hooks) and would share the cores.
+
+    A marker job queued last has run; then one more is waited for *without* processing events,
+    so no pane can ask for anything between it and the caller's next step."""
     import threading
 
     worker = win.controller.worker
-    for _ in range(5):  # panes that rendered meanwhile may have asked for more
+
+    def marker() -> threading.Event:
         done = threading.Event()
         worker.submit("bench_marker", ("bench_marker",), done.set)
         win.controller.request_serve()
-        for _ in range(12000):  # a long prompt's deferred analyses take long on a busy machine
-            if done.is_set():
-                break
-            wait(50)
-        wait(500)
-        if worker.pending.empty():
-            return
+        return done
+
+    wait(500)  # the panes render and ask for their analyses
+    first = marker()
+    for _ in range(12000):  # a long prompt's deferred analyses take long on a busy machine
+        if first.is_set():
+            break
+        wait(50)
+    marker().wait(600)
 
 
 def headless(win: Any, text: str, chat: bool, tokens: int) -> dict[str, float]:
