@@ -167,8 +167,7 @@ def attention_card(
 def layers_card(step: StepRecord, lens: Any) -> Explainer:
     """Residual growth through the layers and where the logit lens first agrees."""
     norms = step.residual_norms
-    updates = np.diff(step.hidden, axis=0)
-    biggest = int(np.argmax(np.linalg.norm(updates, axis=-1)))
+    biggest = int(np.argmax(step.update_norms))
     shows = (
         "The residual stream at the selected step's query: its norm after each layer, what "
         "attention and the MLP of each layer added, and the logit lens (the final norm and "

@@ -215,6 +215,10 @@ class StepRecord:
     timing: StepTiming
     context_ids: np.ndarray  # (position + 1,) int64: every token the model had read
     finish_reason: str | None = None  # set on the last step: eos, stop, length, context, cancelled
+    # (4, layers + 1) float32 norms of the residual, attention update, MLP update and layer
+    # update (rows 1-3 start at column 1), set where a session kept only the norms: then
+    # hidden and attn_update have no columns (shape (layers + 1, 0) and (layers, 0))
+    norms: np.ndarray | None = None
 
     @property
     def is_prefill(self) -> bool:
@@ -228,8 +232,44 @@ class StepRecord:
 
     @property
     def residual_norms(self) -> np.ndarray:
+        """(layers + 1,) norm of the residual stream after each layer (0: the embeddings)."""
+        if self.norms is not None:
+            return self.norms[0]
         norms: np.ndarray = np.linalg.norm(self.hidden, axis=-1)
         return norms
+
+    @property
+    def attn_norms(self) -> np.ndarray:
+        """(layers,) norm of what each attention block added."""
+        if self.norms is not None:
+            return self.norms[1, 1:]
+        out: np.ndarray = np.linalg.norm(self.attn_update, axis=-1)
+        return out
+
+    @property
+    def mlp_norms(self) -> np.ndarray:
+        """(layers,) norm of what each MLP added."""
+        if self.norms is not None:
+            return self.norms[2, 1:]
+        out: np.ndarray = np.linalg.norm(self.mlp_update, axis=-1)
+        return out
+
+    @property
+    def update_norms(self) -> np.ndarray:
+        """(layers,) norm of each layer's whole change to the residual stream."""
+        if self.norms is not None:
+            return self.norms[3, 1:]
+        out: np.ndarray = np.linalg.norm(np.diff(self.hidden, axis=0), axis=-1)
+        return out
+
+    def norm_table(self) -> np.ndarray:
+        """(4, layers + 1) float32: :attr:`norms`, computed from the vectors if not stored."""
+        if self.norms is not None:
+            return self.norms
+        out = np.zeros((4, self.hidden.shape[0]), np.float32)
+        out[0] = self.residual_norms
+        out[1:, 1:] = (self.attn_norms, self.mlp_norms, self.update_norms)
+        return out
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,9 @@ from llm_lens.core.records import (
     TokenInfo,
     frozen,
 )
+from llm_lens.core.sessions.compact import decode_weights, from_lower_triangle, rebuild_logits
 from llm_lens.core.sessions.format import (
+    COMPACT_ARRAYS,
     DTYPES,
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -40,6 +42,7 @@ from llm_lens.core.sessions.format import (
     STEP_SCALARS,
     TIMING_FIELDS,
     TIMING_WAITS,
+    VECTORS,
     Session,
     SessionComparison,
     SessionError,
@@ -289,6 +292,7 @@ def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRec
         ),
         context_ids=arr["context_ids"],
         finish_reason=d["finish_reason"],
+        norms=None if "norms" not in arr or arr["hidden"].size else arr["norms"],
     )
 
 
@@ -304,13 +308,45 @@ def _exact_top(logits: np.ndarray, top_ids: np.ndarray, top_logits: np.ndarray) 
     return frozen(out)
 
 
-def _steps(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[StepRecord, ...]:
+def _compact(fields: Any, arrays: dict[str, np.ndarray], n: int, vocab: int) -> dict[str, Any]:
+    """Format 3's per-step arrays turned back into format 2's fields (core.sessions.compact)."""
+    _need(isinstance(fields, dict), "the manifest has no step arrays")
+    col = {
+        name: _unpack(fields.get(name), arrays, n, "float32" if dtype == "half" else dtype, name)
+        for name, _, dtype in COMPACT_ARRAYS
+        if name not in VECTORS or name in fields
+    }
+    logits = [
+        rebuild_logits(vocab, np.asarray(k, np.int64), v, c, t)
+        for k, v, c, t in zip(col["logit_ids"], col["logit_values"], col["tail_counts"],
+                              col["tail_lse"], strict=True)
+    ]  # fmt: skip
+    _need(all(m.ndim == 2 and m.shape[0] == 4 for m in col["norms"]), "norms: bad shape")
+    layers = [m.shape[1] for m in col["norms"]]
+    empty = [(frozen(np.zeros((t, 0), np.float32)), frozen(np.zeros((t - 1, 0), np.float32)))
+             for t in layers]  # fmt: skip
+    return {
+        "logits": logits,
+        "attention": [frozen(decode_weights(a)) for a in col["attention"]],
+        "hidden": col.get("hidden", [h for h, _ in empty]),
+        "attn_update": col.get("attn_update", [a for _, a in empty]),
+        **{k: col[k] for k in ("top_ids", "top_logits", "top_probs", "kv_per_layer",
+                                "context_ids", "norms")},
+    }  # fmt: skip
+
+
+def _steps(
+    d: dict[str, Any], arrays: dict[str, np.ndarray], version: int, vocab: int
+) -> tuple[StepRecord, ...]:
     steps, fields = d["steps"], d["arrays"]
     n, n_stages = len(steps), sum(len(s["stages"]) for s in steps)
-    per = {
-        name: _unpack(fields.get(name), arrays, n, dtype, name)
-        for name, _, _, dtype, _ in STEP_ARRAYS
-    }
+    if version >= 3:
+        per = _compact(fields, arrays, n, vocab) if n else {}
+    else:
+        per = {
+            name: _unpack(fields.get(name), arrays, n, dtype, name)
+            for name, _, _, dtype, _ in STEP_ARRAYS
+        }
     stage_columns = [
         _unpack(fields.get(f), arrays, n_stages, "int64" if t.startswith("int") else t, f)
         for f, t, _ in STAGE_ARRAYS
@@ -319,7 +355,7 @@ def _steps(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[StepRecord
     return tuple(_step(s, {k: v[i] for k, v in per.items()}, stages) for i, s in enumerate(steps))
 
 
-def _run(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> SessionRun:
+def _run(d: dict[str, Any], arrays: dict[str, np.ndarray], version: int, vocab: int) -> SessionRun:
     prompt = _prompt(d["prompt"])
     prefill, p = None, d["prefill"]
     if p is not None:
@@ -343,13 +379,24 @@ def _run(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> SessionRun:
         prompt=prompt,
         params=dict(d["params"]),
         finish_reason=d["finish_reason"],
-        steps=_steps(d, arrays),
+        steps=_steps(d, arrays, version, vocab),
         prefill=prefill,
-        prompt_attention=None if maps is None else frozen(_array(arrays, maps), np.float32),
+        prompt_attention=_maps(arrays, maps, version, len(prompt)),
         extras={str(k): _array(arrays, v) for k, v in _mapping(d.get("extras")).items()},
         extras_json=_mapping(d.get("extras_json")),
         generator_state=generator_state,
     )
+
+
+def _maps(arrays: dict[str, np.ndarray], name: Any, version: int, t: int) -> np.ndarray | None:
+    """The prompt's attention maps (layers, heads, T, T); format 3 keeps the coded triangle."""
+    if name is None:
+        return None
+    maps = _array(arrays, name)
+    if version < 3:
+        return frozen(maps, np.float32)
+    _need(maps.dtype == np.uint8 and maps.ndim == 3, "prompt attention: bad codes")
+    return from_lower_triangle(decode_weights(maps), t)
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -369,9 +416,10 @@ def _comparisons(value: Any, n_runs: int) -> tuple[SessionComparison, ...]:
 
 def _session(m: dict[str, Any], arrays: dict[str, np.ndarray]) -> Session:
     _need(isinstance(m.get("runs"), list), "the manifest lists no runs")
+    version = int(str(m["format"]).partition("/")[2])
     return Session(
         model=dict(m["model"]),
-        runs=tuple(_run(r, arrays) for r in m["runs"]),
+        runs=tuple(_run(r, arrays, version, int(m["model"]["vocab_size"])) for r in m["runs"]),
         created=str(m["created"]),
         app_version=str(m["app_version"]),
         shown=int(m.get("shown", -1)),  # added within version 1
