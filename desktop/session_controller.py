@@ -106,7 +106,8 @@ class SessionController(QObject):
             session = recorded or assemble_session(
                 info, worker.history, worker.store, run_id, make, compared, only, origin
             )
-            return path, save_session(path, session), session
+            # without the recorded lens (autosave), keep the residual vectors to recompute it
+            return path, save_session(path, session, vectors=not with_views), session
 
         worker.submit("save_session", ("save_session", path), job)
         ctl.request_serve()

@@ -308,11 +308,14 @@ def _exact_top(logits: np.ndarray, top_ids: np.ndarray, top_logits: np.ndarray) 
     return frozen(out)
 
 
+_LOADED = {"half": "float32", "int32": "int64"}  # what format 3's stored dtypes load as
+
+
 def _compact(fields: Any, arrays: dict[str, np.ndarray], n: int, vocab: int) -> dict[str, Any]:
     """Format 3's per-step arrays turned back into format 2's fields (core.sessions.compact)."""
     _need(isinstance(fields, dict), "the manifest has no step arrays")
     col = {
-        name: _unpack(fields.get(name), arrays, n, "float32" if dtype == "half" else dtype, name)
+        name: _unpack(fields.get(name), arrays, n, _LOADED.get(dtype, dtype), name)
         for name, _, dtype in COMPACT_ARRAYS
         if name not in VECTORS or name in fields
     }
@@ -395,7 +398,11 @@ def _maps(arrays: dict[str, np.ndarray], name: Any, version: int, t: int) -> np.
     maps = _array(arrays, name)
     if version < 3:
         return frozen(maps, np.float32)
-    _need(maps.dtype == np.uint8 and maps.ndim == 3, "prompt attention: bad codes")
+    want = "expected (layers, heads, T(T+1)/2) codes"
+    _need(
+        maps.dtype == np.uint8 and maps.ndim == 3,
+        f"prompt attention has shape {maps.shape}, {want}",
+    )
     return from_lower_triangle(decode_weights(maps), t)
 
 
