@@ -12,6 +12,7 @@ from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QMessageBox
 
 from llm_lens.core.sampling import GREEDY
+from llm_lens.core.sessions.compact import kept_ids, weight_error_bound
 
 
 @pytest.fixture
@@ -66,10 +67,13 @@ def test_save_then_reopen_without_the_model(qtbot, window, tmp_path):
     assert other.model_info is None and other.recorded is not None
     assert [s.token.id for s in other.steps] == [s.token.id for s in live_steps]
     for a, b in zip(other.steps, live_steps, strict=True):
-        # session format 2: float16, with the top-N logits exact
+        # session format 3: the top-N logits exact, the kept ones float16, residual norms
         assert np.array_equal(a.logits[b.top_ids], b.logits[b.top_ids])
-        np.testing.assert_allclose(a.logits, b.logits, rtol=1e-3, atol=1e-6)
-        np.testing.assert_allclose(a.hidden, b.hidden, rtol=1e-3, atol=1e-6)
+        kept = kept_ids(b)
+        np.testing.assert_allclose(a.logits[kept], b.logits[kept], rtol=1e-3, atol=1e-6)
+        np.testing.assert_allclose(a.residual_norms, b.residual_norms, rtol=1e-6)
+        np.testing.assert_allclose(a.mlp_norms, b.mlp_norms, rtol=1e-5, atol=1e-5)
+        assert np.all(np.abs(a.attention - b.attention) <= weight_error_bound(b.attention) + 1e-6)
     lens = other.request_analysis("lens", step=3, k=5)  # answered from the recording
     assert np.array_equal(lens.top_ids, live_lens.top_ids)
     qtbot.waitUntil(lambda: all(p.render_times_ms for p in fresh.panes.values()), timeout=10_000)
