@@ -10,7 +10,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox
+from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QProgressDialog
 
 SUFFIX = ".llmlens"
 FILTER = "LLM Lens session (*.llmlens)"
@@ -35,6 +35,9 @@ class SessionActions(QObject):
         self.recent_menu = QMenu("Open &recent")
         c = self.controller
         c.sig_saved.connect(self._on_saved)
+        c.sig_error.connect(lambda _m: self._end_progress())
+        c.sessions.sig_save_progress.connect(self._on_progress)
+        self.progress: QProgressDialog | None = None
         c.sig_run_finished.connect(lambda _s: c.sessions.request_autosave())
         c.sig_session_changed.connect(self._update_title)
         self._refresh_recent()
@@ -99,7 +102,36 @@ class SessionActions(QObject):
         if path:
             path = path if path.endswith(SUFFIX) else path + SUFFIX
             self.window.statusBar().showMessage(f"saving {path} ({self.size_text()})…")
+            self._start_progress(path)
             self.controller.sessions.request_save(path)
+
+    def _start_progress(self, path: str) -> None:
+        """A progress bar with Cancel while the model thread records the views and writes."""
+        self._end_progress()
+        label = f"Saving {Path(path).name}\n{self.size_text()}\nrecording the views…"
+        dialog = QProgressDialog(label, "Cancel", 0, 1000, self.window)
+        dialog.setWindowTitle("Save session")
+        dialog.setMinimumDuration(0)
+        dialog.setAutoClose(False)
+        dialog.setAutoReset(False)
+        dialog.setValue(0)
+        dialog.canceled.connect(self.controller.sessions.cancel_save)
+        dialog.show()
+        self.progress = dialog
+
+    def _on_progress(self, done: int, total: int) -> None:
+        dialog = self.progress
+        if dialog is not None and total:
+            dialog.setValue(int(1000 * done / total))
+            text = dialog.labelText().rsplit("\n", 1)[0]
+            dialog.setLabelText(f"{text}\nwriting {done / 2**20:.1f} of {total / 2**20:.1f} MiB")
+
+    def _end_progress(self) -> None:
+        if self.progress is not None:
+            self.progress.canceled.disconnect()
+            self.progress.close()
+            self.progress.deleteLater()
+            self.progress = None
 
     def size_text(self) -> str:
         """Estimated size of what a save writes (before compression): the shown run, the other
@@ -126,6 +158,7 @@ class SessionActions(QObject):
     def _on_saved(self, path: str, size: int) -> None:
         if Path(path).name == "autosave.llmlens":
             return
+        self._end_progress()
         self._remember(os.path.abspath(path))
         self.window.statusBar().showMessage(f"saved {path} ({size / 2**20:.1f} MiB)", 8000)
         self._update_title()

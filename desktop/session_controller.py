@@ -7,9 +7,10 @@ to the model thread. Owned by the :class:`~llm_lens.desktop.controller.Controlle
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, Signal
 
 from llm_lens.core.sessions.assemble import Origin
 
@@ -20,12 +21,27 @@ class SessionController(QObject):
 
     ``origin`` is the reopened file whose runs were revived (continued or branched): its other
     runs stay listed in the Branches view and are saved with the window's.
+
+    Signals: ``sig_save_progress(done, total)`` (bytes of arrays written, emitted from the model
+    thread while a save writes; queued to the GUI).
     """
+
+    sig_save_progress = Signal(object, object)
 
     def __init__(self, controller: Any) -> None:
         super().__init__(controller)
         self.ctl = controller
         self.origin: Origin | None = None
+        self._cancel = threading.Event()
+
+    def cancel_save(self) -> None:
+        """Stop the save being written: the previous file stays as it was, no partial file."""
+        self._cancel.set()
+
+    def _progress(self, done: int, total: int) -> bool:
+        """The save's progress callback (model thread): False cancels it."""
+        self.sig_save_progress.emit(done, total)
+        return not self._cancel.is_set()
 
     def show(self, session: Any, path: str | None = None, index: int = -1) -> None:
         """Show a run of a loaded ``Session`` in every pane, marked as recorded (``index`` -1:
@@ -107,7 +123,10 @@ class SessionController(QObject):
                 info, worker.history, worker.store, run_id, make, compared, only, origin
             )
             # without the recorded lens (autosave), keep the residual vectors to recompute it
-            return path, save_session(path, session, vectors=not with_views), session
+            size = save_session(path, session, self._progress, vectors=not with_views)
+            return path, size, session
+
+        self._cancel.clear()
 
         worker.submit("save_session", ("save_session", path), job)
         ctl.request_serve()
