@@ -22,11 +22,14 @@ class SessionController(QObject):
     ``origin`` is the reopened file whose runs were revived (continued or branched): its other
     runs stay listed in the Branches view and are saved with the window's.
 
-    Signals: ``sig_save_progress(done, total)`` (bytes of arrays written, emitted from the model
-    thread while a save writes; queued to the GUI).
+    Signals (emitted from the model thread while a save runs; queued to the GUI):
+    ``sig_save_estimate(path, sizes)`` the file's size per part (``estimate_size``) once the
+    session is assembled, before writing; ``sig_save_progress(path, done, total)`` bytes of
+    arrays written.
     """
 
-    sig_save_progress = Signal(object, object)
+    sig_save_progress = Signal(str, object, object)
+    sig_save_estimate = Signal(str, object)
 
     def __init__(self, controller: Any) -> None:
         super().__init__(controller)
@@ -35,13 +38,18 @@ class SessionController(QObject):
         self._cancel = threading.Event()
 
     def cancel_save(self) -> None:
-        """Stop the save being written: the previous file stays as it was, no partial file."""
+        """Stop the save the user asked for last (not an autosave): the previous file stays as
+        it was and no partial file is left."""
         self._cancel.set()
 
-    def _progress(self, done: int, total: int) -> bool:
-        """The save's progress callback (model thread): False cancels it."""
-        self.sig_save_progress.emit(done, total)
-        return not self._cancel.is_set()
+    def _progress(self, path: str, cancel: threading.Event) -> Any:
+        """The save's progress callback (called on the model thread): False cancels it."""
+
+        def report(done: int, total: int) -> bool:
+            self.sig_save_progress.emit(path, done, total)
+            return not cancel.is_set()
+
+        return report
 
     def show(self, session: Any, path: str | None = None, index: int = -1) -> None:
         """Show a run of a loaded ``Session`` in every pane, marked as recorded (``index`` -1:
@@ -100,7 +108,7 @@ class SessionController(QObject):
         from llm_lens.core.sessions.assemble import assemble_session
         from llm_lens.core.sessions.format import session_from_run
         from llm_lens.core.sessions.views import recorded_run
-        from llm_lens.core.sessions.write import save_session
+        from llm_lens.core.sessions.write import SaveCancelled, save_session
 
         ctl = self.ctl
         run_id, info, worker = ctl.run_id, ctl.info, ctl.worker
@@ -114,6 +122,8 @@ class SessionController(QObject):
         memo = {} if projection is None else {"embedding_projection": projection}
 
         def make(run: Any, label: str | None = None, parent: Any = None) -> Any:
+            if cancel.is_set():  # Cancel pressed while the views are recorded
+                raise SaveCancelled("the save was cancelled")
             if with_views:
                 return recorded_run(run, label, parent, memo)
             return session_from_run(run, info, label, parent)
@@ -123,10 +133,14 @@ class SessionController(QObject):
                 info, worker.history, worker.store, run_id, make, compared, only, origin
             )
             # without the recorded lens (autosave), keep the residual vectors to recompute it
-            size = save_session(path, session, self._progress, vectors=not with_views)
+            size = save_session(path, session, progress, not with_views,
+                                lambda sizes: self.sig_save_estimate.emit(path, sizes))  # fmt: skip
             return path, size, session
 
-        self._cancel.clear()
+        cancel = threading.Event()
+        if with_views:  # a save the user asked for (autosave has no views and no Cancel)
+            self._cancel = cancel
+        progress = self._progress(path, cancel)
 
         worker.submit("save_session", ("save_session", path), job)
         ctl.request_serve()

@@ -264,7 +264,10 @@ def estimate_size(session: Session, vectors: bool = False) -> dict[str, int]:
     Float members are stored uncompressed, so their bytes are exact; the manifest and integer
     arrays are deflated, estimated by their usual ratios (a small part of any real file).
     """
-    manifest, members = _plan(session, vectors)
+    return _sizes(*_plan(session, vectors))
+
+
+def _sizes(manifest: bytes, members: list[_Member]) -> dict[str, int]:
     sizes = dict.fromkeys(PARTS, 0)
     sizes["other"] += int(len(manifest) * MANIFEST_RATIO)
     for m in members:
@@ -290,15 +293,20 @@ def save_session(
     session: Session,
     progress: Progress | None = None,
     vectors: bool = False,
+    planned: Callable[[dict[str, int]], None] | None = None,
 ) -> int:
     """Write ``session`` to ``path`` atomically (temporary file beside it, then a rename).
 
     Returns the bytes written. ``progress(done, total)`` is called after each array (uncompressed
     bytes); returning False cancels (:class:`SaveCancelled`). On any failure or cancel the
-    previous file is untouched and no temporary file is left behind.
+    previous file is untouched and no temporary file is left behind. ``vectors`` keeps the
+    residual-stream vectors beside their norms; ``planned(sizes)`` gets :func:`estimate_size`'s
+    answer before anything is written.
     """
     path = Path(path)
     manifest, members = _plan(session, vectors)
+    if planned is not None:
+        planned(_sizes(manifest, members))
     try:
         check_limits([(m.name, m.nbytes) for m in members])
     except SessionError as exc:

@@ -4,6 +4,7 @@ drag-and-drop, the unsaved-changes prompt and crash recovery."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from llm_lens.core.sampling import GREEDY
 from llm_lens.core.sessions.compact import kept_ids, weight_error_bound
+from llm_lens.core.sessions.read import load_session
 
 
 @pytest.fixture
@@ -180,3 +182,36 @@ def test_crash_recovery_is_offered_after_an_unclean_exit(qtbot, tmp_path, monkey
     win.close()  # a clean exit forgets both
     assert not (tmp_path / "cache" / "session.lock").exists()
     assert not (tmp_path / "cache" / "autosave.llmlens").exists()
+
+
+def _cancel_button(dialog):
+    from PySide6.QtWidgets import QPushButton
+
+    return dialog.findChild(QPushButton)
+
+
+def test_save_shows_a_progress_bar_and_cancel_keeps_the_previous_file(qtbot, window, tmp_path):
+    _load_and_run(qtbot, window, tokens=3)
+    ctl, actions = window.controller, window.sessions
+    path = tmp_path / "kept.llmlens"
+    path.write_bytes(b"the previous file")
+    with qtbot.waitSignal(ctl.sig_error, timeout=120_000) as blocker:
+        actions.save_as(str(path))
+        assert actions.progress is not None and actions.progress.isVisible()
+        _cancel_button(actions.progress).click()  # the user presses Cancel at once
+    assert "cancelled" in blocker.args[0]
+    assert path.read_bytes() == b"the previous file"
+    assert [p.name for p in tmp_path.iterdir() if "kept" in p.name] == ["kept.llmlens"]
+    assert actions.progress is None  # closed
+    seen: list[tuple[int, str]] = []  # the dialog after each progress report
+    ctl.sessions.sig_save_progress.connect(
+        lambda *_a: seen.append((actions.progress.value(), actions.progress.labelText()))
+    )
+    with _saved(qtbot, ctl, path) as blocker:
+        actions.save_as(str(path))
+    size = blocker.args[1]
+    assert actions.progress is None and seen and seen[-1][0] == 1000
+    assert [v for v, _ in seen] == sorted(v for v, _ in seen)
+    said = re.search(r"≈ ([0-9.]+) MB: logits", seen[-1][1])  # the size, in the body
+    assert said and abs(float(said.group(1)) * 1e6 / size - 1) < 0.1
+    assert len(load_session(path).runs[0].steps) == 3
