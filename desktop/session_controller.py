@@ -13,6 +13,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from llm_lens.core.sessions.assemble import Origin
+from llm_lens.core.sessions.explained import with_explanations
 
 
 class SessionController(QObject):
@@ -121,12 +122,21 @@ class SessionController(QObject):
         origin = self.origin if everything else None
         memo = {} if projection is None else {"embedding_projection": projection}
 
+        explained = self._explanations()
+        if recorded is not None and ctl.run_id in explained:  # computed on the reopened run
+            runs = list(recorded.runs)
+            runs[ctl.session_index] = with_explanations(runs[ctl.session_index],
+                                                        explained[ctl.run_id])  # fmt: skip
+            recorded = dataclasses.replace(recorded, runs=tuple(runs))
+
         def make(run: Any, label: str | None = None, parent: Any = None) -> Any:
             if cancel.is_set():  # Cancel pressed while the views are recorded
                 raise SaveCancelled("the save was cancelled")
             if with_views:
-                return recorded_run(run, label, parent, memo)
-            return session_from_run(run, info, label, parent)
+                made = recorded_run(run, label, parent, memo)
+            else:
+                made = session_from_run(run, info, label, parent)
+            return with_explanations(made, explained.get(made.run_id, {}))
 
         def job() -> Any:  # on the model thread: core objects only
             session = recorded or assemble_session(
@@ -144,6 +154,15 @@ class SessionController(QObject):
 
         worker.submit("save_session", ("save_session", path), job)
         ctl.request_serve()
+
+    def _explanations(self) -> dict[int, dict[tuple[int, Any], Any]]:
+        """ "Why this token?" results computed in this window, by run id and (step, vs)."""
+        out: dict[int, dict[tuple[int, Any], Any]] = {}
+        for key, result in list(self.ctl._results.items()):
+            if key[0] == "explain" and result is not None and isinstance(key[1], int):
+                args = dict(key[2:])
+                out.setdefault(key[1], {})[(int(args["step"]), args.get("vs"))] = result
+        return out
 
     def request_export(self, kind: str, path: str) -> None:
         """Write the shown run as a JSON trace (``trace``) or HTML report (``report``)."""

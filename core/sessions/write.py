@@ -24,6 +24,7 @@ from llm_lens.core.sessions.compact import (
     lower_triangle,
     tail_histogram,
 )
+from llm_lens.core.sessions.explained import PREFIX as EXPLAINED
 from llm_lens.core.sessions.format import (
     COMPACT_ARRAYS,
     COMPRESS_LEVEL,
@@ -213,6 +214,8 @@ def _plan_run(
     extras = {}
     for name, array in sorted(run.extras.items()):
         dtype = "int32" if np.issubdtype(array.dtype, np.integer) else "half"
+        if name.startswith(EXPLAINED):  # attributions: as computed (float32, ids, kinds)
+            dtype = array.dtype.name
         extras[name] = pool.add(f"{prefix}/extra_{name}.npy", "other", dtype, array)
     return {
         "run_id": run.run_id, "label": run.label,
