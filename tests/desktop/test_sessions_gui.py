@@ -215,3 +215,28 @@ def test_save_shows_a_progress_bar_and_cancel_keeps_the_previous_file(qtbot, win
     said = re.search(r"≈ ([0-9.]+) MB: logits", seen[-1][1])  # the size, in the body
     assert said and abs(float(said.group(1)) * 1e6 / size - 1) < 0.1
     assert len(load_session(path).runs[0].steps) == 3
+
+
+def test_attributions_computed_before_saving_show_without_the_model(qtbot, window, tmp_path):
+    _load_and_run(qtbot, window, tokens=3)
+    ctl = window.controller
+    live = _wait(qtbot, ctl, "explain", step=2, vs=None)
+    path = tmp_path / "why.llmlens"
+    _save(qtbot, ctl, path)
+
+    from llm_lens.desktop.main_window import MainWindow
+
+    fresh = MainWindow()  # no model loaded in this one
+    fresh.sessions.confirm_close = False
+    qtbot.addWidget(fresh)
+    other = fresh.controller
+    with qtbot.waitSignal(other.sig_run_finished, timeout=60_000):
+        fresh.sessions.open(str(path))
+    assert other.model_info is None
+    got = other.request_analysis("explain", step=2, vs=None)  # answered from the file
+    assert got is not None and got.token_text == live.token_text
+    assert np.array_equal(got.logits.heads, live.logits.heads)
+    assert np.array_equal(got.inputs.values, live.inputs.values)
+    assert np.array_equal(got.graph.weight, live.graph.weight)
+    assert other.request_analysis("explain", step=1, vs=None) is None  # never computed
+    fresh.close()
