@@ -234,7 +234,8 @@ class StepRecord:
     def residual_norms(self) -> np.ndarray:
         """(layers + 1,) norm of the residual stream after each layer (0: the embeddings)."""
         if self.norms is not None:
-            return self.norms[0]
+            row: np.ndarray = self.norms[0]
+            return row
         norms: np.ndarray = np.linalg.norm(self.hidden, axis=-1)
         return norms
 
@@ -242,7 +243,8 @@ class StepRecord:
     def attn_norms(self) -> np.ndarray:
         """(layers,) norm of what each attention block added."""
         if self.norms is not None:
-            return self.norms[1, 1:]
+            attn: np.ndarray = self.norms[1, 1:]
+            return attn
         out: np.ndarray = np.linalg.norm(self.attn_update, axis=-1)
         return out
 
@@ -250,7 +252,8 @@ class StepRecord:
     def mlp_norms(self) -> np.ndarray:
         """(layers,) norm of what each MLP added."""
         if self.norms is not None:
-            return self.norms[2, 1:]
+            mlp: np.ndarray = self.norms[2, 1:]
+            return mlp
         out: np.ndarray = np.linalg.norm(self.mlp_update, axis=-1)
         return out
 
@@ -258,7 +261,8 @@ class StepRecord:
     def update_norms(self) -> np.ndarray:
         """(layers,) norm of each layer's whole change to the residual stream."""
         if self.norms is not None:
-            return self.norms[3, 1:]
+            whole: np.ndarray = self.norms[3, 1:]
+            return whole
         out: np.ndarray = np.linalg.norm(np.diff(self.hidden, axis=0), axis=-1)
         return out
 

@@ -89,7 +89,8 @@ def rebuild_logits(
 def encode_weights(weights: np.ndarray) -> np.ndarray:
     """uint8 codes of attention weights in [0, 1]: ``round(255 √w)``."""
     w = np.clip(np.nan_to_num(np.asarray(weights, np.float32)), 0.0, 1.0)
-    return np.rint(np.sqrt(w) * CODE_MAX).astype(np.uint8)
+    codes: np.ndarray = np.rint(np.sqrt(w) * CODE_MAX).astype(np.uint8)
+    return codes
 
 
 def decode_weights(codes: np.ndarray) -> np.ndarray:
@@ -101,7 +102,8 @@ def decode_weights(codes: np.ndarray) -> np.ndarray:
 
 def weight_error_bound(weights: np.ndarray) -> np.ndarray:
     """The largest |decoded − w| the code allows at each weight."""
-    return (2 * np.sqrt(np.clip(weights, 0, 1)) + 1 / (2 * CODE_MAX)) / (2 * CODE_MAX)
+    bound: np.ndarray = (2 * np.sqrt(np.clip(weights, 0, 1)) + 1 / (2 * CODE_MAX)) / (2 * CODE_MAX)
+    return bound
 
 
 def lower_triangle(maps: np.ndarray) -> np.ndarray:

@@ -87,7 +87,7 @@ def with_explanations(run: Any, explanations: dict[tuple[int, Any], Any]) -> Any
     arrays, entries = store(explanations)
     used = [n[len(PREFIX) :].partition("_")[0] for n in run.extras if n.startswith(PREFIX)]
     start = 1 + max((int(u) for u in used if u.isdigit()), default=-1)
-    renamed = {}
+    renamed: dict[str, np.ndarray] = {}
     for e in entries:  # fresh names after any kept ones
         e["value"] = _rename(e["value"], arrays, renamed, start)
     extras = {**run.extras, **renamed}
