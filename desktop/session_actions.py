@@ -145,7 +145,7 @@ class SessionActions(QObject):
     @staticmethod
     def size_line(sizes: dict[str, int]) -> str:
         """``estimate_size``'s answer in words (the one estimate: the writer's own plan)."""
-        mb = {k: f"{v / 1e6:.1f}" for k, v in sizes.items()}
+        mb = {k: f"{v / 1e6:.1f}" if v >= 1e6 else f"{v / 1e6:.2f}" for k, v in sizes.items()}
         return (
             f"≈ {mb['total']} MB: logits {mb['logits']}, attention {mb['attention']}, "
             f"hidden states {mb['hidden']}, other {mb['other']}"
