@@ -178,6 +178,7 @@ STEP_ARRAYS: tuple[tuple[str, str, str, str, Callable[[StepRecord], np.ndarray]]
 # Format 3 (core.sessions.compact): what replaces format 2's logits, attention, hidden and
 # attn_update. (field, part, stored dtype or "half", getter)
 COMPACT_ARRAYS: tuple[tuple[str, str, str], ...] = (
+    ("logits", "logits", "half"),  # optional, runs of a comparison: (vocab,) whole
     ("logit_ids", "logits", "int32"),  # per step (K,) ascending
     ("logit_values", "logits", "half"),  # per step (K,)
     ("tail_counts", "logits", "int32"),  # per step (TAIL_BINS,)
@@ -193,6 +194,7 @@ COMPACT_ARRAYS: tuple[tuple[str, str, str], ...] = (
     ("context_ids", "other", "int32"),
 )
 VECTORS = ("hidden", "attn_update")
+OPTIONAL = (*VECTORS, "logits", "logit_ids", "logit_values", "tail_counts", "tail_lse")
 STAGE_ARRAYS = (("stage_top_ids", "int32", "top_ids"), ("stage_top_probs", "float32", "top_probs"))
 STEP_SCALARS = ("run_id", "index", "position", "prob", "logprob", "rank", "entropy")
 KV_SCALARS = (

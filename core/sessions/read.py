@@ -37,12 +37,12 @@ from llm_lens.core.sessions.format import (
     KV_SCALARS,
     MANIFEST,
     MAX_MANIFEST_BYTES,
+    OPTIONAL,
     STAGE_ARRAYS,
     STEP_ARRAYS,
     STEP_SCALARS,
     TIMING_FIELDS,
     TIMING_WAITS,
-    VECTORS,
     Session,
     SessionComparison,
     SessionError,
@@ -317,9 +317,9 @@ def _compact(fields: Any, arrays: dict[str, np.ndarray], n: int, vocab: int) -> 
     col = {
         name: _unpack(fields.get(name), arrays, n, _LOADED.get(dtype, dtype), name)
         for name, _, dtype in COMPACT_ARRAYS
-        if name not in VECTORS or name in fields
+        if name not in OPTIONAL or name in fields
     }
-    logits = [
+    logits = col.get("logits") or [
         rebuild_logits(vocab, np.asarray(k, np.int64), v, c, t)
         for k, v, c, t in zip(col["logit_ids"], col["logit_values"], col["tail_counts"],
                               col["tail_lse"], strict=True)

@@ -150,16 +150,26 @@ def _step_json(s: StepRecord) -> dict[str, Any]:
     return d
 
 
-def _columns(run: SessionRun, vectors: bool) -> dict[str, list[np.ndarray]]:
-    """Format 3's per-step arrays of a run (core.sessions.compact), by field."""
+def _logit_columns(run: SessionRun, full: bool) -> dict[str, list[np.ndarray]]:
+    """The logits as kept tokens and a tail histogram, or (``full``) whole as float16."""
     steps = run.steps
+    if full:
+        return {"logits": [s.logits for s in steps]}
     kept = [kept_ids(s) for s in steps]
     tails = [tail_histogram(s.logits, k) for s, k in zip(steps, kept, strict=True)]
-    columns: dict[str, list[np.ndarray]] = {
+    return {
         "logit_ids": kept,
         "logit_values": [np.asarray(s.logits)[k] for s, k in zip(steps, kept, strict=True)],
         "tail_counts": [c for c, _ in tails],
         "tail_lse": [lse for _, lse in tails],
+    }
+
+
+def _columns(run: SessionRun, vectors: bool, full: bool) -> dict[str, list[np.ndarray]]:
+    """Format 3's per-step arrays of a run (core.sessions.compact), by field."""
+    steps = run.steps
+    columns: dict[str, list[np.ndarray]] = {
+        **_logit_columns(run, full),
         "top_ids": [s.top_ids for s in steps],
         "top_logits": [s.top_logits for s in steps],
         "top_probs": [s.top_probs for s in steps],
@@ -174,12 +184,12 @@ def _columns(run: SessionRun, vectors: bool) -> dict[str, list[np.ndarray]]:
 
 
 def _plan_arrays(
-    prefix: str, run: SessionRun, vectors: bool
+    prefix: str, run: SessionRun, vectors: bool, full: bool
 ) -> tuple[dict[str, Any], list[_Member]]:
     fields: dict[str, Any] = {}
     members: list[_Member] = []
     stages = [g for s in run.steps for g in s.stages]
-    data = _columns(run, vectors) if run.steps else {}
+    data = _columns(run, vectors, full) if run.steps else {}
     columns = [(n, p, d, data[n]) for n, p, d in COMPACT_ARRAYS if n in data]
     columns += [(n, "other", d, [getattr(g, a) for g in stages]) for n, d, a in STAGE_ARRAYS]
     for name, part, dtype, arrays in columns:
@@ -190,9 +200,9 @@ def _plan_arrays(
 
 
 def _plan_run(
-    prefix: str, run: SessionRun, pool: _Pool, vectors: bool
+    prefix: str, run: SessionRun, pool: _Pool, vectors: bool, full: bool = False
 ) -> tuple[dict[str, Any], list[_Member]]:
-    fields, members = _plan_arrays(prefix, run, vectors)
+    fields, members = _plan_arrays(prefix, run, vectors, full)
     prefill = None
     if run.prefill is not None:
         p = run.prefill
@@ -230,8 +240,10 @@ def _plan_run(
 def _plan(session: Session, vectors: bool = False) -> tuple[bytes, list[_Member]]:
     """The manifest (encoded) and the members it lists, nothing built yet."""
     runs, members, pool = [], [], _Pool()
+    compared = {i for c in session.comparisons for i in c.runs}
     for i, run in enumerate(session.runs):
-        entry, new = _plan_run(f"runs/{i}", run, pool, vectors)
+        # compared columns keep whole logits: Compare's KL over the vocabulary reads them
+        entry, new = _plan_run(f"runs/{i}", run, pool, vectors, i in compared)
         runs.append(entry)
         members += new
     members += pool.members

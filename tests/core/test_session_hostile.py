@@ -196,7 +196,7 @@ CASES: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
     ),
     "vocabulary disagrees with the arrays": (
         lambda g, p: mutate(g, p, lambda m: put(m["model"], "vocab_size", 60000)),
-        r"logits: the tail's counts do not add up to the vocabulary",
+        r"run 0 step 0 logits has shape \(\d+,\), expected \(60000,\)",
     ),
     "1-D prompt attention": (
         one_d_prompt_attention,
@@ -239,8 +239,8 @@ CASES: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
         r"the member 'manifest\.json' appears twice",
     ),
     "duplicate array": (
-        lambda g, p: mutate(g, p, extra=(("runs/0/tail_lse.npy", npy(np.zeros(3))),)),
-        r"the member 'runs/0/tail_lse\.npy' appears twice",
+        lambda g, p: mutate(g, p, extra=(("runs/0/logits.npy", npy(np.zeros(3))),)),
+        r"the member 'runs/0/logits\.npy' appears twice",
     ),
     "manifest is a list": (
         lambda g, p: mutate(g, p, members={"manifest.json": b"[1, 2]"}),
