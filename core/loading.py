@@ -274,7 +274,7 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
         architecture=(getattr(cfg, "architectures", None) or [type(model).__name__])[0],
         num_layers=cfg.num_hidden_layers,
         num_heads=heads,
-        num_kv_heads=getattr(cfg, "num_key_value_heads", None) or heads,
+        num_kv_heads=kv_heads(model, cfg),
         head_dim=head_dim,
         hidden_size=cfg.hidden_size,
         vocab_size=cfg.vocab_size,
@@ -286,6 +286,18 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
         rope_theta=float(theta) if theta else None,
         weights_id=weights_id,
     )
+
+
+def kv_heads(model: Any, cfg: Any) -> int:
+    """How many key/value heads the attention really has: from the attention module's own
+    ``num_key_value_groups`` (Falcon's multi-query keeps one, its new decoder architecture
+    ``num_kv_heads``), else the config's ``num_key_value_heads``, else one per query head."""
+    heads: int = cfg.num_attention_heads
+    for module in model.modules():
+        groups = getattr(module, "num_key_value_groups", None)
+        if isinstance(groups, int) and groups > 0 and hasattr(module, "layer_idx"):
+            return heads // groups
+    return int(getattr(cfg, "num_key_value_heads", None) or heads)
 
 
 def _short(exc: BaseException) -> str:
