@@ -184,7 +184,7 @@ def layer_maps(engine: Any, hidden: np.ndarray, layer: int, block: int) -> np.nd
     put back as that layer's input, and stops after its attention: exact by construction. None
     when the family's attention does not go through the interface.
     """
-    if not engine.attention_maps:
+    if not use_lens_attention(engine.model):
         return None
     key = (id(hidden), hash(hidden[layer].tobytes()), layer, block)
     memo = engine.map_memo

@@ -149,6 +149,8 @@ class Engine:
             with tapping(Tap(fast=not eager)):
                 return self.forward_batch(ids, cache, eager)
         tap.fast = not eager
+        if self.attention_maps:  # again: a reference or explain pass may have set "eager"
+            use_lens_attention(self.model)
         out = self.model(ids, use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
         return out.logits[:, -1]  # (batch, vocab)
 
