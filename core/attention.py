@@ -63,6 +63,21 @@ class Tap:
     last_rows: dict[int, Any] = field(default_factory=dict)  # layer -> (heads, kv) tensor
     map_weights: np.ndarray | None = None  # (heads, q / block, kv / block)
 
+    def observe(
+        self, module: Any, eager: Any, qkvm: tuple[Any, ...], weights: Any, kw: dict[str, Any]
+    ) -> None:
+        """Record what was asked of this attention call (``weights``: None after SDPA)."""
+        layer = self.layer_of[id(module)]
+        query, key, value, mask = qkvm
+        if self.rows:
+            if weights is None:  # SDPA built none: the eager function on the last query alone
+                last = None if mask is None else mask[..., -1:, :]
+                weights = eager(module, query[:, :, -1:], key, value, last, **kw)[1]
+            self.last_rows[layer] = weights[0, :, -1].float().clone()  # (heads, kv)
+        if self.maps is not None and self.maps[0] == layer:
+            self.map_weights = _pooled_maps(module, eager, qkvm, self.maps[1], kw)
+            raise MapReady
+
 
 class MapReady(Exception):
     """Raised inside the forward pass once the requested layer's maps are recorded."""
@@ -113,27 +128,16 @@ def lens_attention(
     fast = tap is not None and tap.fast and kwargs.get("softcap") is None
     inner = sdpa_attention_forward if fast else eager
     output, weights = inner(module, query, key, value, attention_mask, **kwargs)
-    layer = None if tap is None else tap.layer_of.get(id(module))
-    if tap is None or layer is None:
-        return output, weights
-    if tap.rows:
-        if weights is None:  # SDPA built none: the eager function on the last query alone
-            last = None if attention_mask is None else attention_mask[..., -1:, :]
-            weights_last = eager(module, query[:, :, -1:], key, value, last, **kwargs)[1]
-            tap.last_rows[layer] = weights_last[0, :, -1].float().clone()  # (heads, kv)
-        else:
-            tap.last_rows[layer] = weights[0, :, -1].float().clone()  # (heads, kv)
-    if tap.maps is not None and tap.maps[0] == layer:
-        tap.map_weights = _pooled_maps(module, eager, query, key, value, attention_mask, tap, kwargs)
-        raise MapReady
+    if tap is not None and id(module) in tap.layer_of:
+        tap.observe(module, eager, (query, key, value, attention_mask), weights, kwargs)
     return output, weights
 
 
 def _pooled_maps(
-    module: Any, eager: Any, q: Any, k: Any, v: Any, mask: Any, tap: Tap, kw: dict[str, Any]
+    module: Any, eager: Any, qkvm: tuple[Any, ...], block: int, kw: dict[str, Any]
 ) -> np.ndarray:
     """(heads, q / block, kv / block) eager maps of every head, in row blocks, max-pooled."""
-    block = tap.maps[1] if tap.maps else 1
+    q, k, v, mask = qkvm
     step = block * max(1, 64 // block)  # rows per pass: a multiple of the pooling block
     parts = []
     for start in range(0, q.shape[2], step):

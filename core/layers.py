@@ -2,8 +2,8 @@
 
 The lens passes every layer's residual through the model's own final transform (its final norm,
 OPT's output projection, the unembedding, Granite's ``logits_scaling``, Gemma 2's final
-soft-capping), so the last layer's row is the model's real output. Too costly for the step loop (one unembedding
-of the whole vocabulary per layer), so it is derived on demand.
+soft-capping), so the last layer's row is the model's real output. Too costly for the step loop
+(one unembedding of the whole vocabulary per layer), so it is derived on demand.
 """
 
 from __future__ import annotations

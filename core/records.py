@@ -37,9 +37,10 @@ class ModelInfo:
     dtype: str
     device: str
     num_parameters: int
-    position_kind: str  # "rope", "learned" or "none"
+    position_kind: str  # "rope", "learned", "alibi" or "none"
     rope_theta: float | None
     weights_id: str  # identity of the weights file(s): hash of name, size and sampled content
+    attention_note: str = ""  # why this family has no attention maps; empty when it has them
 
     @property
     def gqa_groups(self) -> tuple[tuple[int, ...], ...]:

@@ -310,7 +310,9 @@ class AttentionPane(Pane):
         parts = [f"layer {layer}, head {head}: {gqa_note(info, head)}"]
         if step.index > 0:
             parts.append(f"step {step.index}: {step.index} response rows over the prompt")
-        if amap is None:
+        if info.attention_note:
+            parts.append(info.attention_note)
+        elif amap is None:
             parts.append(self.controller.waiting_text("prompt map", "computing the prompt map…"))
         elif self.block > 1:
             parts.append(f"max-pooled in blocks of {self.block} positions")

@@ -137,6 +137,8 @@ def test_describe_counts_the_kv_heads_the_attention_has(loaded: Any, name: str) 
     kv = KV_HEADS.get(name, 2)
     assert info.num_kv_heads == kv
     assert info.head_sharing == {4: "MHA", 2: "GQA", 1: "MQA"}[kv]
+    assert info.attention_note == ""
+    assert info.position_kind == ("learned" if name in ("gpt2", "opt") else "rope")
 
 
 def test_overview_holds_every_layer_and_head(loaded: Any) -> None:
@@ -162,6 +164,7 @@ def test_a_family_outside_the_interface_runs_without_maps(loaded: Any) -> None:
     model = BloomForCausalLM(cfg).eval()
     engine = Engine(LoadedModel(model, loaded.tokenizer, describe(model, "b", "t", "t")))
     assert not engine.attention_maps
+    assert engine.info.attention_note.startswith("BloomForCausalLM computes attention inside")
     run = engine.start(engine.tokenize(PROMPT, chat=False), GREEDY, RunConfig(max_new_tokens=2))
     step = run.run_all()[-1]
     assert np.all(step.attention == 0)
