@@ -107,10 +107,10 @@ def own_eager(module: Any) -> Callable[..., Any]:
     soft-capping, GPT-2's has no float32 softmax); Llama's where a file defines none."""
     kind = type(module)
     if kind not in _EAGER:
-        fn = getattr(sys.modules.get(kind.__module__), "eager_attention_forward", None)
-        if fn is None:
-            from transformers.models.llama.modeling_llama import eager_attention_forward as fn
-        _EAGER[kind] = fn
+        from transformers.models.llama.modeling_llama import eager_attention_forward
+
+        own = getattr(sys.modules.get(kind.__module__), "eager_attention_forward", None)
+        _EAGER[kind] = own or eager_attention_forward
     return _EAGER[kind]
 
 
