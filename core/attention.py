@@ -52,16 +52,17 @@ class Tap:
 
     ``fast``: run the real attention with SDPA (no weights) instead of the model's eager function.
     ``rows``: record each layer's last-query probabilities (heads, kv) into ``last_rows``.
-    ``maps``: (layer, block) whose every head's full map is recorded, max-pooled by ``block``;
-    the pass then stops (:class:`MapReady`).
+    ``maps``: the layers whose every head's full map is recorded into ``map_weights``, max-pooled
+    by ``block``; the pass stops (:class:`MapReady`) after the last of them.
     """
 
     layer_of: dict[int, int] = field(default_factory=dict)  # id(attention module) -> layer
     fast: bool = False
     rows: bool = False
-    maps: tuple[int, int] | None = None
+    maps: tuple[int, ...] = ()
+    block: int = 1
     last_rows: dict[int, Any] = field(default_factory=dict)  # layer -> (heads, kv) tensor
-    map_weights: np.ndarray | None = None  # (heads, q / block, kv / block)
+    map_weights: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> (heads, q, kv)
 
     def observe(
         self, module: Any, eager: Any, qkvm: tuple[Any, ...], weights: Any, kw: dict[str, Any]
@@ -74,9 +75,10 @@ class Tap:
                 last = None if mask is None else mask[..., -1:, :]
                 weights = eager(module, query[:, :, -1:], key, value, last, **kw)[1]
             self.last_rows[layer] = weights[0, :, -1].float().clone()  # (heads, kv)
-        if self.maps is not None and self.maps[0] == layer:
-            self.map_weights = _pooled_maps(module, eager, qkvm, self.maps[1], kw)
-            raise MapReady
+        if layer in self.maps:
+            self.map_weights[layer] = _pooled_maps(module, eager, qkvm, self.block, kw)
+            if layer == max(self.maps):
+                raise MapReady
 
 
 class MapReady(Exception):
@@ -181,38 +183,62 @@ def pool_rows(w: np.ndarray, block: int) -> np.ndarray:
     return pooled
 
 
+MAP_MEMO_BYTES = 64 << 20  # prompt maps kept for the next request (every layer when they fit)
+
+
 def layer_maps(engine: Any, hidden: np.ndarray, layer: int, block: int) -> np.ndarray | None:
     """(heads, T / block, T / block) maps of every head of ``layer`` over the prompt.
 
-    The model runs over the prompt again with no cache, the recorded residual ``hidden[layer]``
-    put back as that layer's input, and stops after its attention: exact by construction. None
-    when the family's attention does not go through the interface.
+    The model runs over the prompt again with no cache, each recorded layer input ``hidden[l]``
+    put back as layer ``l``'s input, and stops after the last layer asked for: exact by
+    construction. Every layer is computed in that one pass when all their maps fit in
+    :data:`MAP_MEMO_BYTES`, else only ``layer``. None when the family's attention does not go
+    through the interface.
     """
     if not use_lens_attention(engine.model):
         return None
-    key = (id(hidden), hash(hidden[layer].tobytes()), layer, block)
     memo = engine.map_memo
+    key = (id(hidden), hash(hidden[0].tobytes()), hidden.shape, block)
     if memo.get("key") != key:
-        tokens = hidden.shape[1]
-        residual = torch.from_numpy(np.array(hidden[layer])).to(engine.device)  # (T, hidden)
-        residual = residual.to(param_dtype(engine.model))[None]  # (1, T, hidden)
-        tap = Tap(engine.anatomy.layer_of, fast=True, maps=(layer, block))
-        first = engine.anatomy.layers[layer]
-        handle = first.register_forward_pre_hook(_replace_input(residual), with_kwargs=True)
-        ids = torch.zeros((1, tokens), dtype=torch.long, device=engine.device)  # (1, T)
-        try:
-            with torch.inference_mode(), tapping(tap):
-                engine.model(ids, use_cache=False, logits_to_keep=1)
-        except MapReady:
-            pass
-        finally:
+        memo.clear()
+        memo.update(key=key, maps={})
+    maps: dict[int, np.ndarray] = memo["maps"]
+    if layer not in maps:
+        info, side = engine.info, -(-hidden.shape[1] // block)
+        every = info.num_layers * info.num_heads * side * side * 4 <= MAP_MEMO_BYTES
+        if not every and sum(m.nbytes for m in maps.values()) > MAP_MEMO_BYTES // 2:
+            maps.clear()
+        wanted = tuple(range(info.num_layers)) if every else (layer,)
+        maps.update(_rerun_for_maps(engine, hidden, wanted, block))
+    return maps[layer]
+
+
+def _rerun_for_maps(
+    engine: Any, hidden: np.ndarray, layers: tuple[int, ...], block: int
+) -> dict[int, np.ndarray]:
+    tap = Tap(engine.anatomy.layer_of, fast=True, maps=layers, block=block)
+    dtype = param_dtype(engine.model)
+    handles = []
+    for layer in layers:
+        residual = torch.from_numpy(np.array(hidden[layer])).to(engine.device, dtype)  # (T, d)
+        hook = _replace_input(residual[None])  # (1, T, hidden)
+        module = engine.anatomy.layers[layer]
+        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+    ids = torch.zeros((1, hidden.shape[1]), dtype=torch.long, device=engine.device)  # (1, T)
+    try:
+        with torch.inference_mode(), tapping(tap):
+            engine.model(ids, use_cache=False, logits_to_keep=1)
+    except MapReady:
+        pass
+    finally:
+        for handle in handles:
             handle.remove()
-        memo.update(key=key, maps=tap.map_weights)
-    maps: np.ndarray | None = memo["maps"]
-    return maps
+    return tap.map_weights
 
 
 def _replace_input(residual: Any) -> Callable[..., Any]:
+    """A forward pre-hook giving a layer ``residual`` as its input hidden states."""
+
     def hook(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if args:
             return (residual, *args[1:]), kwargs
