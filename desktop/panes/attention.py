@@ -310,6 +310,9 @@ class AttentionPane(Pane):
         parts = [f"layer {layer}, head {head}: {gqa_note(info, head)}"]
         if step.index > 0:
             parts.append(f"step {step.index}: {step.index} response rows over the prompt")
+        windows = getattr(step.kv, "windows", None) or ()
+        if layer < len(windows) and windows[layer]:
+            parts.append(f"sliding window: each query sees its last {windows[layer]} positions")
         if info.attention_note:
             parts.append(info.attention_note)
         elif amap is None:
