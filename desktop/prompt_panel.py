@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from llm_lens.core.records import generated_text
 from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.widgets import ElidedLabel, FlowLayout, group
 
@@ -179,17 +180,17 @@ class PromptPanel(QWidget):
         self._show_step()  # "31 / 34" would go stale while the run grows past 34
 
     def _response_text(self, steps: list[Any]) -> str:
-        raw = b"".join(s.token.raw for s in steps if not s.token.special)
-        return raw.decode("utf-8", errors="replace")
+        """The run's text; a character split over tokens shows as its bytes, never "\ufffd"."""
+        return generated_text([s.token for s in steps])
 
     def response_step(self, char: int) -> int:
         """The step whose token covers character ``char`` of the response text, or -1."""
-        raw = b""
+        tokens: list[Any] = []
         for step in self.controller.steps:
             if step.token.special:
                 continue
-            raw += step.token.raw
-            if len(raw.decode("utf-8", errors="replace")) > char:
+            tokens.append(step.token)
+            if len(generated_text(tokens)) > char:
                 return int(step.index)
         return -1
 
