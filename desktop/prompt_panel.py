@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from PySide6.QtCore import QSignalBlocker, Qt
@@ -184,13 +185,13 @@ class PromptPanel(QWidget):
         return generated_text([s.token for s in steps])
 
     def response_step(self, char: int) -> int:
-        """The step whose token covers character ``char`` of the response text, or -1."""
-        tokens: list[Any] = []
-        for step in self.controller.steps:
-            if step.token.special:
-                continue
-            tokens.append(step.token)
-            if len(generated_text(tokens)) > char:
+        """The step after which character ``char`` of the response text stood as it is now (for a
+        character split over tokens, the step of its last byte), or -1."""
+        steps = [s for s in self.controller.steps if not s.token.special]
+        final = generated_text([s.token for s in steps])
+        for k, step in enumerate(steps):
+            shown = generated_text([s.token for s in steps[: k + 1]])  # the box after step k
+            if len(os.path.commonprefix([shown, final])) > char:
                 return int(step.index)
         return -1
 
