@@ -13,7 +13,8 @@ from functools import lru_cache
 from typing import Any
 
 from llm_lens.core.errors import PromptError
-from llm_lens.core.records import PromptTokens, TokenInfo, bytes_text  # (beneath the stages)
+from llm_lens.core.records import PromptTokens, TokenInfo
+from llm_lens.core.records import bytes_text as bytes_text  # beneath the stages, for RunSummary
 
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
