@@ -20,6 +20,47 @@ def frozen(array: Any, dtype: Any = None) -> np.ndarray:
     return out
 
 
+BYTE_SEP = " "  # between the hex bytes (a thin space would print as \u2009 in a repr)
+
+
+def bytes_text(raw: bytes) -> str:
+    """Text of token bytes for any label: UTF-8 where the bytes form whole characters, and each
+    run of bytes that forms no character (a piece of a split one) as ‹e4 bd›, never "\ufffd".
+
+    The one place token bytes become text: token texts, top texts, lens texts, chip labels,
+    attention axes and the response (:func:`generated_text`) all come through here.
+    """
+    parts: list[str] = []
+    pos = 0
+    while pos < len(raw):
+        try:
+            parts.append(raw[pos:].decode("utf-8"))
+            break
+        except UnicodeDecodeError as exc:
+            parts.append(raw[pos : pos + exc.start].decode("utf-8"))
+            end = pos + exc.end
+            while end < len(raw) and _undecodable_at(raw, end):
+                end += 1
+            parts.append("‹" + raw[pos + exc.start : end].hex(BYTE_SEP) + "›")
+            pos = end
+    return "".join(parts)
+
+
+def _undecodable_at(raw: bytes, pos: int) -> bool:
+    """True when no UTF-8 character starts at ``raw[pos]``."""
+    try:
+        raw[pos : pos + 4].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start == 0
+    return False
+
+
+def generated_text(tokens: Sequence[TokenInfo]) -> str:
+    """What a run wrote so far: its non-special tokens' bytes joined, then :func:`bytes_text`, so
+    a character split over tokens shows as its bytes (‹f0 9f›) until its last byte arrives."""
+    return bytes_text(b"".join(t.raw for t in tokens if not t.special))
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """What a loaded model is: shapes from its config, where it runs, what it was loaded from."""
@@ -272,12 +313,11 @@ class RunSummary:
         ttft = steps[0].timing.total_ms if steps else 0.0
         itl = [s.timing.total_ms for s in steps[1:]]
         total_s = sum(s.timing.total_ms for s in steps) / 1e3
-        raw = b"".join(s.token.raw for s in steps if not s.token.special)
         return cls(
             run_id=run_id,
             prompt=prompt,
             generated_ids=tuple(s.token.id for s in steps),
-            output_text=raw.decode("utf-8", errors="replace"),
+            output_text=generated_text([s.token for s in steps]),
             finish_reason=finish or "running",
             ttft_ms=ttft,
             mean_itl_ms=float(np.mean(itl)) if itl else 0.0,

@@ -138,7 +138,13 @@ class MainWindow(QMainWindow):
         """The journey's tab groups for the window's present size (View → Reset layout)."""
         if self.focus.active:
             self.focus.leave()
+        shown = {dock: dock.isVisible() for dock in self.view_docks.values()}
+        for dock in shown:  # Compare, Branches, Beam: out of the way, then back among the tabs
+            self.removeDockWidget(dock)
         arrange(self, self.docks, self.width(), self.height())
+        for dock, visible in shown.items():
+            self.tabifyDockWidget(self.docks["Attention"], dock)
+            dock.setVisible(visible)
 
     def _build_status(self) -> None:
         self.model_label = ElidedLabel("no model loaded", min_chars=24)
