@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # a stage's record, named here only for the type (records sit below the stages)
+    from llm_lens.core.experts import ExpertRouting
 
 
 def frozen(array: Any, dtype: Any = None) -> np.ndarray:
@@ -215,6 +218,7 @@ class StepRecord:
     timing: StepTiming
     context_ids: np.ndarray  # (position + 1,) int64: every token the model had read
     finish_reason: str | None = None  # set on the last step: eos, stop, length, context, cancelled
+    routing: ExpertRouting | None = None  # mixture-of-experts models only: the routers' choices
 
     @property
     def is_prefill(self) -> bool:
