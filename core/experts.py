@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -216,3 +217,29 @@ def routing_of(key: Any, last_position: int) -> ExpertRouting | None:
     """The routing a :class:`RouterCapture` filed under ``key`` (None for a dense model)."""
     capture = _BY_CAPTURE.get(key)
     return None if capture is None else capture.routing(last_position)
+
+
+def routing_at(steps: Sequence[Any], position: int) -> ExpertRouting | None:
+    """The one-row routing of the token at ``position``, from the step whose forward read it
+    (the prefill for a prompt token, the next decode step for a response token)."""
+    for step in steps:
+        r = step.routing
+        if r is not None and r.first_position <= position < r.first_position + r.rows:
+            return r.row(position - r.first_position)
+    return None
+
+
+def context_routing(steps: Sequence[Any]) -> ExpertRouting | None:
+    """Every position the steps read, in order, as one routing (None for a dense model)."""
+    parts = [s.routing for s in steps if s.routing is not None]
+    if not parts:
+        return None
+    first = parts[0]
+    return ExpertRouting(
+        first.layers,
+        frozen(np.concatenate([r.probs for r in parts], axis=1)),
+        frozen(np.concatenate([r.experts for r in parts], axis=1)),
+        frozen(np.concatenate([r.weights for r in parts], axis=1)),
+        first.first_position,
+        first.scoring,
+    )

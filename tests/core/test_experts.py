@@ -275,3 +275,24 @@ def test_dense_session_has_no_routing_entry(tokenizer: Any, tmp_path: Any) -> No
     with zipfile.ZipFile(path) as zf:
         assert "routing" not in json.loads(zf.read("manifest.json"))["runs"][0]
     assert all(s.routing is None for s in read_session(path).runs[0].steps)
+
+
+def test_routing_at_and_context_routing(tokenizer: Any) -> None:
+    from llm_lens.core.experts import context_routing, routing_at
+    from llm_lens.core.loop.engine import RunConfig
+    from llm_lens.core.sampling import GREEDY
+
+    engine = moe_engine(tokenizer)
+    prompt = engine.tokenize("Red green blue", chat=False)
+    steps = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=3)).run_all()
+    n = len(prompt)
+    whole = context_routing(steps)
+    assert whole is not None and whole.rows == n + 2  # the last chosen token is never read
+    np.testing.assert_array_equal(whole.positions, np.arange(n + 2))
+    for p in range(n + 2):
+        one = routing_at(steps, p)
+        assert one is not None and one.first_position == p
+        np.testing.assert_array_equal(one.experts[:, 0], whole.experts[:, p])
+    assert routing_at(steps, n + 2) is None
+    # the response token chosen at step 0 is read (and routed) by step 1
+    np.testing.assert_array_equal(routing_at(steps, n).probs, steps[1].routing.probs)
