@@ -195,6 +195,14 @@ def layers_card(step: StepRecord, lens: Any) -> Explainer:
     )
 
 
+def _sharing_text(info: ModelInfo, saving: float) -> str:
+    kind = info.head_sharing
+    if kind == "MHA":
+        return f"Multi-head attention (MHA): each of the {info.num_heads} heads caches its own K/V."
+    what = "Multi-query" if kind == "MQA" else "Grouped-query"
+    return f"{what} attention ({kind}) saves ×{saving:.3g} against full MHA."
+
+
 def kvcache_card(info: ModelInfo, step: StepRecord) -> Explainer:
     kv = step.kv
     shows = (
@@ -207,7 +215,7 @@ def kvcache_card(info: ModelInfo, step: StepRecord) -> Explainer:
         f"{kv.formula_bytes:,} bytes; measured {kv.bytes_total:,}."
     )
     saving = kv.mha_bytes / kv.bytes_total if kv.bytes_total else float("nan")
-    numbers = (f"Grouped-query attention saves ×{saving:.3g} against full MHA.",)
+    numbers = (_sharing_text(info, saving),)
     return Explainer(headline, shows, numbers, (), "Run a longer prompt: the line stays straight.")
 
 

@@ -23,6 +23,16 @@ def frozen(array: Any, dtype: Any = None) -> np.ndarray:
     return out
 
 
+def head_sharing(num_heads: int, num_kv_heads: int) -> str:
+    """How the query heads share keys and values: "MHA" (each its own), "MQA" (one K/V head for
+    all) or "GQA n:m" (n query heads over m KV heads)."""
+    if num_kv_heads >= num_heads:
+        return "MHA"
+    if num_kv_heads == 1:
+        return "MQA"
+    return f"GQA {num_heads}:{num_kv_heads}"
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """What a loaded model is: shapes from its config, where it runs, what it was loaded from."""
@@ -43,6 +53,11 @@ class ModelInfo:
     position_kind: str  # "rope", "learned" or "none"
     rope_theta: float | None
     weights_id: str  # identity of the weights file(s): hash of name, size and sampled content
+
+    @property
+    def head_sharing(self) -> str:
+        """ "MHA", "MQA" or "GQA n:m" (query heads : KV heads), from the config's head counts."""
+        return head_sharing(self.num_heads, self.num_kv_heads)
 
     @property
     def gqa_groups(self) -> tuple[tuple[int, ...], ...]:

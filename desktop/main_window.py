@@ -256,7 +256,8 @@ class MainWindow(QMainWindow):
         params = f"{info.num_parameters / 1e6:.0f}M params"
         self.model_label.setText(
             f"{info.name} · {info.device} · {info.dtype} · {params} · "
-            f"{info.num_layers} layers · {info.num_heads}/{info.num_kv_heads} heads (Q/KV) · "
+            f"{info.num_layers} layers · {info.num_heads}/{info.num_kv_heads} heads (Q/KV, "
+            f"{info.head_sharing}) · "
             f"context {info.context_length}"
         )
         self.statusBar().showMessage("model ready: press Ctrl+Enter to run", 5000)
