@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from llm_lens.core.records import frozen
+from llm_lens.core.records import StepRecord, frozen
 
 _ROUTERS: weakref.WeakKeyDictionary[Any, tuple[tuple[int, Any], ...]] = (
     weakref.WeakKeyDictionary()
@@ -219,7 +219,7 @@ def routing_of(key: Any, last_position: int) -> ExpertRouting | None:
     return None if capture is None else capture.routing(last_position)
 
 
-def routing_at(steps: Sequence[Any], position: int) -> ExpertRouting | None:
+def routing_at(steps: Sequence[StepRecord], position: int) -> ExpertRouting | None:
     """The one-row routing of the token at ``position``, from the step whose forward read it
     (the prefill for a prompt token, the next decode step for a response token)."""
     for step in steps:
@@ -229,7 +229,7 @@ def routing_at(steps: Sequence[Any], position: int) -> ExpertRouting | None:
     return None
 
 
-def context_routing(steps: Sequence[Any]) -> ExpertRouting | None:
+def context_routing(steps: Sequence[StepRecord]) -> ExpertRouting | None:
     """Every position the steps read, in order, as one routing (None for a dense model)."""
     parts = [s.routing for s in steps if s.routing is not None]
     if not parts:
