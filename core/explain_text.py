@@ -238,7 +238,8 @@ def experts_card(routing: Any, text: str | None, model: str = "This model") -> E
         "added with. Right: every token read so far, and the experts it went to."
     )
     first = routing.experts[0, 0]
-    went = " and ".join(str(int(e)) for e in first)
+    names = [str(int(e)) for e in first]
+    went = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
     who = q(text) if text is not None else f"position {routing.first_position}"
     headline = (
         f"{who} went to experts {went} of {routing.num_experts} in layer "

@@ -89,7 +89,10 @@ class ExpertsPane(Pane):
         plot.addItem(self.image)
         self.bar = pg.ColorBarItem(values=(0, 1), colorMap="viridis", interactive=False, width=10)
         self.bar.setImageItem(self.image, insert_in=plot)
-        self.chosen = pg.ScatterPlotItem(symbol="s", pen=pg.mkPen("w", width=2), brush=None)
+        # sizes in data units (one cell is 1 × 1), so a frame never outgrows its cell
+        self.chosen = pg.ScatterPlotItem(
+            symbol="s", pen=pg.mkPen("w", width=2), brush=None, pxMode=False
+        )
         plot.addItem(self.chosen)
         tokens = self.token_plot = self.graphics.addPlot(row=0, col=1, title="experts per token")
         tokens.setLabel("bottom", "expert")
@@ -160,7 +163,7 @@ class ExpertsPane(Pane):
         every = max(1, len(left) // 16)
         self.layer_plot.getAxis("left").setTicks([left[::every]])
         experts = routing.num_experts
-        ticks = [(e + 0.5, str(e)) for e in range(0, experts, max(1, experts // 16))]
+        ticks = [(e + 0.5, str(e)) for e in range(0, experts, max(1, -(-experts // 8)))]
         for plot in (self.layer_plot, self.token_plot):
             plot.getAxis("bottom").setTicks([ticks])
         self.layer_plot.setRange(xRange=(0, experts), yRange=(0, len(key)), padding=0)
@@ -174,8 +177,8 @@ class ExpertsPane(Pane):
         rows = np.repeat(np.arange(experts.shape[0]), experts.shape[1])
         xs, ws = experts.ravel() + 0.5, weights.ravel()
         labelled = r.num_experts <= MAX_LABELLED[0] and len(r.layers) <= MAX_LABELLED[1]
-        sizes = 6 + 14 * np.clip(np.abs(ws) / max(float(np.abs(ws).max()), 1e-9), 0, 1)
-        self.chosen.setData(xs, rows + 0.5, size=np.full(ws.shape, 34) if labelled else sizes)
+        sizes = 0.35 + 0.55 * np.clip(np.abs(ws) / max(float(np.abs(ws).max()), 1e-9), 0, 1)
+        self.chosen.setData(xs, rows + 0.5, size=np.full(ws.shape, 0.9) if labelled else sizes)
         self._label_weights(xs, rows + 0.5, ws if labelled else np.zeros(0))
 
     def _label_weights(self, xs: np.ndarray, ys: np.ndarray, ws: np.ndarray) -> None:
