@@ -78,6 +78,7 @@ class ExpertsPane(Pane):
         self._layout.addLayout(row)
         self._layout.addWidget(self.header)
         self._layout.addWidget(self.dense_label, 1)
+        self.readout = QLabel(wordWrap=True, toolTip="What is under the mouse")
 
     def _build_plots(self) -> None:
         self.graphics = pg.GraphicsLayoutWidget()
@@ -110,12 +111,56 @@ class ExpertsPane(Pane):
         tokens.getAxis("left").setStyle(textFillLimits=[(0, 0.95)])  # label_step spaces them
         self.graphics.ci.layout.setColumnStretchFactor(0, 3)
         self.graphics.ci.layout.setColumnStretchFactor(1, 2)
+        self._layout.addWidget(self.readout)
+        self.graphics.scene().sigMouseMoved.connect(self._moved)
 
     # ----------------------------------------------------------------- interaction
     def _row_clicked(self, y: float) -> None:
         ctx = self.context
         if ctx is not None and 0 <= int(y) < ctx.rows:
             self.controller.request_select_token(int(ctx.first_position + int(y)))
+
+    def _moved(self, scene_pos: Any) -> None:
+        """The readout line: the numbers of the cell under the mouse."""
+        for plot, text_of in ((self.layer_plot, self.cell_text),
+                              (self.token_plot, self.token_cell_text)):  # fmt: skip
+            box = plot.getViewBox()
+            if box.sceneBoundingRect().contains(scene_pos):
+                p = box.mapSceneToView(scene_pos)
+                text = text_of(p.x(), p.y())
+                if text:
+                    self.readout.setText(text)
+
+    def cell_text(self, x: float, y: float) -> str:
+        """'layer 3, expert 5: router probability 0.132 · chosen, weight 0.53' ('' outside)."""
+        r = self.routing
+        row, expert = int(np.floor(y)), int(np.floor(x))
+        if r is None or not (0 <= row < len(r.layers) and 0 <= expert < r.num_experts):
+            return ""
+        picked = [j for j in range(r.top_k) if int(r.experts[row, 0, j]) == expert]
+        chosen = f"chosen, weight {float(r.weights[row, 0, picked[0]]):.3f}" if picked else ""
+        return (
+            f"position {self.position}, layer {int(r.layers[row])}, expert {expert}: router "
+            f"probability {float(r.probs[row, 0, expert]):.4f} · {chosen or 'not chosen'}"
+        )
+
+    def token_cell_text(self, x: float, y: float) -> str:
+        """'position 4 'fox', expert 2: sent there by 3 of 6 layers' ('' outside)."""
+        ctx = self.context
+        row, expert = int(np.floor(y)), int(np.floor(x))
+        if ctx is None or not (0 <= row < ctx.rows and 0 <= expert < ctx.num_experts):
+            return ""
+        position = ctx.first_position + row
+        texts = self._token_texts()
+        text = visible_text(texts[position], 16) if position < len(texts) else "?"
+        where = f"position {position} '{text}', expert {expert}: "
+        index = self.layer_choice.currentIndex()
+        if index <= 0:
+            layers = int((np.asarray(ctx.experts[:, row]) == expert).any(axis=-1).sum())
+            return where + f"sent there by {layers} of {len(ctx.layers)} layers · click to select"
+        weight = float(ctx.chosen_matrix()[index - 1, row, expert])
+        layer = int(ctx.layers[index - 1])
+        return where + (f"layer {layer} weight {weight:.3f}" if weight else f"not in layer {layer}")
 
     # ----------------------------------------------------------------- render
     def render(self, step: Any) -> None:
@@ -254,6 +299,7 @@ class ExpertsPane(Pane):
         for item in self._texts:
             item.setVisible(False)
         self.header.setText("")
+        self.readout.setText("")
         self.dense_label.setText("no run yet: the routers' choices appear after a run")
         self.dense_label.setVisible(True)
         self.graphics.setVisible(False)

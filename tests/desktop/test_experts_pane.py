@@ -106,6 +106,14 @@ def test_pane_shows_the_selected_tokens_routing(qtbot: Any, mixtral_window: Any)
     pane.layer_choice.setCurrentIndex(2)  # layer 1
     pane.render_and_paint()
     np.testing.assert_array_equal(pane.token_image.image, ctx.chosen_matrix()[1])
+    # hover readouts: the cell's own numbers
+    e0, w0 = (
+        int(routing_at(ctl.steps, 2).experts[1, 0, 0]),
+        routing_at(ctl.steps, 2).weights[1, 0, 0],
+    )
+    assert pane.cell_text(e0 + 0.5, 1.5).endswith(f"chosen, weight {w0:.3f}")
+    assert f"layer 1 weight {w0:.3f}" in pane.token_cell_text(e0 + 0.5, 2.5)
+    assert pane.cell_text(-1, 0) == "" and pane.token_cell_text(0, ctx.rows + 1) == ""
     header, rows = pane.csv_table()
     assert len(rows) == 3 * 6 and rows[0][0] == 2
 
