@@ -70,8 +70,9 @@ class ExpertsPane(Pane):
         self.header = QLabel(wordWrap=True)
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.dense_label = QLabel(DENSE, wordWrap=True, alignment=Qt.AlignmentFlag.AlignCenter)
+        self.choice_label = QLabel("Tokens:")
         row = QHBoxLayout()
-        row.addWidget(QLabel("Tokens:"))
+        row.addWidget(self.choice_label)
         row.addWidget(self.layer_choice, 1)
         self._layout = QVBoxLayout(self)
         self._layout.setContentsMargins(2, 2, 2, 2)
@@ -188,7 +189,8 @@ class ExpertsPane(Pane):
         self.dense_label.setText(DENSE)
         self.dense_label.setVisible(dense)
         self.graphics.setVisible(not dense)
-        self.layer_choice.setEnabled(not dense)
+        for widget in (self.layer_choice, self.choice_label, self.readout):
+            widget.setVisible(not dense)  # nothing to choose or hover without experts
         if dense:
             self.header.setText("")
             self.routing = self.context = None
@@ -303,6 +305,8 @@ class ExpertsPane(Pane):
         self.dense_label.setText("no run yet: the routers' choices appear after a run")
         self.dense_label.setVisible(True)
         self.graphics.setVisible(False)
+        for widget in (self.layer_choice, self.choice_label, self.readout):
+            widget.setVisible(False)
 
     def plot_items(self) -> list[Any]:
         return [self.layer_plot, self.token_plot]

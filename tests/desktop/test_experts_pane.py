@@ -76,7 +76,7 @@ def test_pane_shows_the_selected_tokens_routing(qtbot: Any, mixtral_window: Any)
     pane = _front(qtbot, win, "Experts")
     step = ctl.current_step()
     assert step.routing is not None and pane.graphics.isVisible()
-    assert not pane.dense_label.isVisible()
+    assert not pane.dense_label.isVisible() and pane.layer_choice.isVisible()
     r = step.routing.row(-1)  # no token selected: the selected step's own query
     np.testing.assert_array_equal(pane.image.image, r.probs[:, 0])
     xs, ys = pane.chosen.getData()
@@ -137,6 +137,7 @@ def test_dense_model_says_it_has_no_experts(qtbot: Any, tokenizer: Any) -> None:
         pane.render(ctl.current_step())
         assert pane.dense_label.isVisible() and pane.dense_label.text() == DENSE
         assert not pane.graphics.isVisible() and pane.routing is None
+        assert not pane.layer_choice.isVisible()
         assert pane.csv_table()[1] == []
     finally:
         ctl.shutdown()
