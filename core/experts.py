@@ -58,6 +58,10 @@ class ExpertRouting:
         return int(self.probs.shape[1])
 
     @property
+    def nbytes(self) -> int:
+        return int(self.probs.nbytes + self.experts.nbytes + self.weights.nbytes)
+
+    @property
     def positions(self) -> np.ndarray:
         """(rows,) int64: the position of each row."""
         return np.arange(self.first_position, self.first_position + self.rows, dtype=np.int64)

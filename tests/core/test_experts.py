@@ -149,6 +149,7 @@ def test_routing_helpers() -> None:
     weights = np.array([[[0.6, 0.3], [0.5, 0.3]]], np.float32)
     r = ExpertRouting(np.array([4]), probs, experts, weights, first_position=10)
     assert r.num_experts == 3 and r.top_k == 2 and r.rows == 2
+    assert r.nbytes == probs.nbytes + experts.nbytes + weights.nbytes
     np.testing.assert_array_equal(r.positions, [10, 11])
     np.testing.assert_array_equal(r.counts(), [[1, 1, 2]])
     np.testing.assert_allclose(r.chosen_matrix(), [[[0, 0.6, 0.3], [0.5, 0, 0.3]]])
