@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # a stage's record, named here only for the type (records sit below the stages)
+    from llm_lens.core.experts import ExpertRouting
 
 
 def frozen(array: Any, dtype: Any = None) -> np.ndarray:
@@ -61,6 +64,16 @@ def generated_text(tokens: Sequence[TokenInfo]) -> str:
     return bytes_text(b"".join(t.raw for t in tokens if not t.special))
 
 
+def head_sharing(num_heads: int, num_kv_heads: int) -> str:
+    """How the query heads share keys and values: "MHA" (each its own), "MQA" (one K/V head for
+    all) or "GQA n:m" (n query heads over m KV heads)."""
+    if num_kv_heads >= num_heads:
+        return "MHA"
+    if num_kv_heads == 1:
+        return "MQA"
+    return f"GQA {num_heads}:{num_kv_heads}"
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """What a loaded model is: shapes from its config, where it runs, what it was loaded from."""
@@ -82,6 +95,11 @@ class ModelInfo:
     rope_theta: float | None
     weights_id: str  # identity of the weights file(s): hash of name, size and sampled content
     attention_note: str = ""  # why this family has no attention maps; empty when it has them
+
+    @property
+    def head_sharing(self) -> str:
+        """ "MHA", "MQA" or "GQA n:m" (query heads : KV heads), from the config's head counts."""
+        return head_sharing(self.num_heads, self.num_kv_heads)
 
     @property
     def gqa_groups(self) -> tuple[tuple[int, ...], ...]:
@@ -264,6 +282,7 @@ class StepRecord:
     timing: StepTiming
     context_ids: np.ndarray  # (position + 1,) int64: every token the model had read
     finish_reason: str | None = None  # set on the last step: eos, stop, length, context, cancelled
+    routing: ExpertRouting | None = None  # mixture-of-experts models only: the routers' choices
 
     @property
     def is_prefill(self) -> bool:

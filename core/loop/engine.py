@@ -24,6 +24,7 @@ from llm_lens.core import logits as logits_stage
 from llm_lens.core.anatomy import Anatomy
 from llm_lens.core.attention import Tap, current_tap, tapping, use_lens_attention
 from llm_lens.core.errors import PromptError
+from llm_lens.core.experts import RouterCapture, routing_of
 from llm_lens.core.loading import LoadedModel
 from llm_lens.core.loop.capture import Capture
 from llm_lens.core.loop.clock import StepClock, measures_waits
@@ -160,7 +161,7 @@ def captured_forward(
 ) -> tuple[Capture, Any, float]:
     """One hooked forward pass: the capture, the last logits (vocab,) and its wall time in ms."""
     t0 = time.perf_counter()
-    with Capture(engine.anatomy, fast=not eager) as cap:
+    with Capture(engine.anatomy, fast=not eager) as cap, RouterCapture(engine.model, cap):
         logits = engine.forward(ids, cache, eager)
         synchronize(engine.device)
     return cap, logits, (time.perf_counter() - t0) * 1e3
@@ -350,6 +351,7 @@ class Run:
             kv=kvcache.measure(self.cache, eng.info, kv_before),
             timing=StepTiming(0.0, 0.0, 0.0),
             context_ids=frozen(context, np.int64),
+            routing=routing_of(cap, position),
         )
 
     def _finish_reason(self, record: StepRecord, context: list[int]) -> str | None:

@@ -46,6 +46,7 @@ from llm_lens.core.sessions.format import (
     SessionRun,
     check_limits,
 )
+from llm_lens.core.sessions.routing import unpack as unpack_routing
 from llm_lens.core.sessions.validate import check_manifest, check_session
 
 
@@ -343,7 +344,7 @@ def _run(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> SessionRun:
         prompt=prompt,
         params=dict(d["params"]),
         finish_reason=d["finish_reason"],
-        steps=_steps(d, arrays),
+        steps=unpack_routing(d.get("routing"), arrays, _steps(d, arrays)),  # MoE models only
         prefill=prefill,
         prompt_attention=None if maps is None else frozen(_array(arrays, maps), np.float32),
         extras={str(k): _array(arrays, v) for k, v in _mapping(d.get("extras")).items()},

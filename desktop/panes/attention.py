@@ -49,13 +49,16 @@ def strip(row: np.ndarray, bins: int) -> np.ndarray:
 
 
 def gqa_note(info: Any, head: int) -> str:
-    """'head 4 shares KV head 1 with heads 3, 5' for a grouped-query model."""
+    """'head 4 shares KV head 1 with heads 3, 5 (GQA 9:3)' for a grouped-query model."""
+    kind = info.head_sharing
     for kv, group in enumerate(info.gqa_groups):
         if head in group:
             others = [str(h) for h in group if h != head]
             if not others:
-                return f"head {head} has its own KV head {kv}"
-            return f"head {head} shares KV head {kv} with heads {', '.join(others)}"
+                return f"head {head} has its own KV head {kv} ({kind})"
+            if kind == "MQA":
+                return f"head {head} shares the one KV head with all {len(group)} heads (MQA)"
+            return f"head {head} shares KV head {kv} with heads {', '.join(others)} ({kind})"
     return ""
 
 
