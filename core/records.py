@@ -108,13 +108,6 @@ class ModelInfo:
         return tuple(tuple(range(k * per, (k + 1) * per)) for k in range(self.num_kv_heads))
 
     @property
-    def head_sharing(self) -> str:
-        """MHA (a KV head per query head), MQA (one KV head) or GQA (groups share one)."""
-        if self.num_kv_heads == self.num_heads:
-            return "MHA"
-        return "MQA" if self.num_kv_heads == 1 else "GQA"
-
-    @property
     def dtype_bytes(self) -> int:
         return 2 if self.dtype in ("bfloat16", "float16") else 4
 
