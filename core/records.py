@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # a stage's record, named here only for the type (records sit below the stages)
+    from llm_lens.core.experts import ExpertRouting
 
 
 def frozen(array: Any, dtype: Any = None) -> np.ndarray:
@@ -18,6 +21,57 @@ def frozen(array: Any, dtype: Any = None) -> np.ndarray:
     out = np.array(array, dtype=dtype, copy=True)
     out.setflags(write=False)
     return out
+
+
+BYTE_SEP = " "  # between the hex bytes (a thin space would print as \u2009 in a repr)
+
+
+def bytes_text(raw: bytes) -> str:
+    """Text of token bytes for any label: UTF-8 where the bytes form whole characters, and each
+    run of bytes that forms no character (a piece of a split one) as ‹e4 bd›, never "\ufffd".
+
+    The one place token bytes become text: token texts, top texts, lens texts, chip labels,
+    attention axes and the response (:func:`generated_text`) all come through here.
+    """
+    parts: list[str] = []
+    pos = 0
+    while pos < len(raw):
+        try:
+            parts.append(raw[pos:].decode("utf-8"))
+            break
+        except UnicodeDecodeError as exc:
+            parts.append(raw[pos : pos + exc.start].decode("utf-8"))
+            end = pos + exc.end
+            while end < len(raw) and _undecodable_at(raw, end):
+                end += 1
+            parts.append("‹" + raw[pos + exc.start : end].hex(BYTE_SEP) + "›")
+            pos = end
+    return "".join(parts)
+
+
+def _undecodable_at(raw: bytes, pos: int) -> bool:
+    """True when no UTF-8 character starts at ``raw[pos]``."""
+    try:
+        raw[pos : pos + 4].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start == 0
+    return False
+
+
+def generated_text(tokens: Sequence[TokenInfo]) -> str:
+    """What a run wrote so far: its non-special tokens' bytes joined, then :func:`bytes_text`, so
+    a character split over tokens shows as its bytes (‹f0 9f›) until its last byte arrives."""
+    return bytes_text(b"".join(t.raw for t in tokens if not t.special))
+
+
+def head_sharing(num_heads: int, num_kv_heads: int) -> str:
+    """How the query heads share keys and values: "MHA" (each its own), "MQA" (one K/V head for
+    all) or "GQA n:m" (n query heads over m KV heads)."""
+    if num_kv_heads >= num_heads:
+        return "MHA"
+    if num_kv_heads == 1:
+        return "MQA"
+    return f"GQA {num_heads}:{num_kv_heads}"
 
 
 @dataclass(frozen=True)
@@ -37,9 +91,15 @@ class ModelInfo:
     dtype: str
     device: str
     num_parameters: int
-    position_kind: str  # "rope", "learned" or "none"
+    position_kind: str  # "rope", "learned", "alibi" or "none"
     rope_theta: float | None
     weights_id: str  # identity of the weights file(s): hash of name, size and sampled content
+    attention_note: str = ""  # why this family has no attention maps; empty when it has them
+
+    @property
+    def head_sharing(self) -> str:
+        """ "MHA", "MQA" or "GQA n:m" (query heads : KV heads), from the config's head counts."""
+        return head_sharing(self.num_heads, self.num_kv_heads)
 
     @property
     def gqa_groups(self) -> tuple[tuple[int, ...], ...]:
@@ -219,6 +279,7 @@ class StepRecord:
     # update (rows 1-3 start at column 1), set where a session kept only the norms: then
     # hidden and attn_update have no columns (shape (layers + 1, 0) and (layers, 0))
     norms: np.ndarray | None = None
+    routing: ExpertRouting | None = None  # mixture-of-experts models only: the routers' choices
 
     @property
     def is_prefill(self) -> bool:
@@ -308,12 +369,11 @@ class RunSummary:
         ttft = steps[0].timing.total_ms if steps else 0.0
         itl = [s.timing.total_ms for s in steps[1:]]
         total_s = sum(s.timing.total_ms for s in steps) / 1e3
-        raw = b"".join(s.token.raw for s in steps if not s.token.special)
         return cls(
             run_id=run_id,
             prompt=prompt,
             generated_ids=tuple(s.token.id for s in steps),
-            output_text=raw.decode("utf-8", errors="replace"),
+            output_text=generated_text([s.token for s in steps]),
             finish_reason=finish or "running",
             ttft_ms=ttft,
             mean_itl_ms=float(np.mean(itl)) if itl else 0.0,

@@ -49,6 +49,7 @@ from llm_lens.core.sessions.format import (
     SessionRun,
     check_limits,
 )
+from llm_lens.core.sessions.routing import unpack as unpack_routing
 from llm_lens.core.sessions.validate import check_manifest, check_session
 
 
@@ -382,7 +383,7 @@ def _run(d: dict[str, Any], arrays: dict[str, np.ndarray], version: int, vocab: 
         prompt=prompt,
         params=dict(d["params"]),
         finish_reason=d["finish_reason"],
-        steps=_steps(d, arrays, version, vocab),
+        steps=unpack_routing(d.get("routing"), arrays, _steps(d, arrays, version, vocab)),
         prefill=prefill,
         prompt_attention=_maps(arrays, maps, version, len(prompt)),
         extras={str(k): _array(arrays, v) for k, v in _mapping(d.get("extras")).items()},

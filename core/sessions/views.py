@@ -84,7 +84,10 @@ def prompt_attention_maps(run: Any) -> np.ndarray | None:
     out = np.zeros((info.num_layers, info.num_heads, t, t), np.float32)  # (layers, heads, T, T)
     for layer in range(info.num_layers):
         for head in range(info.num_heads):
-            out[layer, head] = attention_map(engine, cache, prefill.hidden, layer, head, t).weights
+            amap = attention_map(engine, cache, prefill.hidden, layer, head, t)
+            if amap is None:  # a family whose attention LLM Lens cannot record
+                return None
+            out[layer, head] = amap.weights
     return out
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from llm_lens.core.fileio import PathError, atomic_write
 from llm_lens.core.records import PromptTokens, StepRecord, TokenInfo, frozen
+from llm_lens.core.sessions import routing as routing_arrays
 from llm_lens.core.sessions.compact import (
     encode_weights,
     kept_ids,
@@ -227,6 +228,7 @@ def _plan_run(
         if name.startswith(EXPLAINED):  # attributions: as computed (float32, ids, kinds)
             dtype = array.dtype.name
         extras[name] = pool.add(f"{prefix}/extra_{name}.npy", "other", dtype, array)
+    routing = _plan_routing(prefix, run, pool)
     return {
         "run_id": run.run_id, "label": run.label,
         "parent": list(run.parent) if run.parent is not None else None,
@@ -234,7 +236,19 @@ def _plan_run(
         "finish_reason": run.finish_reason, "steps": [_step_json(s) for s in run.steps],
         "arrays": fields, "prefill": prefill, "prompt_attention": maps,
         "extras": extras, "extras_json": run.extras_json, "generator_state": state,
+        **({"routing": routing} if routing is not None else {}),
     }, members  # fmt: skip
+
+
+def _plan_routing(prefix: str, run: SessionRun, pool: _Pool) -> dict[str, Any] | None:
+    """The run's MoE routing entry (its arrays added to the pool), None for a dense model."""
+    packed = routing_arrays.pack(run.steps)
+    if packed is None:
+        return None
+    entry, arrays = packed
+    for key, dtype in routing_arrays.ARRAYS:
+        entry[key] = pool.add(f"{prefix}/routing_{key}.npy", "other", dtype, arrays[key])
+    return entry
 
 
 def _plan(session: Session, vectors: bool = False) -> tuple[bytes, list[_Member]]:
