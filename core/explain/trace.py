@@ -1,15 +1,25 @@
 """One instrumented forward (and backward) pass over a step's context, for "why this token?".
 
 The step loop records only the last position; explaining a token needs every position's
-residual stream, every head's attention weights and values and the input to each attention
-block's output projection. They come from a fresh pass over the context the step had read, with
-hooks on the model's own modules (no family's maths is re-derived), and a backward pass from the
-chosen token's log-probability to the input embeddings gives gradient × input.
+residual stream and what each attention block added, and, at the last position, the input to
+each block's output projection. They come from a fresh pass over the context the step had read,
+with hooks on the model's own modules (no family's maths is re-derived), and a backward pass from
+the chosen token's log-probability to the input embeddings gives gradient × input.
+
+Memory stays linear in the context: the pass runs the model's fused attention (SDPA), which never
+holds a T × T matrix, and keeps only each attention block's inputs (a family without SDPA, such
+as Gemma 2, runs eager and holds its weights for the backward pass). The flow graph asks for one
+layer's attention weights at a time (:meth:`ContextTrace.weights`), and they are recomputed then
+by calling that block again with eager attention on the inputs it had.
+
+Post-norm blocks (OLMo 2, Gemma 2/3) normalise the attention output before adding it: what the
+block added is read after its ``post_attention_layernorm``, and the raw output is kept so the
+norm can be held at this step's scale per position.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -19,6 +29,7 @@ from llm_lens.core import kvcache
 from llm_lens.core.anatomy import Anatomy
 
 OUT_PROJECTIONS = ("o_proj", "c_proj", "dense", "out_proj")
+CACHE_KWARGS = ("cache", "past_key_values", "past_key_value", "layer_past")
 
 
 def out_projection(attn: Any) -> Any:
@@ -38,36 +49,109 @@ def out_weight(attn: Any) -> torch.Tensor:
     return weight.t() if type(proj).__name__ == "Conv1D" else weight
 
 
+def post_attention_norm(layer: Any) -> Any | None:
+    """The norm a post-norm block applies to the attention output before adding it, or None.
+
+    Gemma 2/3 and OLMo 2 name it ``post_attention_layernorm`` beside a
+    ``post_feedforward_layernorm``; in a pre-norm block (Llama) the same name is the MLP's input
+    norm, which is why the pair is what marks a post-norm block.
+    """
+    if hasattr(layer, "post_feedforward_layernorm"):
+        return getattr(layer, "post_attention_layernorm", None)
+    return None
+
+
+def norm_diag(norm: Any, x: torch.Tensor) -> torch.Tensor:
+    """(..., hidden) the diagonal an RMS-type ``norm`` multiplies each row of ``x`` by.
+
+    Read from the norm itself on constant rows of the same mean square as ``x``'s (so the
+    module's own weight, offset such as Gemma's ``1 + w``, and epsilon apply)."""
+    dtype = norm.weight.dtype if hasattr(norm, "weight") else x.dtype
+    rms = x.float().pow(2).mean(-1, keepdim=True).sqrt().clamp(min=1e-30)  # (..., 1)
+    probe = rms.expand_as(x).to(dtype)
+    return (norm(probe).float() / probe.float()).detach()
+
+
 @dataclass
 class ContextTrace:
     """What one pass over ``ids`` left behind (torch tensors, worker-side only; float32).
 
     ``pre[l]`` is the residual entering layer l (``pre[L]`` the last layer's output), ``attn[l]``
-    what layer l's attention block added, ``heads_in[l]`` the input of its output projection
-    (the heads' outputs side by side), ``weights[l]`` its attention weights and ``values[l]`` its
-    cached values.
+    what layer l's attention block added to it (after its post-norm, if any), ``raw_attn[l]``
+    the block's output before that norm (None for pre-norm models), ``heads_in[l]`` the input of
+    its output projection at the last position (the heads' outputs side by side) and
+    ``values[l]`` its cached values.
     """
 
     ids: torch.Tensor  # (T,) int64
     pre: torch.Tensor  # (layers + 1, T, hidden)
     attn: torch.Tensor  # (layers, T, hidden)
-    heads_in: torch.Tensor  # (layers, T, heads × head_dim)
-    weights: torch.Tensor  # (layers, heads, T, T)
+    raw_attn: torch.Tensor | None  # (layers, T, hidden), post-norm models only
+    heads_in: torch.Tensor  # (layers, heads × head_dim) at the last position
     values: torch.Tensor  # (layers, kv_heads, T, head_dim)
     logits: torch.Tensor  # (vocab,) the last position's logits
     grad_x_input: torch.Tensor  # (T,) gradient × input summed over the embedding dims
     target: int
+    model: Any = field(default=None, repr=False)
+    calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
+    post_norms: list[Any] = field(default_factory=list)  # per layer, for post-norm models
+    mlp_last: torch.Tensor | None = None  # (layers, hidden) what each MLP added, last position
+
+    def weights(self, layer: int) -> torch.Tensor:
+        """(heads, T, T) float32 attention weights of ``layer``: its block called again, with
+        eager attention, on the inputs it had in the pass (one layer held at a time)."""
+        module, args, kwargs = self.calls[layer]
+        config = self.model.config
+        impl = config._attn_implementation
+        if impl != "eager":
+            self.model.set_attn_implementation("eager")
+        try:
+            with torch.no_grad():
+                out = module(*args, **_eager_kwargs(kwargs, self.ids.shape[0]))
+        finally:
+            if impl != "eager":
+                self.model.set_attn_implementation(impl)
+        weights = out[1] if isinstance(out, tuple) and len(out) > 1 else None
+        if weights is None:
+            raise ValueError("the attention block returned no weights under eager attention")
+        return weights[0].float()  # (heads, T, T)
+
+    def post_diag(self, layer: int, rows: torch.Tensor) -> torch.Tensor | None:
+        """(R, hidden) the post-attention norm's diagonal at ``rows``, held at this pass's
+        scale (None for a pre-norm model)."""
+        if self.raw_attn is None:
+            return None
+        return norm_diag(self.post_norms[layer], self.raw_attn[layer, rows])
+
+
+def _eager_kwargs(kwargs: dict[str, Any], tokens: int) -> dict[str, Any]:
+    """The block's own call, minus its cache, with a mask eager attention understands: SDPA
+    passes None for a purely causal mask and booleans otherwise; eager adds a float mask."""
+    out = {k: (None if k in CACHE_KWARGS else v) for k, v in kwargs.items()}
+    out["use_cache"] = False
+    mask = out.get("attention_mask")
+    dtype = torch.float32
+    low = torch.finfo(dtype).min
+    if mask is None:
+        keep = torch.ones(tokens, tokens, dtype=torch.bool).tril()[None, None]
+        out["attention_mask"] = torch.zeros(keep.shape, dtype=dtype).masked_fill(~keep, low)
+    elif mask.dtype == torch.bool:
+        out["attention_mask"] = torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, low)
+    return out
 
 
 class _Hooks:
-    """Forward hooks on the layers, attention blocks and output projections of one model."""
+    """Forward hooks on the layers, attention blocks, post-attention norms and output
+    projections of one model."""
 
     def __init__(self, anatomy: Anatomy) -> None:
         self.anatomy = anatomy
         self.pre: list[Any] = []
         self.attn: list[Any] = []
-        self.weights: list[Any] = []
+        self.added: list[Any] = []
         self.heads_in: list[Any] = []
+        self.mlp: list[Any] = []
+        self.calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
         self._handles: list[Any] = []
 
     def __enter__(self) -> _Hooks:
@@ -76,9 +160,15 @@ class _Hooks:
         h.append(a.layers[0].register_forward_pre_hook(self._on_first, with_kwargs=True))
         for layer, attn in zip(a.layers, a.attn, strict=True):
             h.append(layer.register_forward_hook(self._on_layer))
+            h.append(attn.register_forward_pre_hook(self._on_attn_in, with_kwargs=True))
             h.append(attn.register_forward_hook(self._on_attn))
-            proj = out_projection(attn)
-            h.append(proj.register_forward_pre_hook(self._on_proj))
+            norm = post_attention_norm(layer)
+            if norm is not None:
+                h.append(norm.register_forward_hook(self._on_post_norm))
+            h.append(out_projection(attn).register_forward_pre_hook(self._on_proj))
+            mlp = getattr(layer, "post_feedforward_layernorm", None) or getattr(layer, "mlp", None)
+            if mlp is not None:
+                h.append(mlp.register_forward_hook(self._on_mlp))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -92,21 +182,31 @@ class _Hooks:
     def _on_layer(self, _m: Any, _i: Any, output: Any) -> None:
         self.pre.append((output[0] if isinstance(output, tuple) else output).detach())
 
+    def _on_attn_in(self, module: Any, args: Any, kwargs: Any) -> None:
+        detach = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        self.calls.append((module, tuple(a.detach() for a in args), detach))
+
     def _on_attn(self, _m: Any, _i: Any, output: Any) -> None:
-        self.attn.append(output[0].detach())
-        weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
-        self.weights.append(None if weights is None else weights.detach())
+        self.attn.append((output[0] if isinstance(output, tuple) else output).detach())
+
+    def _on_post_norm(self, _m: Any, _i: Any, output: Any) -> None:
+        self.added.append(output.detach())
+
+    def _on_mlp(self, _m: Any, _i: Any, output: Any) -> None:
+        out = output[0] if isinstance(output, tuple) else output
+        self.mlp.append(out[:, -1].detach())  # (1, hidden): the last row
 
     def _on_proj(self, _m: Any, args: Any) -> None:
-        self.heads_in.append(args[0].detach())
+        self.heads_in.append(args[0][:, -1].detach())  # (1, heads × head_dim): the last row
 
 
 def trace_context(engine: Any, ids: list[int] | Any, target: int) -> ContextTrace:
     """Run the model over ``ids`` with hooks, then back-propagate log p(``target``) at the last
-    position to the input embeddings. Needs eager attention (the weights); switched on here."""
+    position to the input embeddings (with the model's fused attention: no T × T matrix)."""
     model, anatomy = engine.model, engine.anatomy
-    if model.config._attn_implementation != "eager":
-        model.set_attn_implementation("eager")
+    impl = "sdpa" if getattr(model, "_supports_sdpa", False) else "eager"  # Gemma 2: eager only
+    if model.config._attn_implementation != impl:
+        model.set_attn_implementation(impl)
     # the worker serves analyses in inference mode: leave it, and make every tensor in here
     with torch.inference_mode(False), torch.enable_grad():
         ids_t = torch.tensor(np.asarray(ids), dtype=torch.long, device=engine.device)[None]
@@ -114,28 +214,60 @@ def trace_context(engine: Any, ids: list[int] | Any, target: int) -> ContextTrac
         with _Hooks(anatomy) as hooks:
             cache = engine.new_cache()
             out = model(
-                inputs_embeds=embeds,
-                use_cache=True,
-                output_attentions=True,
-                logits_to_keep=1,
-                **{engine.cache_kw: cache},
+                inputs_embeds=embeds, use_cache=True, logits_to_keep=1, **{engine.cache_kw: cache}
             )
         logits = out.logits[0, -1].float()  # (vocab,)
         logp = torch.log_softmax(logits, dim=-1)[target]
         # autograd.grad to the embeddings only: no weight gradient is ever computed
         (grad,) = torch.autograd.grad(logp, embeds)
         gxi = (grad * embeds).sum(dim=-1)[0].detach().float()  # (T,)
-    if any(w is None for w in hooks.weights):
-        raise ValueError("the model returned no attention weights (eager attention is needed)")
     values = [v[0].detach() for _k, v in kvcache.cache_tensors(cache)]  # (kv_heads, T, hd)
+    raw = torch.stack([a[0] for a in hooks.attn]).float()  # (L, T, hidden)
     return ContextTrace(
         ids=ids_t[0],
         pre=torch.stack([p[0] for p in hooks.pre]).float(),
-        attn=torch.stack([a[0] for a in hooks.attn]).float(),
+        attn=torch.stack([a[0] for a in hooks.added]).float() if hooks.added else raw,
+        raw_attn=raw if hooks.added else None,
         heads_in=torch.stack([x[0] for x in hooks.heads_in]).float(),
-        weights=torch.stack([w[0] for w in hooks.weights]).float(),
         values=torch.stack(values).float(),
         logits=logits.detach(),
         grad_x_input=gxi,
         target=target,
+        model=model,
+        calls=hooks.calls,
+        post_norms=[post_attention_norm(layer) for layer in anatomy.layers],
+        mlp_last=_stack_last(hooks.mlp, len(anatomy.layers)),
     )
+
+
+def _stack_last(rows: list[Any], layers: int) -> torch.Tensor | None:
+    """(layers, hidden) float32 when every layer reported one row, else None."""
+    return torch.stack([r[0] for r in rows]).float() if len(rows) == layers else None
+
+
+def check_additive(engine: Any, trace: ContextTrace, tol: float = 1e-3) -> None:
+    """Refuse, in one line, a model whose layers do not add their attention and MLP outputs to
+    the residual stream as they are, or whose attention output is not its heads through the
+    output projection: the logit would not split exactly over those pieces."""
+    name = type(engine.model).__name__
+    pre = trace.pre[:, -1]  # (L + 1, hidden)
+    step = pre[1:] - pre[:-1]  # (L, hidden)
+    scale = step.abs().amax(-1).clamp(min=1e-12)  # (L,)
+    if trace.mlp_last is not None:
+        err = (step - trace.attn[:, -1] - trace.mlp_last).abs().amax(-1) / scale
+        if bool((err > tol).any()):
+            layer = int(err.argmax())
+            raise ValueError(
+                f"{name}: layer {layer} does not add its attention and MLP outputs to the "
+                "residual stream as they are, so the logit does not split exactly over them"
+            )
+    raw = (trace.raw_attn if trace.raw_attn is not None else trace.attn)[:, -1]
+    with torch.no_grad():
+        for layer, block in enumerate(engine.anatomy.attn):
+            proj = out_projection(block)
+            got = proj(trace.heads_in[layer].to(proj.weight.dtype)).float()  # (hidden,)
+            if float((got - raw[layer]).abs().max()) > tol * max(float(scale[layer]), 1e-6):
+                raise ValueError(
+                    f"{name}: layer {layer}'s attention output is not its heads through the "
+                    "output projection, so the logit does not split exactly over the heads"
+                )
