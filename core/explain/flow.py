@@ -20,8 +20,8 @@ from llm_lens.core.explain.trace import ContextTrace, out_projection, out_weight
 from llm_lens.core.records import frozen
 
 KINDS = ("attn", "residual", "mlp")
-PART_BUDGET = 1 << 23  # floats in one (rows, T, hidden) block of parts (32 MB): rows are
-# taken this many at a time, so the graph's memory does not grow with rows × T × hidden
+PART_BUDGET = 1 << 20  # floats in one (rows, T, hidden) block of parts (4 MB, cache-sized):
+# rows are taken this many at a time, so the graph's memory does not grow with rows × T × hidden
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def flow_graph(
     edges = _Edges(info.num_heads)
     active = {tokens - 1}
     rows = row_chunk(tokens, trace.pre.shape[-1], budget)
-    with torch.no_grad():
+    with torch.no_grad(), trace.eager():
         for layer in reversed(range(layers)):
             mids = _mlp_half(trace, layer, sorted(active), floor, edges)
             active = _attn_half(engine, trace, layer, mids, floor, edges, rows)
@@ -186,9 +186,10 @@ def _attn_half(
     for start in range(0, len(ordered), chunk_rows):
         chunk = ordered[start : start + chunk_rows]
         idx = torch.tensor(chunk)
-        a = weights[:, idx]  # (H, R, T)
+        span = chunk[-1] + 1  # causal: no row of the block reads past its last one
+        a = weights[:, idx, :span]  # (H, R, S)
         diag = trace.post_diag(layer, idx)  # (R, hidden): a post-norm held at its scale
-        z = torch.einsum("hrt,htd->rtd", a, u)  # (R, T, hidden)
+        z = torch.einsum("hrt,htd->rtd", a, u[:, :span])  # (R, S, hidden)
         if diag is not None:
             z *= diag[:, None]
         mid = trace.pre[layer, idx] + trace.attn[layer, idx]  # (R, hidden)
@@ -197,9 +198,9 @@ def _attn_half(
         if bias is not None:
             b = bias.float().expand(len(chunk), -1)  # (R, hidden)
             prox.append(proximity((b if diag is None else b * diag)[:, None], mid))
-        p = torch.cat(prox, dim=1)  # (R, 1 + T (+ 1))
+        p = torch.cat(prox, dim=1)  # (R, 1 + S (+ 1))
         imp = (p / p.sum(-1, keepdim=True).clamp(min=1e-12)).cpu().numpy()
-        shares = _head_shares(a, u, diag).cpu().numpy()  # (H, R, T)
+        shares = _head_shares(a, u[:, :span], diag).cpu().numpy()  # (H, R, S)
         for r, i in enumerate(chunk):
             if imp[r, 0] >= floor:
                 out.add(1, (2 * layer, i), (2 * layer + 1, i), float(imp[r, 0]))

@@ -6,9 +6,10 @@ each block's output projection. They come from a fresh pass over the context the
 with hooks on the model's own modules (no family's maths is re-derived), and a backward pass from
 the chosen token's log-probability to the input embeddings gives gradient × input.
 
-Memory stays linear in the context: the pass runs the model's fused attention (SDPA), which never
-holds a T × T matrix, and keeps only each attention block's inputs (a family without SDPA, such
-as Gemma 2, runs eager and holds its weights for the backward pass). The flow graph asks for one
+A short context keeps every layer's attention weights from the pass (eager attention, cheap at a
+hundred tokens). A long one keeps memory linear in the context: the pass runs the model's fused
+attention (SDPA), which never holds a T × T matrix, and keeps only each attention block's inputs
+(a family without SDPA, such as Gemma 2, runs eager and holds its weights for the backward pass). The flow graph asks for one
 layer's attention weights at a time (:meth:`ContextTrace.weights`), and they are recomputed then
 by calling that block again with eager attention on the inputs it had.
 
@@ -19,6 +20,8 @@ norm can be held at this step's scale per position.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +33,8 @@ from llm_lens.core.anatomy import Anatomy
 
 OUT_PROJECTIONS = ("o_proj", "c_proj", "dense", "out_proj")
 CACHE_KWARGS = ("cache", "past_key_values", "past_key_value", "layer_past")
+WEIGHT_BUDGET = 1 << 24  # floats (64 MB): every layer's weights are kept from the pass below
+# this (a short context), else recomputed one layer at a time (memory linear in the context)
 
 
 def out_projection(attn: Any) -> Any:
@@ -94,27 +99,35 @@ class ContextTrace:
     target: int
     model: Any = field(default=None, repr=False)
     calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
+    kept_weights: torch.Tensor | None = None  # (layers, heads, T, T) from a short pass
     post_norms: list[Any] = field(default_factory=list)  # per layer, for post-norm models
     mlp_last: torch.Tensor | None = None  # (layers, hidden) what each MLP added, last position
 
     def weights(self, layer: int) -> torch.Tensor:
         """(heads, T, T) float32 attention weights of ``layer``: its block called again, with
         eager attention, on the inputs it had in the pass (one layer held at a time)."""
+        if self.kept_weights is not None:
+            return self.kept_weights[layer]
         module, args, kwargs = self.calls[layer]
-        config = self.model.config
-        impl = config._attn_implementation
-        if impl != "eager":
-            self.model.set_attn_implementation("eager")
-        try:
-            with torch.no_grad():
-                out = module(*args, **_eager_kwargs(kwargs, self.ids.shape[0]))
-        finally:
-            if impl != "eager":
-                self.model.set_attn_implementation(impl)
+        with self.eager(), torch.no_grad():
+            out = module(*args, **_eager_kwargs(kwargs, self.ids.shape[0]))
         weights = out[1] if isinstance(out, tuple) and len(out) > 1 else None
         if weights is None:
             raise ValueError("the attention block returned no weights under eager attention")
         return weights[0].float()  # (heads, T, T)
+
+    @contextmanager
+    def eager(self) -> Iterator[None]:
+        """Eager attention for the blocks called inside (once for a whole walk over layers)."""
+        impl = self.model.config._attn_implementation
+        if impl == "eager" or self.kept_weights is not None:
+            yield
+            return
+        self.model.set_attn_implementation("eager")
+        try:
+            yield
+        finally:
+            self.model.set_attn_implementation(impl)
 
     def post_diag(self, layer: int, rows: torch.Tensor) -> torch.Tensor | None:
         """(R, hidden) the post-attention norm's diagonal at ``rows``, held at this pass's
@@ -144,8 +157,10 @@ class _Hooks:
     """Forward hooks on the layers, attention blocks, post-attention norms and output
     projections of one model."""
 
-    def __init__(self, anatomy: Anatomy) -> None:
+    def __init__(self, anatomy: Anatomy, keep_weights: bool) -> None:
         self.anatomy = anatomy
+        self.keep_weights = keep_weights
+        self.weights: list[Any] = []
         self.pre: list[Any] = []
         self.attn: list[Any] = []
         self.added: list[Any] = []
@@ -188,6 +203,9 @@ class _Hooks:
 
     def _on_attn(self, _m: Any, _i: Any, output: Any) -> None:
         self.attn.append((output[0] if isinstance(output, tuple) else output).detach())
+        weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+        if self.keep_weights and weights is not None:
+            self.weights.append(weights[0].detach())
 
     def _on_post_norm(self, _m: Any, _i: Any, output: Any) -> None:
         self.added.append(output.detach())
@@ -200,21 +218,31 @@ class _Hooks:
         self.heads_in.append(args[0][:, -1].detach())  # (1, heads × head_dim): the last row
 
 
-def trace_context(engine: Any, ids: list[int] | Any, target: int) -> ContextTrace:
+def trace_context(
+    engine: Any, ids: list[int] | Any, target: int, weight_budget: int = WEIGHT_BUDGET
+) -> ContextTrace:
     """Run the model over ``ids`` with hooks, then back-propagate log p(``target``) at the last
-    position to the input embeddings (with the model's fused attention: no T × T matrix)."""
-    model, anatomy = engine.model, engine.anatomy
-    impl = "sdpa" if getattr(model, "_supports_sdpa", False) else "eager"  # Gemma 2: eager only
+    position to the input embeddings. Attention weights are kept when every layer's fit in
+    ``weight_budget`` floats; otherwise the pass holds no T × T matrix (fused attention)."""
+    model, anatomy, info = engine.model, engine.anatomy, engine.info
+    tokens = len(ids)
+    keep = info.num_layers * info.num_heads * tokens * tokens <= weight_budget
+    fused = getattr(model, "_supports_sdpa", False) and not keep  # Gemma 2: eager only
+    impl = "sdpa" if fused else "eager"
     if model.config._attn_implementation != impl:
         model.set_attn_implementation(impl)
     # the worker serves analyses in inference mode: leave it, and make every tensor in here
     with torch.inference_mode(False), torch.enable_grad():
         ids_t = torch.tensor(np.asarray(ids), dtype=torch.long, device=engine.device)[None]
         embeds = anatomy.embed(ids_t).detach().requires_grad_(True)  # (1, T, hidden)
-        with _Hooks(anatomy) as hooks:
+        with _Hooks(anatomy, keep) as hooks:
             cache = engine.new_cache()
             out = model(
-                inputs_embeds=embeds, use_cache=True, logits_to_keep=1, **{engine.cache_kw: cache}
+                inputs_embeds=embeds,
+                use_cache=True,
+                logits_to_keep=1,
+                output_attentions=keep,
+                **{engine.cache_kw: cache},
             )
         logits = out.logits[0, -1].float()  # (vocab,)
         logp = torch.log_softmax(logits, dim=-1)[target]
@@ -235,9 +263,15 @@ def trace_context(engine: Any, ids: list[int] | Any, target: int) -> ContextTrac
         target=target,
         model=model,
         calls=hooks.calls,
+        kept_weights=_stack_all(hooks.weights, len(anatomy.layers)),
         post_norms=[post_attention_norm(layer) for layer in anatomy.layers],
         mlp_last=_stack_last(hooks.mlp, len(anatomy.layers)),
     )
+
+
+def _stack_all(weights: list[Any], layers: int) -> torch.Tensor | None:
+    """(layers, heads, T, T) float32 when every layer returned its weights, else None."""
+    return torch.stack(weights).float() if len(weights) == layers else None
 
 
 def _stack_last(rows: list[Any], layers: int) -> torch.Tensor | None:
