@@ -111,7 +111,7 @@ def main(context: int = 100, repeats: int = 5) -> None:
           f"graph {med['graph'][1] / ref[1]:.2f}×; {load()}")  # fmt: skip
 
 
-def memory(context: int) -> None:
+def memory(context: int, graph: bool = True) -> None:
     """Peak resident memory added by the pass, then by the graph, at ``context`` tokens."""
     configure_threads()
     engine = Engine(load_model())
@@ -119,11 +119,13 @@ def memory(context: int) -> None:
     base = peak_mb()
     trace, wall, cpu = timed(lambda: trace_context(engine, step.context_ids, step.token.id))
     after_pass = peak_mb()
-    _, gwall, gcpu = timed(lambda: flow_graph(engine, trace))
     print(f"context {step.position + 1}: pass +{after_pass - base:.0f} MB peak "
-          f"({wall / 1e3:.1f} s wall, {cpu / 1e3:.1f} s CPU), graph +{peak_mb() - after_pass:.0f}"
-          f" MB more ({gwall / 1e3:.1f} s wall, {gcpu / 1e3:.1f} s CPU); weights kept: "
-          f"{trace.kept_weights is not None}; {load()}")  # fmt: skip
+          f"({wall / 1e3:.1f} s wall, {cpu / 1e3:.1f} s CPU); weights kept: "
+          f"{trace.kept_weights is not None}; {load()}", flush=True)  # fmt: skip
+    if graph:
+        _, gwall, gcpu = timed(lambda: flow_graph(engine, trace))
+        print(f"  graph +{peak_mb() - after_pass:.0f} MB more ({gwall / 1e3:.1f} s wall, "
+              f"{gcpu / 1e3:.1f} s CPU); {load()}")  # fmt: skip
 
 
 def peak_mb() -> float:
@@ -146,12 +148,14 @@ if __name__ == "__main__":
     p.add_argument("--context", type=int, default=100)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--memory", type=int, nargs="*", help="contexts to measure peak memory at")
+    p.add_argument("--no-graph", action="store_true", help="--memory: the pass only")
     p.add_argument("--one-memory", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one_memory:
-        memory(args.one_memory)
+        memory(args.one_memory, not args.no_graph)
     elif args.memory:
         for n in args.memory:  # a fresh process each: the peak is per process
-            subprocess.run([sys.executable, __file__, "--one-memory", str(n)], check=True)
+            more = ["--no-graph"] if args.no_graph else []
+            subprocess.run([sys.executable, __file__, "--one-memory", str(n), *more], check=True)
     else:
         main(args.context, args.repeats)

@@ -75,7 +75,8 @@ def norm_diag(norm: Any, x: torch.Tensor) -> torch.Tensor:
     dtype = norm.weight.dtype if hasattr(norm, "weight") else x.dtype
     rms = x.float().pow(2).mean(-1, keepdim=True).sqrt().clamp(min=1e-30)  # (..., 1)
     probe = rms.expand_as(x).to(dtype)
-    return (norm(probe).float() / probe.float()).detach()
+    diag: torch.Tensor = norm(probe).float() / probe.float()
+    return diag.detach()
 
 
 @dataclass
@@ -112,7 +113,7 @@ class ContextTrace:
         module, args, kwargs = self.calls[layer]
         with self.eager(), torch.no_grad():
             out = module(*args, **_eager_kwargs(kwargs, self.ids.shape[0]))
-        weights = out[1] if isinstance(out, tuple) and len(out) > 1 else None
+        weights: torch.Tensor | None = out[1] if isinstance(out, tuple) and len(out) > 1 else None
         if weights is None:
             raise ValueError("the attention block returned no weights under eager attention")
         return weights[0].float()  # (heads, T, T)
