@@ -165,7 +165,7 @@ def _per_head_out(engine: Any, trace: ContextTrace, layer: int) -> torch.Tensor:
     attn, info = engine.anatomy.attn[layer], engine.info
     w_o = out_weight(attn).float().view(-1, info.num_heads, info.head_dim)  # (hidden, H, hd)
     groups = info.num_heads // info.num_kv_heads
-    v = trace.values[layer].repeat_interleave(groups, dim=0)  # (H, T, hd)
+    v = trace.layer_values(layer).repeat_interleave(groups, dim=0)  # (H, T, hd)
     return torch.einsum("htk,dhk->htd", v, w_o)
 
 
@@ -178,8 +178,8 @@ def _attn_half(
     out: _Edges,
     chunk_rows: int,
 ) -> set[int]:
+    weights = trace.weights(layer)  # (H, T, T), this layer's only (recomputed first)
     u = _per_head_out(engine, trace, layer)  # (H, T, hidden)
-    weights = trace.weights(layer)  # (H, T, T), this layer's only
     bias = getattr(out_projection(engine.anatomy.attn[layer]), "bias", None)
     reached: set[int] = set()
     ordered = sorted(rows)

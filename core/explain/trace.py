@@ -28,12 +28,15 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from llm_lens.core import kvcache
 from llm_lens.core.anatomy import Anatomy
 
 OUT_PROJECTIONS = ("o_proj", "c_proj", "dense", "out_proj")
 CACHE_KWARGS = ("cache", "past_key_values", "past_key_value", "layer_past")
+CHECKPOINT_TOKENS = 512  # longer contexts recompute each layer in the backward pass instead of
+# keeping its activations (autograd's saved tensors grow ~1 MB a token on the bundled model)
 WEIGHT_BUDGET = 1 << 24  # floats (64 MB): every layer's weights are kept from the pass below
 # this (a short context), else recomputed one layer at a time (memory linear in the context)
 
@@ -95,13 +98,15 @@ class ContextTrace:
     attn: torch.Tensor  # (layers, T, hidden)
     raw_attn: torch.Tensor | None  # (layers, T, hidden), post-norm models only
     heads_in: torch.Tensor  # (layers, heads × head_dim) at the last position
-    values: torch.Tensor  # (layers, kv_heads, T, head_dim)
+    values: torch.Tensor | None  # (layers, kv_heads, T, head_dim); None: see layer_values
     logits: torch.Tensor  # (vocab,) the last position's logits
     grad_x_input: torch.Tensor  # (T,) gradient × input summed over the embedding dims
     target: int
     model: Any = field(default=None, repr=False)
     calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
     kept_weights: torch.Tensor | None = None  # (layers, heads, T, T) from a short pass
+    new_cache: Any = field(default=None, repr=False)  # the engine's, for recomputed values
+    recalled: tuple[int, torch.Tensor] | None = None  # (layer, values) of the last recompute
     post_norms: list[Any] = field(default_factory=list)  # per layer, for post-norm models
     mlp_last: torch.Tensor | None = None  # (layers, hidden) what each MLP added, last position
 
@@ -111,12 +116,25 @@ class ContextTrace:
         if self.kept_weights is not None:
             return self.kept_weights[layer]
         module, args, kwargs = self.calls[layer]
+        cache = self.new_cache() if self.values is None else None
         with self.eager(), torch.no_grad():
-            out = module(*args, **_eager_kwargs(kwargs, self.ids.shape[0]))
+            out = module(*args, **_eager_kwargs(kwargs, self.ids.shape[0], cache))
         weights: torch.Tensor | None = out[1] if isinstance(out, tuple) and len(out) > 1 else None
         if weights is None:
             raise ValueError("the attention block returned no weights under eager attention")
+        if cache is not None:
+            self.recalled = (layer, _values(cache, getattr(module, "layer_idx", layer)))
         return weights[0].float()  # (heads, T, T)
+
+    def layer_values(self, layer: int) -> torch.Tensor:
+        """(kv_heads, T, head_dim) ``layer``'s values: from the pass's cache, or (a
+        checkpointed pass) from the call that last recomputed that layer's weights."""
+        if self.values is not None:
+            return self.values[layer]
+        if self.recalled is None or self.recalled[0] != layer:
+            self.weights(layer)
+        assert self.recalled is not None
+        return self.recalled[1]
 
     @contextmanager
     def eager(self) -> Iterator[None]:
@@ -139,10 +157,13 @@ class ContextTrace:
         return norm_diag(self.post_norms[layer], self.raw_attn[layer, rows])
 
 
-def _eager_kwargs(kwargs: dict[str, Any], tokens: int) -> dict[str, Any]:
-    """The block's own call, minus its cache, with a mask eager attention understands: SDPA
-    passes None for a purely causal mask and booleans otherwise; eager adds a float mask."""
-    out = {k: (None if k in CACHE_KWARGS else v) for k, v in kwargs.items()}
+def _eager_kwargs(kwargs: dict[str, Any], tokens: int, cache: Any = None) -> dict[str, Any]:
+    """The block's own call, with a fresh ``cache`` (or none) for the pass's, and a mask eager
+    attention understands: SDPA passes None for a purely causal mask and booleans otherwise;
+    eager adds a float mask."""
+    out = {k: (cache if k in CACHE_KWARGS else v) for k, v in kwargs.items()}
+    if cache is not None and not any(k in out for k in CACHE_KWARGS):
+        out["cache"] = cache
     out["use_cache"] = False
     mask = out.get("attention_mask")
     dtype = torch.float32
@@ -221,14 +242,21 @@ class _Hooks:
 
 
 def trace_context(
-    engine: Any, ids: list[int] | Any, target: int, weight_budget: int = WEIGHT_BUDGET
+    engine: Any,
+    ids: list[int] | Any,
+    target: int,
+    weight_budget: int = WEIGHT_BUDGET,
+    checkpoint_tokens: int = CHECKPOINT_TOKENS,
 ) -> ContextTrace:
     """Run the model over ``ids`` with hooks, then back-propagate log p(``target``) at the last
     position to the input embeddings. Attention weights are kept when every layer's fit in
-    ``weight_budget`` floats; otherwise the pass holds no T × T matrix (fused attention)."""
+    ``weight_budget`` floats; otherwise the pass holds no T × T matrix (fused attention). Past
+    ``checkpoint_tokens`` each layer keeps only its input for the backward pass and runs again
+    there (one more forward's work; memory: one layer's activations, not every layer's)."""
     model, anatomy, info = engine.model, engine.anatomy, engine.info
     tokens = len(ids)
     keep = info.num_layers * info.num_heads * tokens * tokens <= weight_budget
+    again = tokens > checkpoint_tokens
     fused = getattr(model, "_supports_sdpa", False) and not keep  # Gemma 2: eager only
     impl = "sdpa" if fused else "eager"
     if model.config._attn_implementation != impl:
@@ -237,7 +265,7 @@ def trace_context(
     with torch.inference_mode(False), torch.enable_grad(), _frozen(model):
         ids_t = torch.tensor(np.asarray(ids), dtype=torch.long, device=engine.device)[None]
         embeds = anatomy.embed(ids_t).detach().requires_grad_(True)  # (1, T, hidden)
-        with _Hooks(anatomy, keep) as hooks:
+        with _Hooks(anatomy, keep) as hooks, _checkpointed(anatomy.layers, again):
             cache = engine.new_cache()
             out = model(
                 inputs_embeds=embeds,
@@ -250,7 +278,8 @@ def trace_context(
         logp = torch.log_softmax(logits, dim=-1)[target]
         (grad,) = torch.autograd.grad(logp, embeds)
         gxi = (grad * embeds).sum(dim=-1)[0].detach().float()  # (T,)
-    values = [v[0].detach() for _k, v in kvcache.cache_tensors(cache)]  # (kv_heads, T, hd)
+    # a checkpointed pass ran its layers without the cache: values come with each layer's call
+    values = None if again else _values(cache)
     raw = torch.stack([a[0] for a in hooks.attn]).float()  # (L, T, hidden)
     return ContextTrace(
         ids=ids_t[0],
@@ -258,16 +287,50 @@ def trace_context(
         attn=torch.stack([a[0] for a in hooks.added]).float() if hooks.added else raw,
         raw_attn=raw if hooks.added else None,
         heads_in=torch.stack([x[0] for x in hooks.heads_in]).float(),
-        values=torch.stack(values).float(),
+        values=values,
         logits=logits.detach(),
         grad_x_input=gxi,
         target=target,
         model=model,
+        new_cache=engine.new_cache,
         calls=hooks.calls,
         kept_weights=_stack_all(hooks.weights, len(anatomy.layers)),
         post_norms=[post_attention_norm(layer) for layer in anatomy.layers],
         mlp_last=_stack_last(hooks.mlp, len(anatomy.layers)),
     )
+
+
+def _values(cache: Any, layer: int | None = None) -> torch.Tensor:
+    """(layers, kv_heads, T, head_dim), or one layer's (kv_heads, T, head_dim), float32."""
+    pairs = kvcache.cache_tensors(cache)
+    if layer is not None:
+        return pairs[layer][1][0].detach().float()
+    return torch.stack([v[0].detach() for _k, v in pairs]).float()
+
+
+@contextmanager
+def _checkpointed(layers: list[Any], on: bool) -> Iterator[None]:
+    """Each decoder layer under ``torch.utils.checkpoint`` (non-reentrant), without the cache:
+    the backward pass runs the layer again rather than keeping its activations. The hooks sit
+    on ``__call__`` or on submodules and are removed before the backward, so they fire once."""
+    if not on:
+        yield
+        return
+    for layer in layers:
+        forward = layer.forward
+
+        def again(*args: Any, _forward: Any = forward, **kwargs: Any) -> Any:
+            kwargs = {k: (None if k in CACHE_KWARGS else v) for k, v in kwargs.items()}
+            if "use_cache" in kwargs:
+                kwargs["use_cache"] = False
+            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+        layer.forward = again
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward  # the class's own forward again
 
 
 @contextmanager

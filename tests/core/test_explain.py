@@ -144,20 +144,41 @@ def test_per_source_parts_rebuild_the_attention_output(tiny_engine, tiny_run):
     assert kept and not any(v.shape[-2:] == (t, t) for v in kept)
 
 
-def test_the_graph_in_small_blocks_equals_the_graph_in_one(tiny_engine, tiny_run):
-    """The memory bounds (weights recomputed a layer at a time by a fused-attention pass, rows
-    of parts taken a few at a time) change no edge."""
+def test_the_graph_in_small_blocks_equals_the_graph_in_one(tiny_engine, tiny_run, monkeypatch):
+    """The memory bounds (weights recomputed a layer at a time after a fused-attention pass,
+    layers run again in the backward pass, rows of parts taken a few at a time) change no
+    number."""
     from llm_lens.core.explain.flow import flow_graph, row_chunk
 
     step = tiny_run.steps[3]
     trace = trace_context(tiny_engine, step.context_ids, step.token.id)
     bounded = trace_context(tiny_engine, step.context_ids, step.token.id, weight_budget=0)
+    # each layer run again in the backward pass, without the cache (values recomputed)
+    import llm_lens.core.explain.trace as trace_module
+
+    wrapped = []
+    real = trace_module.checkpoint
+    monkeypatch.setattr(trace_module, "checkpoint", lambda *a, **k: (wrapped.append(1),
+                                                                     real(*a, **k))[1])  # fmt: skip
+    again = trace_context(tiny_engine, step.context_ids, step.token.id, 0, checkpoint_tokens=1)
+    assert len(wrapped) == 2  # both layers, once each in the forward
+    assert all("forward" not in vars(layer) for layer in tiny_engine.anatomy.layers)
+    assert again.values is None and again.kept_weights is None
+    torch.testing.assert_close(again.grad_x_input, trace.grad_x_input, rtol=1e-4, atol=1e-6)
+    for name in ("pre", "attn", "heads_in"):
+        torch.testing.assert_close(getattr(again, name), getattr(trace, name), rtol=1e-4,
+                                   atol=1e-5)  # fmt: skip
+    for layer in range(2):
+        torch.testing.assert_close(again.layer_values(layer), trace.values[layer])
+    lg = logit_attribution(tiny_engine, again)
+    np.testing.assert_allclose(lg.heads, logit_attribution(tiny_engine, trace).heads, atol=1e-5)
     tokens, hidden = trace.pre.shape[1:]
     assert row_chunk(tokens, hidden, budget=10**9) >= tokens
     assert row_chunk(tokens, hidden, budget=2 * tokens * hidden) == 2
     whole = flow_graph(tiny_engine, trace, 0.0, budget=10**9)
     assert len(whole.weight) > 20
-    for t, budget in ((trace, 2 * tokens * hidden), (trace, 1), (bounded, 1), (bounded, 10**9)):
+    cases = [(trace, 2 * tokens * hidden), (trace, 1), (bounded, 1), (bounded, 10**9), (again, 1)]
+    for t, budget in cases:
         part = flow_graph(tiny_engine, t, 0.0, budget=budget)
         for name in ("kind", "src_level", "src_pos", "dst_level", "dst_pos"):
             np.testing.assert_array_equal(getattr(part, name), getattr(whole, name))
