@@ -8,9 +8,10 @@ runs on one torch thread here, so CPU time is what the work costs, whatever else
 machine runs; wall time is what a user waits). Each figure is printed beside the load average.
 Targets: attribution (pass + split) < 2 s, graph < 5 s.
 
-``--memory 1024 4096``: the peak memory (tracemalloc does not see torch's allocator, so the
-process's peak resident set, read from /proc, against the same before the call) of the pass and
-of the graph, each context in its own process.
+``--memory 1024 4096``: the peak memory of the pass and of the graph, each context in its own
+process (tracemalloc does not see torch's allocator: the process's peak resident set, VmHWM, is
+reset through /proc/self/clear_refs before each stage and read after it, against the resident
+set at its start).
 """
 
 from __future__ import annotations
@@ -116,23 +117,30 @@ def memory(context: int, graph: bool = True) -> None:
     configure_threads()
     engine = Engine(load_model())
     step = step_of(engine, context)
-    base = peak_mb()
+    base = reset_peak()
     trace, wall, cpu = timed(lambda: trace_context(engine, step.context_ids, step.token.id))
-    after_pass = peak_mb()
-    print(f"context {step.position + 1}: pass +{after_pass - base:.0f} MB peak "
+    print(f"context {step.position + 1}: pass +{peak_mb() - base:.0f} MB peak "
           f"({wall / 1e3:.1f} s wall, {cpu / 1e3:.1f} s CPU); weights kept: "
           f"{trace.kept_weights is not None}; {load()}", flush=True)  # fmt: skip
     if graph:
+        base = reset_peak()
         _, gwall, gcpu = timed(lambda: flow_graph(engine, trace))
-        print(f"  graph +{peak_mb() - after_pass:.0f} MB more ({gwall / 1e3:.1f} s wall, "
+        print(f"  graph +{peak_mb() - base:.0f} MB more ({gwall / 1e3:.1f} s wall, "
               f"{gcpu / 1e3:.1f} s CPU); {load()}")  # fmt: skip
 
 
-def peak_mb() -> float:
-    """The process's peak resident set so far (VmHWM), in MB."""
+def peak_mb(field: str = "VmHWM") -> float:
+    """The process's peak resident set since the last reset (VmHWM), in MB."""
     with open("/proc/self/status") as f:
-        line = next(x for x in f if x.startswith("VmHWM"))
+        line = next(x for x in f if x.startswith(field))
     return int(line.split()[1]) / 1024
+
+
+def reset_peak() -> float:
+    """Reset the peak to the resident set now (Linux), and return that (MB)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return peak_mb("VmRSS")
 
 
 def plain_forward(engine: Engine, ids: object) -> tuple[float, float]:

@@ -207,7 +207,7 @@ def _attn_half(
                 reached.add(i)
             for j in np.flatnonzero(imp[r, 1 : i + 2] >= floor).tolist():  # j ≤ i
                 out.add(0, (2 * layer, j), (2 * layer + 1, i), float(imp[r, 1 + j]))
-                out.shares[-1] = shares[:, r, j]
+                out.shares[-1] = shares[:, r, j].copy()  # not a view: the block goes
                 reached.add(j)
     return reached
 

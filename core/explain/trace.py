@@ -304,7 +304,8 @@ def _values(cache: Any, layer: int | None = None) -> torch.Tensor:
     """(layers, kv_heads, T, head_dim), or one layer's (kv_heads, T, head_dim), float32."""
     pairs = kvcache.cache_tensors(cache)
     if layer is not None:
-        return pairs[layer][1][0].detach().float()
+        one: torch.Tensor = pairs[layer][1][0]
+        return one.detach().float()
     return torch.stack([v[0].detach() for _k, v in pairs]).float()
 
 
