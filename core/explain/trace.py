@@ -176,6 +176,26 @@ def _eager_kwargs(kwargs: dict[str, Any], tokens: int, cache: Any = None) -> dic
     return out
 
 
+class _Rows:
+    """(n, T, hidden) float32, filled one layer at a time by copy: a hook's copy keeps no
+    activation alive, and no stacking doubles the memory at the end."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.count = n, 0
+        self.data: torch.Tensor | None = None
+
+    def put(self, x: torch.Tensor) -> None:
+        if self.data is None:
+            self.data = torch.empty((self.n, *x.shape[1:]), dtype=torch.float32, device=x.device)
+        self.data[self.count].copy_(x[0].detach())
+        self.count += 1
+
+    def done(self) -> torch.Tensor:
+        if self.data is None or self.count != self.n:
+            raise ValueError(f"the pass reported {self.count} of {self.n} layers' states")
+        return self.data
+
+
 class _Hooks:
     """Forward hooks on the layers, attention blocks, post-attention norms and output
     projections of one model."""
@@ -184,9 +204,9 @@ class _Hooks:
         self.anatomy = anatomy
         self.keep_weights = keep_weights
         self.weights: list[Any] = []
-        self.pre: list[Any] = []
-        self.attn: list[Any] = []
-        self.added: list[Any] = []
+        self.pre = _Rows(len(anatomy.layers) + 1)
+        self.attn = _Rows(len(anatomy.layers))
+        self.added = _Rows(len(anatomy.layers))
         self.heads_in: list[Any] = []
         self.mlp: list[Any] = []
         self.calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
@@ -215,23 +235,23 @@ class _Hooks:
         self._handles.clear()
 
     def _on_first(self, _m: Any, args: Any, kwargs: Any) -> None:
-        self.pre.append((args[0] if args else kwargs["hidden_states"]).detach())
+        self.pre.put(args[0] if args else kwargs["hidden_states"])
 
     def _on_layer(self, _m: Any, _i: Any, output: Any) -> None:
-        self.pre.append((output[0] if isinstance(output, tuple) else output).detach())
+        self.pre.put(output[0] if isinstance(output, tuple) else output)
 
     def _on_attn_in(self, module: Any, args: Any, kwargs: Any) -> None:
         detach = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
         self.calls.append((module, tuple(a.detach() for a in args), detach))
 
     def _on_attn(self, _m: Any, _i: Any, output: Any) -> None:
-        self.attn.append((output[0] if isinstance(output, tuple) else output).detach())
+        self.attn.put(output[0] if isinstance(output, tuple) else output)
         weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
         if self.keep_weights and weights is not None:
             self.weights.append(weights[0].detach())
 
     def _on_post_norm(self, _m: Any, _i: Any, output: Any) -> None:
-        self.added.append(output.detach())
+        self.added.put(output)
 
     def _on_mlp(self, _m: Any, _i: Any, output: Any) -> None:
         out = output[0] if isinstance(output, tuple) else output
@@ -280,12 +300,13 @@ def trace_context(
         gxi = (grad * embeds).sum(dim=-1)[0].detach().float()  # (T,)
     # a checkpointed pass ran its layers without the cache: values come with each layer's call
     values = None if again else _values(cache)
-    raw = torch.stack([a[0] for a in hooks.attn]).float()  # (L, T, hidden)
+    raw = hooks.attn.done()  # (L, T, hidden)
+    added = hooks.added.done() if hooks.added.count else None
     return ContextTrace(
         ids=ids_t[0],
-        pre=torch.stack([p[0] for p in hooks.pre]).float(),
-        attn=torch.stack([a[0] for a in hooks.added]).float() if hooks.added else raw,
-        raw_attn=raw if hooks.added else None,
+        pre=hooks.pre.done(),
+        attn=raw if added is None else added,
+        raw_attn=None if added is None else raw,
         heads_in=torch.stack([x[0] for x in hooks.heads_in]).float(),
         values=values,
         logits=logits.detach(),
