@@ -7,6 +7,12 @@ model's own final norm is linear once its scale is held at this step's value, an
 unembedding is linear, so the logit splits into one number per piece. A piece that does not
 split (a projection bias, a norm's bias, an unembedding bias) is reported as the ``residual``.
 
+Post-norm blocks (OLMo 2, Gemma 2/3) add ``norm(attn_l)``: an RMS norm is linear too once its
+scale is held at this step's value, so each head goes through it as well. What the model does
+after its unembedding (Gemma's final soft-cap) does not split: it is part of the residual and
+reported on its own (``after_unembed``). A model whose layers do not add their blocks as they
+are (Granite scales them) is refused in one line (:func:`check_additive`).
+
 Input attribution. Gradient × input on the input embeddings for the chosen token's
 log-probability: one backward pass of the model over the step's context.
 """
@@ -21,13 +27,8 @@ import numpy as np
 import torch
 
 from llm_lens.core.explain.flow import FlowGraph, flow_graph
-from llm_lens.core.explain.trace import (
-    ContextTrace,
-    check_additive,
-    norm_diag,
-    out_weight,
-    trace_context,
-)
+from llm_lens.core.explain.hooks import out_weight
+from llm_lens.core.explain.trace import ContextTrace, check_additive, norm_diag, trace_context
 from llm_lens.core.records import StepRecord, frozen
 
 INPUT_METHOD = "gradient × input (summed over embedding dims) of the token's log-probability"

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm_lens.core.explain.trace import ContextTrace, out_projection, out_weight
+from llm_lens.core.explain.hooks import out_projection, out_weight
+from llm_lens.core.explain.trace import ContextTrace
 from llm_lens.core.records import frozen
 
 KINDS = ("attn", "residual", "mlp")

@@ -28,46 +28,21 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from llm_lens.core import kvcache
-from llm_lens.core.anatomy import Anatomy
+from llm_lens.core.explain.hooks import (
+    CACHE_KWARGS,
+    PassHooks,
+    checkpointed,
+    frozen,
+    out_projection,
+    post_attention_norm,
+)
 
-OUT_PROJECTIONS = ("o_proj", "c_proj", "dense", "out_proj")
-CACHE_KWARGS = ("cache", "past_key_values", "past_key_value", "layer_past")
 CHECKPOINT_TOKENS = 512  # longer contexts recompute each layer in the backward pass instead of
 # keeping its activations (autograd's saved tensors grow ~1 MB a token on the bundled model)
 WEIGHT_BUDGET = 1 << 24  # floats (64 MB): every layer's weights are kept from the pass below
 # this (a short context), else recomputed one layer at a time (memory linear in the context)
-
-
-def out_projection(attn: Any) -> Any:
-    """The attention block's output projection (the module that mixes the heads' outputs)."""
-    for name in OUT_PROJECTIONS:
-        proj = getattr(attn, name, None)
-        if proj is not None and hasattr(proj, "weight"):
-            return proj
-    raise ValueError(f"{type(attn).__name__}: cannot find the attention output projection")
-
-
-def out_weight(attn: Any) -> torch.Tensor:
-    """(hidden, heads × head_dim) weight of the output projection (GPT-2's ``Conv1D`` stores
-    the transpose of a ``Linear``'s weight: it is turned around here)."""
-    proj = out_projection(attn)
-    weight: torch.Tensor = proj.weight
-    return weight.t() if type(proj).__name__ == "Conv1D" else weight
-
-
-def post_attention_norm(layer: Any) -> Any | None:
-    """The norm a post-norm block applies to the attention output before adding it, or None.
-
-    Gemma 2/3 and OLMo 2 name it ``post_attention_layernorm`` beside a
-    ``post_feedforward_layernorm``; in a pre-norm block (Llama) the same name is the MLP's input
-    norm, which is why the pair is what marks a post-norm block.
-    """
-    if hasattr(layer, "post_feedforward_layernorm"):
-        return getattr(layer, "post_attention_layernorm", None)
-    return None
 
 
 def norm_diag(norm: Any, x: torch.Tensor) -> torch.Tensor:
@@ -176,91 +151,6 @@ def _eager_kwargs(kwargs: dict[str, Any], tokens: int, cache: Any = None) -> dic
     return out
 
 
-class _Rows:
-    """(n, T, hidden) float32, filled one layer at a time by copy: a hook's copy keeps no
-    activation alive, and no stacking doubles the memory at the end."""
-
-    def __init__(self, n: int) -> None:
-        self.n, self.count = n, 0
-        self.data: torch.Tensor | None = None
-
-    def put(self, x: torch.Tensor) -> None:
-        if self.data is None:
-            self.data = torch.empty((self.n, *x.shape[1:]), dtype=torch.float32, device=x.device)
-        self.data[self.count].copy_(x[0].detach())
-        self.count += 1
-
-    def done(self) -> torch.Tensor:
-        if self.data is None or self.count != self.n:
-            raise ValueError(f"the pass reported {self.count} of {self.n} layers' states")
-        return self.data
-
-
-class _Hooks:
-    """Forward hooks on the layers, attention blocks, post-attention norms and output
-    projections of one model."""
-
-    def __init__(self, anatomy: Anatomy, keep_weights: bool) -> None:
-        self.anatomy = anatomy
-        self.keep_weights = keep_weights
-        self.weights: list[Any] = []
-        self.pre = _Rows(len(anatomy.layers) + 1)
-        self.attn = _Rows(len(anatomy.layers))
-        self.added = _Rows(len(anatomy.layers))
-        self.heads_in: list[Any] = []
-        self.mlp: list[Any] = []
-        self.calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
-        self._handles: list[Any] = []
-
-    def __enter__(self) -> _Hooks:
-        a = self.anatomy
-        h = self._handles
-        h.append(a.layers[0].register_forward_pre_hook(self._on_first, with_kwargs=True))
-        for layer, attn in zip(a.layers, a.attn, strict=True):
-            h.append(layer.register_forward_hook(self._on_layer))
-            h.append(attn.register_forward_pre_hook(self._on_attn_in, with_kwargs=True))
-            h.append(attn.register_forward_hook(self._on_attn))
-            norm = post_attention_norm(layer)
-            if norm is not None:
-                h.append(norm.register_forward_hook(self._on_post_norm))
-            h.append(out_projection(attn).register_forward_pre_hook(self._on_proj))
-            mlp = getattr(layer, "post_feedforward_layernorm", None) or getattr(layer, "mlp", None)
-            if mlp is not None:
-                h.append(mlp.register_forward_hook(self._on_mlp))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-
-    def _on_first(self, _m: Any, args: Any, kwargs: Any) -> None:
-        self.pre.put(args[0] if args else kwargs["hidden_states"])
-
-    def _on_layer(self, _m: Any, _i: Any, output: Any) -> None:
-        self.pre.put(output[0] if isinstance(output, tuple) else output)
-
-    def _on_attn_in(self, module: Any, args: Any, kwargs: Any) -> None:
-        detach = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-        self.calls.append((module, tuple(a.detach() for a in args), detach))
-
-    def _on_attn(self, _m: Any, _i: Any, output: Any) -> None:
-        self.attn.put(output[0] if isinstance(output, tuple) else output)
-        weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
-        if self.keep_weights and weights is not None:
-            self.weights.append(weights[0].detach())
-
-    def _on_post_norm(self, _m: Any, _i: Any, output: Any) -> None:
-        self.added.put(output)
-
-    def _on_mlp(self, _m: Any, _i: Any, output: Any) -> None:
-        out = output[0] if isinstance(output, tuple) else output
-        self.mlp.append(out[:, -1].detach())  # (1, hidden): the last row
-
-    def _on_proj(self, _m: Any, args: Any) -> None:
-        self.heads_in.append(args[0][:, -1].detach())  # (1, heads × head_dim): the last row
-
-
 def trace_context(
     engine: Any,
     ids: list[int] | Any,
@@ -282,10 +172,10 @@ def trace_context(
     if model.config._attn_implementation != impl:
         model.set_attn_implementation(impl)
     # the worker serves analyses in inference mode: leave it, and make every tensor in here
-    with torch.inference_mode(False), torch.enable_grad(), _frozen(model):
+    with torch.inference_mode(False), torch.enable_grad(), frozen(model):
         ids_t = torch.tensor(np.asarray(ids), dtype=torch.long, device=engine.device)[None]
         embeds = anatomy.embed(ids_t).detach().requires_grad_(True)  # (1, T, hidden)
-        with _Hooks(anatomy, keep) as hooks, _checkpointed(anatomy.layers, again):
+        with PassHooks(anatomy, keep) as hooks, checkpointed(anatomy.layers, again):
             cache = engine.new_cache()
             out = model(
                 inputs_embeds=embeds,
@@ -328,45 +218,6 @@ def _values(cache: Any, layer: int | None = None) -> torch.Tensor:
         one: torch.Tensor = pairs[layer][1][0]
         return one.detach().float()
     return torch.stack([v[0].detach() for _k, v in pairs]).float()
-
-
-@contextmanager
-def _checkpointed(layers: list[Any], on: bool) -> Iterator[None]:
-    """Each decoder layer under ``torch.utils.checkpoint`` (non-reentrant), without the cache:
-    the backward pass runs the layer again rather than keeping its activations. The hooks sit
-    on ``__call__`` or on submodules and are removed before the backward, so they fire once."""
-    if not on:
-        yield
-        return
-    for layer in layers:
-        forward = layer.forward
-
-        def again(*args: Any, _forward: Any = forward, **kwargs: Any) -> Any:
-            kwargs = {k: (None if k in CACHE_KWARGS else v) for k, v in kwargs.items()}
-            if "use_cache" in kwargs:
-                kwargs["use_cache"] = False
-            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
-
-        layer.forward = again
-    try:
-        yield
-    finally:
-        for layer in layers:
-            del layer.forward  # the class's own forward again
-
-
-@contextmanager
-def _frozen(model: Any) -> Iterator[None]:
-    """The weights out of autograd for the pass: the backward then carries only the gradient
-    to the input embeddings, with no edge to any weight (measured ~7 % less backward work)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    for p in params:
-        p.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for p in params:
-            p.requires_grad_(True)
 
 
 def _stack_all(weights: list[Any], layers: int) -> torch.Tensor | None:

@@ -154,7 +154,7 @@ def test_the_graph_in_small_blocks_equals_the_graph_in_one(tiny_engine, tiny_run
     trace = trace_context(tiny_engine, step.context_ids, step.token.id)
     bounded = trace_context(tiny_engine, step.context_ids, step.token.id, weight_budget=0)
     # each layer run again in the backward pass, without the cache (values recomputed)
-    import llm_lens.core.explain.trace as trace_module
+    import llm_lens.core.explain.hooks as trace_module
 
     wrapped = []
     real = trace_module.checkpoint
