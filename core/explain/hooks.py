@@ -169,3 +169,16 @@ def frozen(model: Any) -> Iterator[None]:
     finally:
         for p in params:
             p.requires_grad_(True)
+
+
+@contextmanager
+def attention(model: Any, impl: str) -> Iterator[None]:
+    """The model's attention implementation set to ``impl`` inside, and back afterwards."""
+    before = model.config._attn_implementation
+    if before != impl:
+        model.set_attn_implementation(impl)
+    try:
+        yield
+    finally:
+        if model.config._attn_implementation != before:
+            model.set_attn_implementation(before)

@@ -33,6 +33,7 @@ from llm_lens.core import kvcache
 from llm_lens.core.explain.hooks import (
     CACHE_KWARGS,
     PassHooks,
+    attention,
     checkpointed,
     frozen,
     out_projection,
@@ -169,10 +170,8 @@ def trace_context(
     again = tokens > checkpoint_tokens
     fused = getattr(model, "_supports_sdpa", False) and not keep  # Gemma 2: eager only
     impl = "sdpa" if fused else "eager"
-    if model.config._attn_implementation != impl:
-        model.set_attn_implementation(impl)
     # the worker serves analyses in inference mode: leave it, and make every tensor in here
-    with torch.inference_mode(False), torch.enable_grad(), frozen(model):
+    with torch.inference_mode(False), torch.enable_grad(), frozen(model), attention(model, impl):
         ids_t = torch.tensor(np.asarray(ids), dtype=torch.long, device=engine.device)[None]
         embeds = anatomy.embed(ids_t).detach().requires_grad_(True)  # (1, T, hidden)
         with PassHooks(anatomy, keep) as hooks, checkpointed(anatomy.layers, again):
