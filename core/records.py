@@ -280,6 +280,9 @@ class StepRecord:
     # hidden and attn_update have no columns (shape (layers + 1, 0) and (layers, 0))
     norms: np.ndarray | None = None
     routing: ExpertRouting | None = None  # mixture-of-experts models only: the routers' choices
+    # read from a session that kept the logits compactly: how many tokens' logits are their
+    # tail bin's level rather than their own value (0: every logit is the model's own)
+    tail_levels: int = 0
 
     @property
     def is_prefill(self) -> bool:

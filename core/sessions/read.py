@@ -161,6 +161,7 @@ def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRec
         context_ids=arr["context_ids"],
         finish_reason=d["finish_reason"],
         norms=None if "norms" not in arr or arr["hidden"].size else arr["norms"],
+        tail_levels=int(arr.get("tail_levels", 0)),
     )
 
 
@@ -192,12 +193,14 @@ def _compact(fields: Any, arrays: dict[str, np.ndarray], n: int, vocab: int) -> 
         for k, v, c, t in zip(col["logit_ids"], col["logit_values"], col["tail_counts"],
                               col["tail_lse"], strict=True)
     ]  # fmt: skip
+    tail = [0] * n if "logits" in col else [vocab - len(k) for k in col["logit_ids"]]
     _need(all(m.ndim == 2 and m.shape[0] == 4 for m in col["norms"]), "norms: bad shape")
     layers = [m.shape[1] for m in col["norms"]]
     empty = [(frozen(np.zeros((t, 0), np.float32)), frozen(np.zeros((t - 1, 0), np.float32)))
              for t in layers]  # fmt: skip
     return {
         "logits": logits,
+        "tail_levels": tail,
         "attention": [frozen(decode_weights(a)) for a in col["attention"]],
         "hidden": col.get("hidden", [h for h, _ in empty]),
         "attn_update": col.get("attn_update", [a for _, a in empty]),

@@ -56,6 +56,12 @@ class StageView:
     removed_mass: float  # of the previous stage's distribution
 
 
+NOTE = (
+    "Settings apply to the next Run. The plots re-sample the selected "
+    "step now, from its recorded logits, without the model."
+)
+
+
 def stage_views(step: StepRecord, params: SamplingParams) -> list[StageView]:
     """Run the recorded raw logits through the active stages (core.sampling.stages_of)."""
     import torch
@@ -210,10 +216,7 @@ class SamplingPane(Pane):
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(controller, parent)
         self.controls = SamplingControls()
-        self.note = QLabel(
-            "Settings apply to the next Run. The plots re-sample the selected "
-            "step now, from its recorded logits, without the model."
-        )
+        self.note = QLabel(NOTE)
         self.note.setWordWrap(True)
         self.error = QLabel()
         self.error.setStyleSheet(ERROR_STYLE)
@@ -289,6 +292,7 @@ class SamplingPane(Pane):
         while len(self._staged) > STAGED_KEPT:
             self._staged.pop(next(iter(self._staged)))
         self._place(tuple(v.name for v in self.views))
+        self._note_tail(step)
         n = min(SHOW, len(step.top_ids))
         brushes = [
             CHOSEN_BRUSH if step.top_ids[i] == step.token.id else BAR_BRUSH for i in range(n)
@@ -307,6 +311,21 @@ class SamplingPane(Pane):
         raw.setYRange(-0.6, n - 0.4, padding=0)
         for view in self.views:
             self.stats[view.name].setPos(max(top, 1e-6) * 1.05, n - 0.4)
+
+    def _note_tail(self, step: StepRecord) -> None:
+        """Say when the plots are re-staged from a session's compact logits (approximate)."""
+        recorded = self.params == self.controller.run_params and (
+            recorded_views(step, self.params) is not None
+        )
+        if step.tail_levels and not recorded:
+            self.note.setText(
+                f"Re-staged from a session file: the most likely tokens and the context keep "
+                f"their own logits, but {step.tail_levels:,} tail tokens share their bin's "
+                "level, so these probabilities are approximate (exact at the run's own "
+                "settings)."
+            )
+        else:
+            self.note.setText(NOTE)
 
     def _stage(self, step: StepRecord) -> list[StageView]:
         """The run's own stages when these are its settings (no work here), else re-staged."""

@@ -54,12 +54,13 @@ ROOT = Path(__file__).resolve().parents[2]
 HALF = {  # stored as float16; compact fields (format 3) are checked by assert_compact_step
     ("PrefillCapture", "hidden"),
 }
-COMPACT = ("logits", "attention", "hidden", "attn_update", "norms")
+COMPACT = ("logits", "attention", "hidden", "attn_update", "norms", "tail_levels")
 
 
 def assert_compact_step(a: Any, b: Any, where: str) -> None:
     """Format 3's step fields against the live step, within the documented bounds."""
     kept = kept_ids(a)
+    assert b.tail_levels == a.logits.size - kept.size > 0, where  # said, for the Sampling pane
     assert np.array_equal(b.logits[a.top_ids], a.logits[a.top_ids]), where  # exact top N
     np.testing.assert_allclose(b.logits[kept], a.logits[kept], rtol=1e-3, err_msg=where)
     lse = [float(np.logaddexp.reduce(np.asarray(x.logits, np.float64))) for x in (a, b)]
