@@ -1,20 +1,20 @@
 """Session file size: eight short runs (≤ 48 tokens each) of the bundled model, saved with their
 recorded views (lens, prompt lens, prompt maps, vocabulary projection), as the window saves them.
 
-Prints the file's size, the estimate given before saving and its error, and the save time.
-``--format 1`` writes the same runs with the format-1 writer of git ``main`` (loaded from
-``git show``), for the before/after figures in docs/performance.md.
+Prints the file's size, the estimate given before saving and its error, and the save time, and
+the file's bytes per array. ``--format 2`` writes the same runs in the format-2 layout (the
+writer kept for tests in ``tests/core/session_v2.py``), for the before/after figures in
+docs/performance.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
-import types
+import zipfile
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -34,34 +34,30 @@ PROMPTS = (
 SETTINGS = (GREEDY, SamplingParams(temperature=0.9, top_p=0.9, seed=1))
 
 
-def format1_writer() -> types.ModuleType:
-    """``core/sessions/format.py`` and ``write.py`` as on git main (format 1), as modules."""
-    saved = {}
-    for name in ("format", "write"):
-        source = subprocess.run(["git", "show", f"main:core/sessions/{name}.py"], cwd=ROOT,
-                                capture_output=True, text=True, check=True).stdout  # fmt: skip
-        module = types.ModuleType(f"llm_lens.core.sessions.{name}")
-        saved[name] = sys.modules.get(module.__name__)
-        sys.modules[module.__name__] = module
-        exec(compile(source, f"main:{name}.py", "exec"), module.__dict__)  # noqa: S102
-    write = sys.modules["llm_lens.core.sessions.write"]
-    for name, module in saved.items():  # the views module keeps the current format
-        if module is not None:
-            sys.modules[f"llm_lens.core.sessions.{name}"] = module
-    return write
+def per_array(path: Path) -> list[tuple[str, int]]:
+    """Compressed bytes in the file per array name (runs/*/NAME.npy summed over runs)."""
+    sizes: dict[str, int] = {}
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            name = info.filename.rsplit("/", 1)[-1].split(".")[0]
+            sizes[name] = sizes.get(name, 0) + info.compress_size
+    return sorted(sizes.items(), key=lambda kv: -kv[1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--format", type=int, default=2, choices=(1, 2))
+    parser.add_argument("--format", type=int, default=3, choices=(2, 3))
     args = parser.parse_args()
     configure_threads()
     from llm_lens.core.sessions.format import Session
     from llm_lens.core.sessions.views import recorded_run
+    from llm_lens.core.sessions.write import estimate_size, save_session
 
-    writer = format1_writer() if args.format == 1 else None
-    if writer is None:
-        from llm_lens.core.sessions import write as writer
+    if args.format == 2:
+        sys.path.insert(0, str(ROOT))
+        from tests.core.session_v2 import write_format_2
+
+        save_session = write_format_2  # noqa: F811
     engine = Engine(load_model())
     runs, memo = [], {}
     for prompt_text in PROMPTS:
@@ -71,22 +67,27 @@ def main() -> None:
             runs.append(recorded_run(run, memo=memo))
     session = Session(engine.info.as_dict(), tuple(runs))
     steps = sum(len(r.steps) for r in runs)
-    estimate = writer.estimate_size(session)["total"]
+    estimate = estimate_size(session)["total"]
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "eight.llmlens"
         t0 = time.perf_counter()
-        size = writer.save_session(path, session)
+        save_session(path, session)
+        size = path.stat().st_size
         seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
         from llm_lens.core.sessions.read import load_session
 
         load_session(path)
         read_s = time.perf_counter() - t0
+        arrays = per_array(path)
     print(f"session format {args.format}: {len(runs)} runs, {steps} steps (≤ 48 tokens each)")
     print(f"  file          {size / 1e6:8.2f} MB ({size / 2**20:.2f} MiB)")
-    print(f"  estimate      {estimate / 1e6:8.2f} MB ({100 * (estimate - size) / size:+.1f} %)")
+    if args.format == 3:
+        print(f"  estimate      {estimate / 1e6:8.2f} MB ({100 * (estimate - size) / size:+.1f} %)")
     print(f"  save          {seconds:8.2f} s")
     print(f"  open          {read_s:8.2f} s")
+    for name, nbytes in arrays:
+        print(f"  {name:32s} {nbytes / 1e6:8.2f} MB")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from pathlib import Path
 from llm_lens.core.errors import LensError
 
 TMP_SUFFIX = ".tmp"
+STDOUT = "-"  # the ``--out`` name that means standard output
 STALE_AFTER_S = 60.0  # a temporary file older than this belongs to a write that died
 
 
@@ -63,6 +64,12 @@ def write_target(path: str | os.PathLike[str]) -> Path:
     if not target.parent.is_dir():
         raise PathError(f"{path}: cannot write, no such folder {target.parent}")
     return target
+
+
+def output_target(out: str | None) -> Path | None:
+    """Where a command's ``--out`` goes: None for stdout (no option, or ``-``), else the checked
+    :func:`write_target`. An empty name is refused, never taken as stdout."""
+    return None if out is None or out == STDOUT else write_target(out)
 
 
 def _kind(mode: int) -> str:

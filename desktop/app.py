@@ -127,9 +127,9 @@ def _exec(app: Any, window: Any, args: argparse.Namespace) -> int:
         from llm_lens.desktop.selftest import SelfTest
 
         window.sessions.confirm_close = False
-        test = SelfTest(window, args.tokens, args.screenshot, args.window_size)
-        window.load(args.model)
-        app.exec()
+        test = SelfTest(window, args.tokens, args.screenshot, args.window_size, args.session)
+        if test.start(args.model):
+            app.exec()
         return test.exit_code
     crashed = window.sessions.start()
     window.load(args.model)

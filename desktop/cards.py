@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 from llm_lens.core import explain_text as ex
 from llm_lens.desktop.selection import context_tokens, selected_token
 
-TOKEN_CARDS = ("Tokens", "Embeddings", "Positions", "Attention", "Attention lines")
+TOKEN_CARDS = ("Tokens", "Embeddings", "Positions", "Attention", "Attention lines", "Experts")
 BODY_MAX = 96  # pixels: an open card scrolls rather than crowding out its pane
 
 
@@ -135,6 +135,18 @@ def _layers(pane: Any, ctl: Any) -> ex.Explainer | None:
     return ex.layers_card(step, lens)
 
 
+def _experts(pane: Any, ctl: Any) -> ex.Explainer | None:
+    step = ctl.current_step()
+    if step is None:
+        return None
+    name = getattr(ctl.info, "name", "This model")
+    if step.routing is None or pane.routing is None:
+        return ex.experts_card(None, None, name) if step.routing is None else None
+    tokens = context_tokens(ctl)
+    text = tokens[pane.position].text if 0 <= pane.position < len(tokens) else None
+    return ex.experts_card(pane.routing, text, name)
+
+
 def _kvcache(pane: Any, ctl: Any) -> ex.Explainer | None:
     step = ctl.current_step()
     return None if step is None or ctl.info is None else ex.kvcache_card(ctl.info, step)
@@ -169,6 +181,7 @@ GATHERERS = {
     "Positions": _positions,
     "Attention": _attention,
     "Layer stack": _layers,
+    "Experts": _experts,
     "KV cache": _kvcache,
     "Logits": _logits,
     "Sampling": _sampling,

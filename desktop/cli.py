@@ -38,12 +38,19 @@ def gui_parser() -> argparse.ArgumentParser:
         "Headless: llm-lens trace PROMPT … | llm-lens compare PROMPT --config … | "
         "llm-lens kv --config CONFIG … | llm-lens inspect FILE.llmlens",
     )
-    p.add_argument("session", nargs="?", default=None, help="a .llmlens session file to open")
+    p.add_argument(
+        "session", nargs="?", default=None, metavar="FILE",
+        help="a .llmlens session file to open (with --selftest: the file checked; a model folder "
+        "or .gguf file there is loaded as --model)",
+    )  # fmt: skip
     p.add_argument("--model", default=None, help="folder, .gguf file or hub id (default: bundled)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "mps"))
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
     p.add_argument("--prompt", default=None, help="prompt to show (and run with --selftest)")
-    p.add_argument("--selftest", action="store_true", help="load, run a few tokens, check, exit")
+    p.add_argument(
+        "--selftest", action="store_true",
+        help="load, run a few tokens (or show FILE's run), check every pane, exit",
+    )  # fmt: skip
     p.add_argument("--screenshot", default=None, metavar="PNG", help="with --selftest: save PNG")
     p.add_argument("--tokens", type=int, default=8, help="with --selftest: tokens to generate")
     p.add_argument(

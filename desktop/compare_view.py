@@ -170,7 +170,8 @@ class CompareView(QWidget):
         self.grid.setContentsMargins(0, 0, 0, 0)
         scroll = QScrollArea(widgetResizable=True)
         scroll.setWidget(self.grid_host)
-        layout = QVBoxLayout(self)
+        content = QWidget()
+        layout = QVBoxLayout(content)
         layout.addLayout(top)
         layout.addLayout(self.rows_box)
         layout.addWidget(self.add_button, 0, Qt.AlignmentFlag.AlignLeft)
@@ -179,6 +180,19 @@ class CompareView(QWidget):
         layout.addWidget(self.step_label)
         layout.addWidget(scroll, 1)
         layout.addWidget(self._build_plots())
+        self._fit_vertically(content)
+
+    def _fit_vertically(self, content: QWidget) -> None:
+        """``content`` scrolls up and down when wrapped configuration rows make it taller than
+        the dock (four rows on a 720-pixel screen), never sideways: it keeps its minimum width."""
+        outer = QScrollArea(widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
+        outer.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        outer.setWidget(content)
+        bar = outer.verticalScrollBar().sizeHint().width()
+        outer.setMinimumWidth(content.minimumSizeHint().width() + bar)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(outer)
 
     def _build_plots(self) -> QWidget:
         self.plots = pg.GraphicsLayoutWidget()

@@ -103,7 +103,7 @@ def embedding_norm(controller: Any, token_id: int) -> float | None:
         n = len(controller.prompt)
         step = pos - n + 1  # the step that read the response token at pos
         if 0 < step < len(controller.steps):
-            return float(np.linalg.norm(controller.steps[step].hidden[0]))
+            return float(controller.steps[step].residual_norms[0])
     return None
 
 

@@ -32,8 +32,9 @@ from llm_lens.desktop.window_layout import (
 )
 
 # 2: journey-ordered tab groups under a prompt strip. A version-1 state (and its geometry, a
-# window at least 2011 px wide) is not restored.
-STATE_VERSION = 2
+# window at least 2011 px wide) is not restored. 3: the Experts pane joined the layer-stack group
+# (a saved state without its dock would leave it floating).
+STATE_VERSION = 3
 
 
 def load_examples() -> list[dict[str, Any]]:
@@ -64,6 +65,7 @@ def pane_classes() -> list[type]:
     from llm_lens.desktop.panes.attention_lines import AttentionLinesPane
     from llm_lens.desktop.panes.attribution import AttributionPane
     from llm_lens.desktop.panes.embeddings import EmbeddingsPane
+    from llm_lens.desktop.panes.experts import ExpertsPane
     from llm_lens.desktop.panes.kvcache import KVCachePane
     from llm_lens.desktop.panes.layers import LayerStackPane
     from llm_lens.desktop.panes.logits import LogitsPane
@@ -79,6 +81,7 @@ def pane_classes() -> list[type]:
         AttentionPane,
         AttentionLinesPane,
         LayerStackPane,
+        ExpertsPane,
         KVCachePane,
         LogitsPane,
         SamplingPane,
@@ -138,7 +141,13 @@ class MainWindow(QMainWindow):
         """The journey's tab groups for the window's present size (View → Reset layout)."""
         if self.focus.active:
             self.focus.leave()
+        shown = {dock: dock.isVisible() for dock in self.view_docks.values()}
+        for dock in shown:  # Compare, Branches, Beam: out of the way, then back among the tabs
+            self.removeDockWidget(dock)
         arrange(self, self.docks, self.width(), self.height())
+        for dock, visible in shown.items():
+            self.tabifyDockWidget(self.docks["Attention"], dock)
+            dock.setVisible(visible)
 
     def _build_status(self) -> None:
         self.model_label = ElidedLabel("no model loaded", min_chars=24)
@@ -253,7 +262,8 @@ class MainWindow(QMainWindow):
         params = f"{info.num_parameters / 1e6:.0f}M params"
         self.model_label.setText(
             f"{info.name} · {info.device} · {info.dtype} · {params} · "
-            f"{info.num_layers} layers · {info.num_heads}/{info.num_kv_heads} heads (Q/KV) · "
+            f"{info.num_layers} layers · {info.num_heads}/{info.num_kv_heads} heads (Q/KV, "
+            f"{info.head_sharing}) · "
             f"context {info.context_length}"
         )
         self.statusBar().showMessage("model ready: press Ctrl+Enter to run", 5000)

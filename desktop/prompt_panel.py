@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from PySide6.QtCore import QSignalBlocker, Qt
@@ -20,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from llm_lens.core.records import generated_text
 from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.widgets import ElidedLabel, FlowLayout, group
 
@@ -179,17 +181,17 @@ class PromptPanel(QWidget):
         self._show_step()  # "31 / 34" would go stale while the run grows past 34
 
     def _response_text(self, steps: list[Any]) -> str:
-        raw = b"".join(s.token.raw for s in steps if not s.token.special)
-        return raw.decode("utf-8", errors="replace")
+        """The run's text; a character split over tokens shows as its bytes, never "\ufffd"."""
+        return generated_text([s.token for s in steps])
 
     def response_step(self, char: int) -> int:
-        """The step whose token covers character ``char`` of the response text, or -1."""
-        raw = b""
-        for step in self.controller.steps:
-            if step.token.special:
-                continue
-            raw += step.token.raw
-            if len(raw.decode("utf-8", errors="replace")) > char:
+        """The step after which character ``char`` of the response text stood as it is now (for a
+        character split over tokens, the step of its last byte), or -1."""
+        steps = [s for s in self.controller.steps if not s.token.special]
+        final = generated_text([s.token for s in steps])
+        for k, step in enumerate(steps):
+            shown = generated_text([s.token for s in steps[: k + 1]])  # the box after step k
+            if len(os.path.commonprefix([shown, final])) > char:
                 return int(step.index)
         return -1
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QSignalBlocker, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
-    QHBoxLayout,
     QLabel,
     QSpinBox,
     QToolButton,
@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 from llm_lens.core.cli.compare import NEUTRAL, PRESETS
 from llm_lens.core.sampling import SamplingParams
 from llm_lens.desktop.guide import SAMPLING_TIPS
+from llm_lens.desktop.widgets import FlowLayout, group
 
 CUSTOM = "custom"
 PRESET_LABELS = {
@@ -66,7 +67,8 @@ def describe_params(params: SamplingParams) -> str:
 
 
 class SamplerRow(QWidget):
-    """A preset combo and the six settings of one configuration.
+    """A preset combo and the six settings of one configuration, wrapping onto more lines when the
+    view is narrower than all of them (a :class:`FlowLayout`).
 
     Signals:
         sig_remove(): the row's × button was pressed.
@@ -84,10 +86,8 @@ class SamplerRow(QWidget):
         for name, label in PRESET_LABELS.items():
             self.preset.addItem(label, name)
         self.boxes: dict[str, QSpinBox | QDoubleSpinBox] = {}
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.number)
-        layout.addWidget(self.preset)
+        layout = FlowLayout(self)  # one line where it fits (~870 px), wrapped on a laptop
+        layout.addWidget(group(self.number, self.preset))
         for name, prefix, low, high, step, decimals in FIELDS:
             box: QSpinBox | QDoubleSpinBox
             if decimals is None:
@@ -102,9 +102,16 @@ class SamplerRow(QWidget):
         self.remove = QToolButton(text="×", toolTip="remove this configuration")
         self.remove.clicked.connect(self.sig_remove)
         layout.addWidget(self.remove)
-        layout.addStretch(1)
         self.preset.currentIndexChanged.connect(self._on_preset)
         self.set_preset(preset)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt override)
+        """Ask for the height the wrapped lines need: a box layout gives a child its minimum
+        height, not its height for its width, so wrapped lines would overlap when space is short."""
+        super().resizeEvent(event)
+        layout = self.layout()
+        if layout is not None:
+            self.setMinimumHeight(layout.heightForWidth(self.width()))
 
     def set_number(self, number: int) -> None:
         self.number.setText(f"#{number}")

@@ -1,8 +1,15 @@
 """``llm-lens --selftest``: the real window, the bundled model, a short run, every pane checked:
-each received data, and each fits the window (no control outside it, no plot too small)."""
+each received data, and each fits the window (no control outside it, no plot too small).
+
+``llm-lens FILE --selftest`` checks that file instead: a session file is read (a damaged or
+hostile one fails the selftest with one line, before anything else) and its shown run goes
+through the same checks in place of the short run; a model folder or ``.gguf`` file is loaded
+and run as ``--model`` would be.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -39,20 +46,49 @@ class SelfTest:
         tokens: int,
         screenshot: str | None,
         size: tuple[int, int] | None = None,
+        file: str | None = None,
     ) -> None:
         self.window = window
+        self.file = file  # FILE: a session to show, or a model to load (see is_model_path)
+        self.session: Any = None
         self.size = size  # --window-size: the window must fit it
         self.tokens = tokens
         self.screenshot = screenshot
         self.exit_code = 1
+        self.started = False
         c = window.controller
         c.sig_model_loaded.connect(self._on_loaded)
         c.sig_run_finished.connect(self._on_finished)
         c.sig_error.connect(lambda m: self._fail(f"error shown in the window: {m}"))
         QTimer.singleShot(TIMEOUT_MS, lambda: self._fail("timed out"))
 
+    def start(self, model: str | None) -> bool:
+        """Read FILE (when it is a session) and start loading the model; False when the
+        selftest has already failed (the event loop need not run)."""
+        if self.file is not None and is_model_path(self.file):
+            model = self.file
+        elif self.file is not None:
+            from llm_lens.core.errors import LensError
+            from llm_lens.core.sessions.read import load_session
+
+            try:
+                self.session = load_session(self.file)
+            except (LensError, OSError) as exc:
+                self._fail(f"cannot open the session file {exc}")
+                return False
+            print(f"selftest: read {self.file} ({len(self.session.runs)} runs)", file=sys.stderr)
+        self.window.load(model)
+        return True
+
     def _on_loaded(self, info: Any) -> None:
+        if self.started:
+            return  # a session shown announces its own model; the selftest goes on
+        self.started = True
         print(f"selftest: loaded {info.name} on {info.device} ({info.dtype})", file=sys.stderr)
+        if self.session is not None:
+            self.window.sessions.confirm_close = False
+            self.window.controller.sessions.show(self.session, self.file)
+            return
         from llm_lens.core.sampling import GREEDY
 
         panel = self.window.prompt_panel
@@ -61,8 +97,9 @@ class SelfTest:
         )
 
     def _on_finished(self, summary: Any) -> None:
+        what = "showing the session's run" if self.session is not None else "generated"
         print(
-            f"selftest: generated {summary.output_text!r} (TTFT {summary.ttft_ms:.0f} ms)",
+            f"selftest: {what} {summary.output_text!r} (TTFT {summary.ttft_ms:.0f} ms)",
             file=sys.stderr,
         )
         self.window.controller.request_select(len(self.window.controller.steps) - 1)
@@ -100,3 +137,8 @@ class SelfTest:
         self.exit_code = 1
         self.window.close()
         QApplication.quit()
+
+
+def is_model_path(path: str) -> bool:
+    """A model folder or GGUF file (loaded as ``--model``); anything else is a session file."""
+    return os.path.isdir(path) or path.lower().endswith(".gguf")

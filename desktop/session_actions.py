@@ -10,7 +10,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox
+from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QProgressDialog
 
 SUFFIX = ".llmlens"
 FILTER = "LLM Lens session (*.llmlens)"
@@ -35,6 +35,10 @@ class SessionActions(QObject):
         self.recent_menu = QMenu("Open &recent")
         c = self.controller
         c.sig_saved.connect(self._on_saved)
+        c.sig_error.connect(lambda _m: self._end_progress())
+        c.sessions.sig_save_progress.connect(self._on_progress)
+        c.sessions.sig_save_estimate.connect(self._on_estimate)
+        self.progress: QProgressDialog | None = None
         c.sig_run_finished.connect(lambda _s: c.sessions.request_autosave())
         c.sig_session_changed.connect(self._update_title)
         self._refresh_recent()
@@ -94,38 +98,63 @@ class SessionActions(QObject):
             self.window.prompt_panel.show_error("nothing to save yet: run a prompt first")
             return
         if not path:
-            caption = f"Save session ({self.size_text()})"  # the size before saving
-            path, _ = QFileDialog.getSaveFileName(self.window, caption, "run.llmlens", FILTER)
+            path, _ = QFileDialog.getSaveFileName(self.window, "Save session", "run.llmlens",
+                                                  FILTER)  # fmt: skip
         if path:
             path = path if path.endswith(SUFFIX) else path + SUFFIX
-            self.window.statusBar().showMessage(f"saving {path} ({self.size_text()})…")
+            self.window.statusBar().showMessage(f"saving {path}…")
+            self._start_progress(path)
             self.controller.sessions.request_save(path)
 
-    def size_text(self) -> str:
-        """Estimated size of what a save writes (before compression): the shown run, the other
-        runs of its branch tree and the finished comparison's columns."""
-        c, info = self.controller, self.controller.info
-        runs = [c.steps] if c.steps else []
-        runs += [r.steps for i, r in c.compare.shown.items() if i != c.run_id]
-        if c.compare.saved_comparison() is not None:
-            runs += [list(col) for col in c.compare.columns]
-        if not runs or info is None:
-            return "empty"
-        steps = [s for run in runs for s in run]
-        logits = len(steps) * info.vocab_size * 2  # float16 (format 2)
-        hidden = len(steps) * (2 * info.num_layers + 1) * info.hidden_size * 2
-        attention = sum(s.attention.size for s in steps) * 2
-        prompt = len(c.prompt or ())
-        if prompt <= 256:
-            attention += info.num_layers * info.num_heads * prompt * prompt * 2
-        total = logits + hidden + attention
-        many = f"{len(runs)} runs, " if len(runs) > 1 else ""
-        t, lg, at, hd = (f"{v / 2**20:.1f}" for v in (total, logits, attention, hidden))
-        return f"≈ {t} MiB: {many}logits {lg}, attention {at}, hidden states {hd} (float16)"
+    def _start_progress(self, path: str) -> None:
+        """A progress bar with Cancel while the model thread records the views and writes."""
+        self._end_progress()
+        label = f"Saving {Path(path).name}\nsize: estimated once the runs are gathered\n"
+        label += "recording the views (lens, prompt maps) with the model…"
+        dialog = QProgressDialog(label, "Cancel", 0, 1000, self.window)
+        dialog.setWindowTitle("Save session")
+        dialog.setProperty("path", path)
+        dialog.setMinimumDuration(0)
+        dialog.setAutoClose(False)
+        dialog.setAutoReset(False)
+        dialog.setValue(0)
+        dialog.canceled.connect(self.controller.sessions.cancel_save)
+        dialog.show()
+        self.progress = dialog
+
+    def _on_progress(self, path: str, done: int, total: int) -> None:
+        dialog = self.progress
+        if dialog is not None and total and dialog.property("path") == path:
+            dialog.setValue(int(1000 * done / total))
+            head = dialog.labelText().split("\n")[:2]
+            dialog.setLabelText("\n".join([*head, f"writing: {100 * done / total:.0f} %"]))
+
+    def _on_estimate(self, path: str, sizes: dict[str, int]) -> None:
+        dialog = self.progress
+        if dialog is not None and dialog.property("path") == path:
+            lines = dialog.labelText().split("\n")
+            dialog.setLabelText("\n".join([lines[0], self.size_line(sizes), "writing…"]))
+
+    def _end_progress(self) -> None:
+        if self.progress is not None:
+            self.progress.canceled.disconnect()
+            self.progress.close()
+            self.progress.deleteLater()
+            self.progress = None
+
+    @staticmethod
+    def size_line(sizes: dict[str, int]) -> str:
+        """``estimate_size``'s answer in words (the one estimate: the writer's own plan)."""
+        mb = {k: f"{v / 1e6:.1f}" if v >= 1e6 else f"{v / 1e6:.2f}" for k, v in sizes.items()}
+        return (
+            f"≈ {mb['total']} MB: logits {mb['logits']}, attention {mb['attention']}, "
+            f"hidden states {mb['hidden']}, other {mb['other']}"
+        )
 
     def _on_saved(self, path: str, size: int) -> None:
         if Path(path).name == "autosave.llmlens":
             return
+        self._end_progress()
         self._remember(os.path.abspath(path))
         self.window.statusBar().showMessage(f"saved {path} ({size / 2**20:.1f} MiB)", 8000)
         self._update_title()

@@ -7,11 +7,13 @@ to the model thread. Owned by the :class:`~llm_lens.desktop.controller.Controlle
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, Signal
 
 from llm_lens.core.sessions.assemble import Origin
+from llm_lens.core.sessions.explained import with_explanations
 
 
 class SessionController(QObject):
@@ -20,12 +22,35 @@ class SessionController(QObject):
 
     ``origin`` is the reopened file whose runs were revived (continued or branched): its other
     runs stay listed in the Branches view and are saved with the window's.
+
+    Signals (emitted from the model thread while a save runs; queued to the GUI):
+    ``sig_save_estimate(path, sizes)`` the file's size per part (``estimate_size``) once the
+    session is assembled, before writing; ``sig_save_progress(path, done, total)`` bytes of
+    arrays written.
     """
+
+    sig_save_progress = Signal(str, object, object)
+    sig_save_estimate = Signal(str, object)
 
     def __init__(self, controller: Any) -> None:
         super().__init__(controller)
         self.ctl = controller
         self.origin: Origin | None = None
+        self._cancel = threading.Event()
+
+    def cancel_save(self) -> None:
+        """Stop the save the user asked for last (not an autosave): the previous file stays as
+        it was and no partial file is left."""
+        self._cancel.set()
+
+    def _progress(self, path: str, cancel: threading.Event) -> Any:
+        """The save's progress callback (called on the model thread): False cancels it."""
+
+        def report(done: int, total: int) -> bool:
+            self.sig_save_progress.emit(path, done, total)
+            return not cancel.is_set()
+
+        return report
 
     def show(self, session: Any, path: str | None = None, index: int = -1) -> None:
         """Show a run of a loaded ``Session`` in every pane, marked as recorded (``index`` -1:
@@ -84,7 +109,7 @@ class SessionController(QObject):
         from llm_lens.core.sessions.assemble import assemble_session
         from llm_lens.core.sessions.format import session_from_run
         from llm_lens.core.sessions.views import recorded_run
-        from llm_lens.core.sessions.write import save_session
+        from llm_lens.core.sessions.write import SaveCancelled, save_session
 
         ctl = self.ctl
         run_id, info, worker = ctl.run_id, ctl.info, ctl.worker
@@ -97,19 +122,47 @@ class SessionController(QObject):
         origin = self.origin if everything else None
         memo = {} if projection is None else {"embedding_projection": projection}
 
+        explained = self._explanations()
+        if recorded is not None and ctl.run_id in explained:  # computed on the reopened run
+            runs = list(recorded.runs)
+            runs[ctl.session_index] = with_explanations(runs[ctl.session_index],
+                                                        explained[ctl.run_id])  # fmt: skip
+            recorded = dataclasses.replace(recorded, runs=tuple(runs))
+
         def make(run: Any, label: str | None = None, parent: Any = None) -> Any:
+            if cancel.is_set():  # Cancel pressed while the views are recorded
+                raise SaveCancelled("the save was cancelled")
             if with_views:
-                return recorded_run(run, label, parent, memo)
-            return session_from_run(run, info, label, parent)
+                made = recorded_run(run, label, parent, memo)
+            else:
+                made = session_from_run(run, info, label, parent)
+            return with_explanations(made, explained.get(made.run_id, {}))
 
         def job() -> Any:  # on the model thread: core objects only
             session = recorded or assemble_session(
                 info, worker.history, worker.store, run_id, make, compared, only, origin
             )
-            return path, save_session(path, session), session
+            # without the recorded lens (autosave), keep the residual vectors to recompute it
+            size = save_session(path, session, progress, not with_views,
+                                lambda sizes: self.sig_save_estimate.emit(path, sizes))  # fmt: skip
+            return path, size, session
+
+        cancel = threading.Event()
+        if with_views:  # a save the user asked for (autosave has no views and no Cancel)
+            self._cancel = cancel
+        progress = self._progress(path, cancel)
 
         worker.submit("save_session", ("save_session", path), job)
         ctl.request_serve()
+
+    def _explanations(self) -> dict[int, dict[tuple[int, Any], Any]]:
+        """ "Why this token?" results computed in this window, by run id and (step, vs)."""
+        out: dict[int, dict[tuple[int, Any], Any]] = {}
+        for key, result in list(self.ctl._results.items()):
+            if key[0] == "explain" and result is not None and isinstance(key[1], int):
+                args = dict(key[2:])
+                out.setdefault(key[1], {})[(int(args["step"]), args.get("vs"))] = result
+        return out
 
     def request_export(self, kind: str, path: str) -> None:
         """Write the shown run as a JSON trace (``trace``) or HTML report (``report``)."""

@@ -22,6 +22,7 @@ STOPS = (
     ("Attention", "4 · Attention: each token reads the earlier ones, weighted by softmax."),
     ("Attention lines", "4 · The same head as lines from each token to what it reads."),
     ("Layer stack", "5 · Thirty blocks of attention + MLP add to the residual stream."),
+    ("Experts", "5 · In a mixture-of-experts model each MLP is a few of many experts."),
     ("Logits", "6 · The last residual becomes one score per vocabulary entry."),
     ("Sampling", "7 · The scores become probabilities and one token is drawn."),
     ("KV cache", "Then: every read token's keys and values stay in the cache."),

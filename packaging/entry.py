@@ -3,7 +3,8 @@
 The bundle holds the GGUF in ``<bundle>/model`` and the resources in ``<bundle>/resources``. The
 install folder is read-only and may be shared by every user, so nothing is written there: the
 dequantized model goes to the user's cache folder and the settings to the user's config folder
-(``core.loading.cache_root`` and ``desktop.main_window.settings`` already choose those).
+(``llm_lens.core.loading.cache_root`` and ``llm_lens.desktop.main_window.settings``
+already choose those).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 
 def _point_at_bundle() -> None:
-    """Set the bundle's paths in the environment before ``core`` or ``desktop`` is imported."""
+    """Set the bundle's paths in the environment before ``llm_lens`` is imported."""
     if not getattr(sys, "frozen", False):
         return  # run from a checkout: the installed packages are found as usual
     bundle = Path(getattr(sys, "_MEIPASS", Path(sys.executable).parent))

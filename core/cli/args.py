@@ -17,11 +17,12 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 from llm_lens.core.errors import LensError
 
 INTERRUPTED = 130
+T = TypeVar("T")
 _doing = ["starting"]
 
 
@@ -79,6 +80,15 @@ def ctrl_c_cancels(cancel: threading.Event) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
     if cancel.is_set():
         raise KeyboardInterrupt
+
+
+def cancellable(work: Callable[[threading.Event], T]) -> tuple[T, threading.Event]:
+    """``work(cancel)`` (a generation loop) with Ctrl+C setting ``cancel``: the loop stops between
+    steps, then :class:`KeyboardInterrupt` leaves (exit 130 in :func:`guarded`, nothing written).
+    Returns the work's result and the event, for later work that Ctrl+C should also stop."""
+    cancel = threading.Event()
+    with ctrl_c_cancels(cancel):
+        return work(cancel), cancel
 
 
 def guarded(command: str, body: Callable[[], int]) -> int:

@@ -11,12 +11,17 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import threading
 from dataclasses import asdict
 from typing import Any
 
-from llm_lens.core.cli.args import Parser, ctrl_c_cancels, doing, guarded
-from llm_lens.core.cli.trace import OUT_HELP, PARSE_SPECIAL_HELP, RAW_HELP, check_inputs
+from llm_lens.core.cli.args import Parser, cancellable, doing, guarded
+from llm_lens.core.cli.trace import (
+    OUT_HELP,
+    PARSE_SPECIAL_HELP,
+    RAW_HELP,
+    check_inputs,
+    load_engine,
+)
 from llm_lens.core.errors import SamplingError
 from llm_lens.core.sampling import SamplingParams
 
@@ -116,20 +121,14 @@ def config_dict(spec: str, params: SamplingParams) -> dict[str, Any]:
 def run_compare(args: argparse.Namespace) -> dict[str, Any]:
     """Load the model, run the comparison, return the JSON-able result."""
     from llm_lens.core.exports.trace import model_dict, run_dict
-    from llm_lens.core.loading import load_model
-    from llm_lens.core.loop.engine import Engine, RunConfig
+    from llm_lens.core.loop.engine import RunConfig
     from llm_lens.core.runs.compare import compare
 
     configs = parse_configs(args.config)
     run_config = RunConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop))
-    say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
-    doing(f"loading the model {args.model or 'bundled'}")
-    engine = Engine(load_model(args.model, args.device, args.dtype, say))
-    prompt = engine.tokenize(args.prompt, chat=not args.raw, parse_special=args.parse_special)
+    engine, prompt = load_engine(args)
     doing(f"comparing {len(configs)} configurations on {engine.info.name}")
-    cancel = threading.Event()
-    with ctrl_c_cancels(cancel):  # Ctrl+C: stop between steps, then exit 130 writing nothing
-        comparison = compare(engine, prompt, configs, run_config, cancel)
+    comparison, _cancel = cancellable(lambda c: compare(engine, prompt, configs, run_config, c))
     if not args.quiet:
         for spec, run in zip(args.config, comparison.runs, strict=True):
             print(f"[{spec}] {run.output_text()}", file=sys.stderr)

@@ -9,6 +9,7 @@ from typing import Any
 
 from llm_lens.core.cli.args import (
     Parser,
+    cancellable,
     ctrl_c_cancels,
     doing,
     finite_float,
@@ -57,18 +58,27 @@ def trace_parser() -> argparse.ArgumentParser:
 
 def check_inputs(args: argparse.Namespace, session: str | None = None) -> None:
     """Refuse a prompt or an output the run could not use, before the model is loaded."""
-    from llm_lens.core.fileio import write_target
+    from llm_lens.core.fileio import output_target, write_target
     from llm_lens.core.tokens import check_text
 
     check_text(args.prompt)
     for stop in args.stop:
         check_text(stop, "a --stop string")
-    out = args.out
-
-    if out is not None and out != "-":
-        write_target(out)
+    output_target(args.out)
     if session is not None:
         write_target(session)
+
+
+def load_engine(args: argparse.Namespace) -> tuple[Any, Any]:
+    """Load the model the options name and tokenize the prompt as they say: (engine, prompt)."""
+    from llm_lens.core.loading import load_model
+    from llm_lens.core.loop.engine import Engine
+
+    say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
+    doing(f"loading the model {args.model or 'bundled'}")
+    engine = Engine(load_model(args.model, args.device, args.dtype, say))
+    prompt = engine.tokenize(args.prompt, chat=not args.raw, parse_special=args.parse_special)
+    return engine, prompt
 
 
 def start_run(
@@ -90,18 +100,14 @@ def start_run(
             seed=args.seed,
         )
     )
-    from llm_lens.core.loading import load_model
-    from llm_lens.core.loop.engine import Engine, RunConfig
+    from llm_lens.core.loop.engine import RunConfig
 
     new_tokens = max_new_tokens or args.max_new_tokens
     config = RunConfig(max_new_tokens=new_tokens, stop_strings=tuple(args.stop))
-    say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
-    doing(f"loading the model {args.model or 'bundled'}")
-    engine = Engine(load_model(args.model, args.device, args.dtype, say))
-    prompt = engine.tokenize(args.prompt, chat=not args.raw, parse_special=args.parse_special)
+    engine, prompt = load_engine(args)
     doing(f"generating with {engine.info.name}")
-    cancel = threading.Event()
-    with ctrl_c_cancels(cancel):  # Ctrl+C: stop between steps, then exit 130 writing nothing
+
+    def generate(cancel: threading.Event) -> Any:
         run = engine.start(prompt, params, config, cancel)
         try:
             for step in run:
@@ -111,6 +117,9 @@ def start_run(
         finally:
             if not args.quiet:
                 print(file=sys.stderr)  # the streamed text ends its line, whatever happens
+        return run
+
+    run, cancel = cancellable(generate)
     return engine, run, cancel
 
 

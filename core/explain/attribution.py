@@ -7,6 +7,12 @@ model's own final norm is linear once its scale is held at this step's value, an
 unembedding is linear, so the logit splits into one number per piece. A piece that does not
 split (a projection bias, a norm's bias, an unembedding bias) is reported as the ``residual``.
 
+Post-norm blocks (OLMo 2, Gemma 2/3) add ``norm(attn_l)``: an RMS norm is linear too once its
+scale is held at this step's value, so each head goes through it as well. What the model does
+after its unembedding (Gemma's final soft-cap) does not split: it is part of the residual and
+reported on its own (``after_unembed``). A model whose layers do not add their blocks as they
+are (Granite scales them) is refused in one line (:func:`check_additive`).
+
 Input attribution. Gradient × input on the input embeddings for the chosen token's
 log-probability: one backward pass of the model over the step's context.
 """
@@ -21,7 +27,8 @@ import numpy as np
 import torch
 
 from llm_lens.core.explain.flow import FlowGraph, flow_graph
-from llm_lens.core.explain.trace import ContextTrace, out_weight, trace_context
+from llm_lens.core.explain.hooks import out_weight
+from llm_lens.core.explain.trace import ContextTrace, check_additive, norm_diag, trace_context
 from llm_lens.core.records import StepRecord, frozen
 
 INPUT_METHOD = "gradient × input (summed over embedding dims) of the token's log-probability"
@@ -39,8 +46,12 @@ class LogitAttribution:
     attn: np.ndarray  # (layers,) each attention block as a whole (its heads + its bias)
     heads: np.ndarray  # (layers, heads)
     mlp: np.ndarray  # (layers,)
-    residual: float  # logit − sum: biases that do not split over pieces
+    residual: float  # logit − sum: biases that do not split over pieces, and after_unembed
     norm_scale: float  # the final norm's divisor at this step, held fixed
+    # the change the model makes after its unembedding (Gemma's final soft-capping), part of
+    # the residual: it does not split over pieces (0 for most models)
+    after_unembed: float = 0.0
+    post_norm: bool = False  # the blocks' post-attention norms were held at this step's scale
 
     @property
     def sum(self) -> float:
@@ -78,20 +89,16 @@ def frozen_norm_direction(norm: Any, h: torch.Tensor, d: torch.Tensor) -> tuple[
     """The direction e with ``d · norm_frozen(c) = e · c`` and the norm's scale at ``h``.
 
     An RMS-type norm is elementwise ``w ⊙ x / s(x)``: its frozen diagonal is read from the
-    norm itself on a constant vector of the same mean square as ``h`` (so the module's own
-    weight, offset and epsilon apply). A LayerNorm also centres: ``e`` is centred.
+    norm itself (:func:`norm_diag`). A LayerNorm also centres: ``e`` is centred.
     """
     h = h.to(norm.weight.dtype) if hasattr(norm, "weight") else h
     if isinstance(norm, torch.nn.LayerNorm):
         sigma = torch.sqrt(h.float().var(unbiased=False) + norm.eps)
         g = d * norm.weight.float() / sigma
         return g - g.mean(), float(sigma)
-    ms = h.float().pow(2).mean()
-    probe = torch.full_like(h, float(ms.sqrt()))  # mean(probe²) = mean(h²)
-    diag = norm(probe[None])[0].float() / probe.float()  # (hidden,) weight / scale
-    ref = getattr(norm, "weight", None)
-    scale = float((ref.float() / diag).median()) if ref is not None else float(ms.sqrt())
-    return d * diag, scale
+    diag = norm_diag(norm, h)  # (hidden,) weight / scale
+    unit = norm_diag(norm, torch.ones_like(h))  # weight / 1 (to epsilon)
+    return d * diag, float((unit / diag).median())
 
 
 @torch.no_grad()
@@ -103,11 +110,13 @@ def logit_attribution(engine: Any, trace: ContextTrace, vs: int | None = None) -
     e, scale = frozen_norm_direction(a.final_norm, trace.pre[-1, -1], d)
     pre, attn = trace.pre[:, -1], trace.attn[:, -1]  # (L + 1, hidden), (L, hidden)
     mlp = pre[1:] - pre[:-1] - attn  # (L, hidden)
+    last = torch.tensor([trace.pre.shape[1] - 1])
     heads = np.zeros((info.num_layers, info.num_heads), np.float32)
     for layer, block in enumerate(a.attn):
-        v = out_weight(block).float().t() @ e  # (heads × head_dim,)
-        z = trace.heads_in[layer, -1]  # (heads × head_dim,)
-        heads[layer] = (v * z).view(info.num_heads, -1).sum(-1).cpu().numpy()
+        diag = trace.post_diag(layer, last)  # (1, hidden) or None
+        e_l = e if diag is None else e * diag[0]  # through the post-norm at this step's scale
+        v = out_weight(block).float().t() @ e_l  # (heads × head_dim,)
+        heads[layer] = (v * trace.heads_in[layer]).view(info.num_heads, -1).sum(-1).cpu().numpy()
     logit = float(trace.logits[trace.target] - (trace.logits[vs] if vs is not None else 0.0))
     embed = float(pre[0] @ e)
     mlp_v = (mlp @ e).cpu().numpy()
@@ -122,7 +131,19 @@ def logit_attribution(engine: Any, trace: ContextTrace, vs: int | None = None) -
         mlp=frozen(mlp_v, np.float32),
         residual=logit - split,
         norm_scale=scale,
+        after_unembed=logit - _unembedded(a, trace, d, vs),
+        post_norm=trace.raw_attn is not None,
     )
+
+
+def _unembedded(a: Any, trace: ContextTrace, d: torch.Tensor, vs: int | None) -> float:
+    """The logit (difference) straight out of the unembedding: one row, not the vocabulary."""
+    normed = a.final_norm(trace.pre[-1, -1].to(a.lm_head.weight.dtype)).float()  # (hidden,)
+    bias = getattr(a.lm_head, "bias", None)
+    value = float(normed @ d)
+    if bias is not None:
+        value += float(bias[trace.target] - (bias[vs] if vs is not None else 0.0))
+    return value
 
 
 def input_attribution(engine: Any, trace: ContextTrace) -> InputAttribution:
@@ -144,12 +165,11 @@ def explain(
 
     ``floor``: the lowest edge importance the flow graph keeps (a view may prune higher).
     """
-    if engine.anatomy.attn and not _adds_attention_directly(engine.anatomy.layers[0]):
-        raise ValueError("why-this-token needs a pre-norm decoder (attention added as is)")
     if vs is not None and not 0 <= vs < engine.info.vocab_size:
         raise ValueError(f"--vs token id {vs} is outside the vocabulary")
     t0 = time.perf_counter()
     trace = trace_context(engine, step.context_ids, step.token.id)
+    check_additive(engine, trace)
     t1 = time.perf_counter()
     logits = logit_attribution(engine, trace, vs)
     inputs = input_attribution(engine, trace)
@@ -167,11 +187,6 @@ def explain(
         graph=graph,
         timings_ms=tuple((k, v * 1e3) for k, v in ms),
     )
-
-
-def _adds_attention_directly(layer: Any) -> bool:
-    """False for post-norm blocks (Gemma 2/3 normalise the attention output before adding)."""
-    return not hasattr(layer, "post_feedforward_layernorm")
 
 
 def explanation_dict(x: Explanation, threshold: float = 0.04) -> dict[str, Any]:
@@ -203,6 +218,8 @@ def explanation_dict(x: Explanation, threshold: float = 0.04) -> dict[str, Any]:
         "components": components,
         "sum": lg.sum,
         "residual": lg.residual,
+        "after_unembed": lg.after_unembed,
+        "post_norm": lg.post_norm,
         "input_method": x.inputs.method,
         "logprob": x.inputs.logprob,
         "input_attribution": [

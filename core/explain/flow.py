@@ -16,11 +16,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm_lens.core.explain.trace import ContextTrace, out_projection, out_weight
+from llm_lens.core.explain.hooks import out_projection, out_weight
+from llm_lens.core.explain.trace import ContextTrace
 from llm_lens.core.records import frozen
 
 KINDS = ("attn", "residual", "mlp")
-ROW_CHUNK = 32  # query rows per block: bounds the (rows, T, hidden) tensor of parts
+PART_BUDGET = 1 << 20  # floats in one (rows, T, hidden) block of parts (4 MB, cache-sized):
+# rows are taken this many at a time, so the graph's memory does not grow with rows × T × hidden
 
 
 @dataclass(frozen=True)
@@ -99,9 +101,19 @@ class FlowGraph:
 
 def importance(parts: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
     """(..., parts) proximity shares of ``parts`` (..., parts, hidden) in ``total``."""
-    y = total.unsqueeze(-2)  # (..., 1, hidden)
-    prox = (y.abs().sum(-1) - (y - parts).abs().sum(-1)).clamp(min=0)  # (..., parts)
+    prox = proximity(parts, total)  # (..., parts)
     return prox / prox.sum(-1, keepdim=True).clamp(min=1e-12)
+
+
+def proximity(parts: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+    """(..., parts) ``max(0, ‖y‖₁ − ‖y − z‖₁)`` of each part z (..., parts, hidden) of y."""
+    y = total.unsqueeze(-2)  # (..., 1, hidden)
+    return (y.abs().sum(-1) - (y - parts).abs().sum(-1)).clamp(min=0)
+
+
+def row_chunk(tokens: int, hidden: int, budget: int = PART_BUDGET) -> int:
+    """Query rows per block so that one (rows, T, hidden) block of parts fits ``budget``."""
+    return max(1, budget // max(1, tokens * hidden))
 
 
 class _Edges:
@@ -115,16 +127,22 @@ class _Edges:
         self.shares.append(self.zero)
 
 
-def flow_graph(engine: Any, trace: ContextTrace, floor: float = 0.01) -> FlowGraph:
-    """Walk down from the last position of the last layer, keeping parts ≥ ``floor``."""
+def flow_graph(
+    engine: Any, trace: ContextTrace, floor: float = 0.01, budget: int = PART_BUDGET
+) -> FlowGraph:
+    """Walk down from the last position of the last layer, keeping parts ≥ ``floor``.
+
+    One layer's attention weights are held at a time, and the parts of at most ``budget``
+    floats (rows × T × hidden) at once: the memory is bounded by one layer, not the model."""
     info = engine.info
     layers, tokens = info.num_layers, trace.pre.shape[1]
     edges = _Edges(info.num_heads)
     active = {tokens - 1}
-    with torch.no_grad():
+    rows = row_chunk(tokens, trace.pre.shape[-1], budget)
+    with torch.no_grad(), trace.eager():
         for layer in reversed(range(layers)):
             mids = _mlp_half(trace, layer, sorted(active), floor, edges)
-            active = _attn_half(engine, trace, layer, mids, floor, edges)
+            active = _attn_half(engine, trace, layer, mids, floor, edges, rows)
     return _freeze(info, trace, engine, floor, edges)
 
 
@@ -148,39 +166,60 @@ def _per_head_out(engine: Any, trace: ContextTrace, layer: int) -> torch.Tensor:
     attn, info = engine.anatomy.attn[layer], engine.info
     w_o = out_weight(attn).float().view(-1, info.num_heads, info.head_dim)  # (hidden, H, hd)
     groups = info.num_heads // info.num_kv_heads
-    v = trace.values[layer].repeat_interleave(groups, dim=0)  # (H, T, hd)
+    v = trace.layer_values(layer).repeat_interleave(groups, dim=0)  # (H, T, hd)
     return torch.einsum("htk,dhk->htd", v, w_o)
 
 
 def _attn_half(
-    engine: Any, trace: ContextTrace, layer: int, rows: set[int], floor: float, out: _Edges
+    engine: Any,
+    trace: ContextTrace,
+    layer: int,
+    rows: set[int],
+    floor: float,
+    out: _Edges,
+    chunk_rows: int,
 ) -> set[int]:
+    weights = trace.weights(layer)  # (H, T, T), this layer's only (recomputed first)
     u = _per_head_out(engine, trace, layer)  # (H, T, hidden)
-    u_norm = u.abs().sum(-1)  # (H, T)
     bias = getattr(out_projection(engine.anatomy.attn[layer]), "bias", None)
     reached: set[int] = set()
     ordered = sorted(rows)
-    for start in range(0, len(ordered), ROW_CHUNK):
-        chunk = ordered[start : start + ROW_CHUNK]
+    for start in range(0, len(ordered), chunk_rows):
+        chunk = ordered[start : start + chunk_rows]
         idx = torch.tensor(chunk)
-        a = trace.weights[layer][:, idx]  # (H, R, T)
-        z = torch.einsum("hrt,htd->rtd", a, u)  # (R, T, hidden)
-        parts = [trace.pre[layer, idx][:, None], z]
+        span = chunk[-1] + 1  # causal: no row of the block reads past its last one
+        a = weights[:, idx, :span]  # (H, R, S)
+        diag = trace.post_diag(layer, idx)  # (R, hidden): a post-norm held at its scale
+        z = torch.einsum("hrt,htd->rtd", a, u[:, :span])  # (R, S, hidden)
+        if diag is not None:
+            z *= diag[:, None]
+        mid = trace.pre[layer, idx] + trace.attn[layer, idx]  # (R, hidden)
+        prox = [proximity(trace.pre[layer, idx][:, None], mid), proximity(z, mid)]
+        del z
         if bias is not None:
-            parts.append(bias.float().expand(len(chunk), 1, -1))
-        mid = trace.pre[layer, idx] + trace.attn[layer, idx]
-        imp = importance(torch.cat(parts, dim=1), mid).cpu().numpy()  # (R, 1 + T (+ 1))
-        norms = a * u_norm[:, None]  # (H, R, T)
-        shares = (norms / norms.sum(0, keepdim=True).clamp(min=1e-12)).cpu().numpy()
+            b = bias.float().expand(len(chunk), -1)  # (R, hidden)
+            prox.append(proximity((b if diag is None else b * diag)[:, None], mid))
+        p = torch.cat(prox, dim=1)  # (R, 1 + S (+ 1))
+        imp = (p / p.sum(-1, keepdim=True).clamp(min=1e-12)).cpu().numpy()
+        shares = _head_shares(a, u[:, :span], diag).cpu().numpy()  # (H, R, S)
         for r, i in enumerate(chunk):
             if imp[r, 0] >= floor:
                 out.add(1, (2 * layer, i), (2 * layer + 1, i), float(imp[r, 0]))
                 reached.add(i)
             for j in np.flatnonzero(imp[r, 1 : i + 2] >= floor).tolist():  # j ≤ i
                 out.add(0, (2 * layer, j), (2 * layer + 1, i), float(imp[r, 1 + j]))
-                out.shares[-1] = shares[:, r, j]
+                out.shares[-1] = shares[:, r, j].copy()  # not a view: the block goes
                 reached.add(j)
     return reached
+
+
+def _head_shares(a: torch.Tensor, u: torch.Tensor, diag: torch.Tensor | None) -> torch.Tensor:
+    """(H, R, T) each head's share of ‖A_h[i, j] W_O[:, h] v_h[j]‖₁ (through the post-norm)."""
+    if diag is None:
+        norms = a * u.abs().sum(-1)[:, None]  # (H, R, T)
+    else:
+        norms = a * torch.einsum("htd,rd->hrt", u.abs(), diag.abs())
+    return norms / norms.sum(0, keepdim=True).clamp(min=1e-12)
 
 
 def _freeze(info: Any, trace: ContextTrace, engine: Any, floor: float, e: _Edges) -> FlowGraph:

@@ -1,41 +1,61 @@
 """One instrumented forward (and backward) pass over a step's context, for "why this token?".
 
 The step loop records only the last position; explaining a token needs every position's
-residual stream, every head's attention weights and values and the input to each attention
-block's output projection. They come from a fresh pass over the context the step had read, with
-hooks on the model's own modules (no family's maths is re-derived), and a backward pass from the
-chosen token's log-probability to the input embeddings gives gradient × input.
+residual stream and what each attention block added, and, at the last position, the input to
+each block's output projection. They come from a fresh pass over the context the step had read,
+with hooks on the model's own modules (no family's maths is re-derived), and a backward pass from
+the chosen token's log-probability to the input embeddings gives gradient × input.
+
+A short context keeps every layer's attention weights from the pass (eager attention, cheap at a
+hundred tokens). A long one keeps memory linear in the context: the pass runs the model's fused
+attention (SDPA), which never holds a T × T matrix, and keeps only each attention block's inputs
+(a family without SDPA, such as Gemma 2, runs eager and holds its weights for the backward
+pass). The flow graph then asks for one layer's attention weights at a time
+(:meth:`ContextTrace.weights`): they are recomputed by calling that block again, with eager
+attention, on the inputs it had.
+
+Post-norm blocks (OLMo 2, Gemma 2/3) normalise the attention output before adding it: what the
+block added is read after its ``post_attention_layernorm``, and the raw output is kept so the
+norm can be held at this step's scale per position.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
 from llm_lens.core import kvcache
-from llm_lens.core.anatomy import Anatomy
+from llm_lens.core.explain.hooks import (
+    CACHE_KWARGS,
+    PassHooks,
+    attention,
+    checkpointed,
+    frozen,
+    out_projection,
+    post_attention_norm,
+)
 
-OUT_PROJECTIONS = ("o_proj", "c_proj", "dense", "out_proj")
+CHECKPOINT_TOKENS = 512  # longer contexts recompute each layer in the backward pass instead of
+# keeping its activations (autograd's saved tensors grow ~1 MB a token on the bundled model)
+WEIGHT_BUDGET = 1 << 24  # floats (64 MB): every layer's weights are kept from the pass below
+# this (a short context), else recomputed one layer at a time (memory linear in the context)
 
 
-def out_projection(attn: Any) -> Any:
-    """The attention block's output projection (the module that mixes the heads' outputs)."""
-    for name in OUT_PROJECTIONS:
-        proj = getattr(attn, name, None)
-        if proj is not None and hasattr(proj, "weight"):
-            return proj
-    raise ValueError(f"{type(attn).__name__}: cannot find the attention output projection")
+def norm_diag(norm: Any, x: torch.Tensor) -> torch.Tensor:
+    """(..., hidden) the diagonal an RMS-type ``norm`` multiplies each row of ``x`` by.
 
-
-def out_weight(attn: Any) -> torch.Tensor:
-    """(hidden, heads × head_dim) weight of the output projection (GPT-2's ``Conv1D`` stores
-    the transpose of a ``Linear``'s weight: it is turned around here)."""
-    proj = out_projection(attn)
-    weight: torch.Tensor = proj.weight
-    return weight.t() if type(proj).__name__ == "Conv1D" else weight
+    Read from the norm itself on constant rows of the same mean square as ``x``'s (so the
+    module's own weight, offset such as Gemma's ``1 + w``, and epsilon apply)."""
+    dtype = norm.weight.dtype if hasattr(norm, "weight") else x.dtype
+    rms = x.float().pow(2).mean(-1, keepdim=True).sqrt().clamp(min=1e-30)  # (..., 1)
+    probe = rms.expand_as(x).to(dtype)
+    diag: torch.Tensor = norm(probe).float() / probe.float()
+    return diag.detach()
 
 
 @dataclass
@@ -43,99 +63,195 @@ class ContextTrace:
     """What one pass over ``ids`` left behind (torch tensors, worker-side only; float32).
 
     ``pre[l]`` is the residual entering layer l (``pre[L]`` the last layer's output), ``attn[l]``
-    what layer l's attention block added, ``heads_in[l]`` the input of its output projection
-    (the heads' outputs side by side), ``weights[l]`` its attention weights and ``values[l]`` its
-    cached values.
+    what layer l's attention block added to it (after its post-norm, if any), ``raw_attn[l]``
+    the block's output before that norm (None for pre-norm models), ``heads_in[l]`` the input of
+    its output projection at the last position (the heads' outputs side by side) and
+    ``values[l]`` its cached values.
     """
 
     ids: torch.Tensor  # (T,) int64
     pre: torch.Tensor  # (layers + 1, T, hidden)
     attn: torch.Tensor  # (layers, T, hidden)
-    heads_in: torch.Tensor  # (layers, T, heads × head_dim)
-    weights: torch.Tensor  # (layers, heads, T, T)
-    values: torch.Tensor  # (layers, kv_heads, T, head_dim)
+    raw_attn: torch.Tensor | None  # (layers, T, hidden), post-norm models only
+    heads_in: torch.Tensor  # (layers, heads × head_dim) at the last position
+    values: torch.Tensor | None  # (layers, kv_heads, T, head_dim); None: see layer_values
     logits: torch.Tensor  # (vocab,) the last position's logits
     grad_x_input: torch.Tensor  # (T,) gradient × input summed over the embedding dims
     target: int
+    model: Any = field(default=None, repr=False)
+    calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
+    kept_weights: torch.Tensor | None = None  # (layers, heads, T, T) from a short pass
+    new_cache: Any = field(default=None, repr=False)  # the engine's, for recomputed values
+    recalled: tuple[int, torch.Tensor] | None = None  # (layer, values) of the last recompute
+    post_norms: list[Any] = field(default_factory=list)  # per layer, for post-norm models
+    mlp_last: torch.Tensor | None = None  # (layers, hidden) what each MLP added, last position
+
+    def weights(self, layer: int) -> torch.Tensor:
+        """(heads, T, T) float32 attention weights of ``layer``: its block called again, with
+        eager attention, on the inputs it had in the pass (one layer held at a time)."""
+        if self.kept_weights is not None:
+            return self.kept_weights[layer]
+        module, args, kwargs = self.calls[layer]
+        cache = self.new_cache() if self.values is None else None
+        with self.eager(), torch.no_grad():
+            out = module(*args, **_eager_kwargs(kwargs, self.ids.shape[0], cache))
+        weights: torch.Tensor | None = out[1] if isinstance(out, tuple) and len(out) > 1 else None
+        if weights is None:
+            raise ValueError("the attention block returned no weights under eager attention")
+        if cache is not None:
+            self.recalled = (layer, _values(cache, getattr(module, "layer_idx", layer)))
+        return weights[0].float()  # (heads, T, T)
+
+    def layer_values(self, layer: int) -> torch.Tensor:
+        """(kv_heads, T, head_dim) ``layer``'s values: from the pass's cache, or (a
+        checkpointed pass) from the call that last recomputed that layer's weights."""
+        if self.values is not None:
+            return self.values[layer]
+        if self.recalled is None or self.recalled[0] != layer:
+            self.weights(layer)
+        assert self.recalled is not None
+        return self.recalled[1]
+
+    @contextmanager
+    def eager(self) -> Iterator[None]:
+        """Eager attention for the blocks called inside (once for a whole walk over layers)."""
+        impl = self.model.config._attn_implementation
+        if impl == "eager" or self.kept_weights is not None:
+            yield
+            return
+        self.model.set_attn_implementation("eager")
+        try:
+            yield
+        finally:
+            self.model.set_attn_implementation(impl)
+
+    def post_diag(self, layer: int, rows: torch.Tensor) -> torch.Tensor | None:
+        """(R, hidden) the post-attention norm's diagonal at ``rows``, held at this pass's
+        scale (None for a pre-norm model)."""
+        if self.raw_attn is None:
+            return None
+        return norm_diag(self.post_norms[layer], self.raw_attn[layer, rows])
 
 
-class _Hooks:
-    """Forward hooks on the layers, attention blocks and output projections of one model."""
-
-    def __init__(self, anatomy: Anatomy) -> None:
-        self.anatomy = anatomy
-        self.pre: list[Any] = []
-        self.attn: list[Any] = []
-        self.weights: list[Any] = []
-        self.heads_in: list[Any] = []
-        self._handles: list[Any] = []
-
-    def __enter__(self) -> _Hooks:
-        a = self.anatomy
-        h = self._handles
-        h.append(a.layers[0].register_forward_pre_hook(self._on_first, with_kwargs=True))
-        for layer, attn in zip(a.layers, a.attn, strict=True):
-            h.append(layer.register_forward_hook(self._on_layer))
-            h.append(attn.register_forward_hook(self._on_attn))
-            proj = out_projection(attn)
-            h.append(proj.register_forward_pre_hook(self._on_proj))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-
-    def _on_first(self, _m: Any, args: Any, kwargs: Any) -> None:
-        self.pre.append((args[0] if args else kwargs["hidden_states"]).detach())
-
-    def _on_layer(self, _m: Any, _i: Any, output: Any) -> None:
-        self.pre.append((output[0] if isinstance(output, tuple) else output).detach())
-
-    def _on_attn(self, _m: Any, _i: Any, output: Any) -> None:
-        self.attn.append(output[0].detach())
-        weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
-        self.weights.append(None if weights is None else weights.detach())
-
-    def _on_proj(self, _m: Any, args: Any) -> None:
-        self.heads_in.append(args[0].detach())
+def _eager_kwargs(kwargs: dict[str, Any], tokens: int, cache: Any = None) -> dict[str, Any]:
+    """The block's own call, with a fresh ``cache`` (or none) for the pass's, and a mask eager
+    attention understands: SDPA passes None for a purely causal mask and booleans otherwise;
+    eager adds a float mask."""
+    out = {k: (cache if k in CACHE_KWARGS else v) for k, v in kwargs.items()}
+    if cache is not None and not any(k in out for k in CACHE_KWARGS):
+        out["cache"] = cache
+    out["use_cache"] = False
+    mask = out.get("attention_mask")
+    dtype = torch.float32
+    low = torch.finfo(dtype).min
+    if mask is None:
+        keep = torch.ones(tokens, tokens, dtype=torch.bool).tril()[None, None]
+        out["attention_mask"] = torch.zeros(keep.shape, dtype=dtype).masked_fill(~keep, low)
+    elif mask.dtype == torch.bool:
+        out["attention_mask"] = torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, low)
+    return out
 
 
-def trace_context(engine: Any, ids: list[int] | Any, target: int) -> ContextTrace:
+def trace_context(
+    engine: Any,
+    ids: list[int] | Any,
+    target: int,
+    weight_budget: int = WEIGHT_BUDGET,
+    checkpoint_tokens: int = CHECKPOINT_TOKENS,
+) -> ContextTrace:
     """Run the model over ``ids`` with hooks, then back-propagate log p(``target``) at the last
-    position to the input embeddings. Needs eager attention (the weights); switched on here."""
-    model, anatomy = engine.model, engine.anatomy
-    if model.config._attn_implementation != "eager":
-        model.set_attn_implementation("eager")
+    position to the input embeddings. Attention weights are kept when every layer's fit in
+    ``weight_budget`` floats; otherwise the pass holds no T × T matrix (fused attention). Past
+    ``checkpoint_tokens`` each layer keeps only its input for the backward pass and runs again
+    there (one more forward's work; memory: one layer's activations, not every layer's)."""
+    model, anatomy, info = engine.model, engine.anatomy, engine.info
+    tokens = len(ids)
+    keep = info.num_layers * info.num_heads * tokens * tokens <= weight_budget
+    again = tokens > checkpoint_tokens
+    fused = getattr(model, "_supports_sdpa", False) and not keep  # Gemma 2: eager only
+    impl = "sdpa" if fused else "eager"
     # the worker serves analyses in inference mode: leave it, and make every tensor in here
-    with torch.inference_mode(False), torch.enable_grad():
+    with torch.inference_mode(False), torch.enable_grad(), frozen(model), attention(model, impl):
         ids_t = torch.tensor(np.asarray(ids), dtype=torch.long, device=engine.device)[None]
         embeds = anatomy.embed(ids_t).detach().requires_grad_(True)  # (1, T, hidden)
-        with _Hooks(anatomy) as hooks:
+        with PassHooks(anatomy, keep) as hooks, checkpointed(anatomy.layers, again):
             cache = engine.new_cache()
             out = model(
                 inputs_embeds=embeds,
                 use_cache=True,
-                output_attentions=True,
                 logits_to_keep=1,
+                output_attentions=keep,
                 **{engine.cache_kw: cache},
             )
         logits = out.logits[0, -1].float()  # (vocab,)
         logp = torch.log_softmax(logits, dim=-1)[target]
-        # autograd.grad to the embeddings only: no weight gradient is ever computed
         (grad,) = torch.autograd.grad(logp, embeds)
         gxi = (grad * embeds).sum(dim=-1)[0].detach().float()  # (T,)
-    if any(w is None for w in hooks.weights):
-        raise ValueError("the model returned no attention weights (eager attention is needed)")
-    values = [v[0].detach() for _k, v in kvcache.cache_tensors(cache)]  # (kv_heads, T, hd)
+    # a checkpointed pass ran its layers without the cache: values come with each layer's call
+    values = None if again else _values(cache)
+    raw = hooks.attn.done()  # (L, T, hidden)
+    added = hooks.added.done() if hooks.added.count else None
     return ContextTrace(
         ids=ids_t[0],
-        pre=torch.stack([p[0] for p in hooks.pre]).float(),
-        attn=torch.stack([a[0] for a in hooks.attn]).float(),
+        pre=hooks.pre.done(),
+        attn=raw if added is None else added,
+        raw_attn=None if added is None else raw,
         heads_in=torch.stack([x[0] for x in hooks.heads_in]).float(),
-        weights=torch.stack([w[0] for w in hooks.weights]).float(),
-        values=torch.stack(values).float(),
+        values=values,
         logits=logits.detach(),
         grad_x_input=gxi,
         target=target,
+        model=model,
+        new_cache=engine.new_cache,
+        calls=hooks.calls,
+        kept_weights=_stack_all(hooks.weights, len(anatomy.layers)),
+        post_norms=[post_attention_norm(layer) for layer in anatomy.layers],
+        mlp_last=_stack_last(hooks.mlp, len(anatomy.layers)),
     )
+
+
+def _values(cache: Any, layer: int | None = None) -> torch.Tensor:
+    """(layers, kv_heads, T, head_dim), or one layer's (kv_heads, T, head_dim), float32."""
+    pairs = kvcache.cache_tensors(cache)
+    if layer is not None:
+        one: torch.Tensor = pairs[layer][1][0]
+        return one.detach().float()
+    return torch.stack([v[0].detach() for _k, v in pairs]).float()
+
+
+def _stack_all(weights: list[Any], layers: int) -> torch.Tensor | None:
+    """(layers, heads, T, T) float32 when every layer returned its weights, else None."""
+    return torch.stack(weights).float() if len(weights) == layers else None
+
+
+def _stack_last(rows: list[Any], layers: int) -> torch.Tensor | None:
+    """(layers, hidden) float32 when every layer reported one row, else None."""
+    return torch.stack([r[0] for r in rows]).float() if len(rows) == layers else None
+
+
+def check_additive(engine: Any, trace: ContextTrace, tol: float = 1e-3) -> None:
+    """Refuse, in one line, a model whose layers do not add their attention and MLP outputs to
+    the residual stream as they are, or whose attention output is not its heads through the
+    output projection: the logit would not split exactly over those pieces."""
+    name = type(engine.model).__name__
+    pre = trace.pre[:, -1]  # (L + 1, hidden)
+    step = pre[1:] - pre[:-1]  # (L, hidden)
+    scale = step.abs().amax(-1).clamp(min=1e-12)  # (L,)
+    if trace.mlp_last is not None:
+        err = (step - trace.attn[:, -1] - trace.mlp_last).abs().amax(-1) / scale
+        if bool((err > tol).any()):
+            layer = int(err.argmax())
+            raise ValueError(
+                f"{name}: layer {layer} does not add its attention and MLP outputs to the "
+                "residual stream as they are, so the logit does not split exactly over them"
+            )
+    raw = (trace.raw_attn if trace.raw_attn is not None else trace.attn)[:, -1]
+    with torch.no_grad():
+        for layer, block in enumerate(engine.anatomy.attn):
+            proj = out_projection(block)
+            got = proj(trace.heads_in[layer].to(proj.weight.dtype)).float()  # (hidden,)
+            if float((got - raw[layer]).abs().max()) > tol * max(float(scale[layer]), 1e-6):
+                raise ValueError(
+                    f"{name}: layer {layer}'s attention output is not its heads through the "
+                    "output projection, so the logit does not split exactly over the heads"
+                )

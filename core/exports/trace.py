@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from llm_lens.core.fileio import atomic_write_text
+from llm_lens.core.fileio import atomic_write_text, output_target
 from llm_lens.core.layers import LensResult, logit_lens
 from llm_lens.core.records import PromptTokens, RunSummary, StepRecord
 
@@ -116,10 +116,11 @@ def trace_dict(
 
 def emit_json(data: Any, out: str | None) -> None:
     """A command's JSON result: to the ``--out`` file (atomically), else (or ``-``) to stdout."""
-    if out is not None and out != "-":
-        write_json(data, out)
-    else:
+    target = output_target(out)
+    if target is None:
         print(json.dumps(data, ensure_ascii=False, indent=1))
+    else:
+        write_json(data, target)
 
 
 def write_json(data: Any, path: str | Path) -> None:

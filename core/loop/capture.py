@@ -1,56 +1,69 @@
-"""Forward hooks that record the residual stream and attention while the model runs.
+"""Hooks and the attention tap that record the residual stream and attention while the model runs.
 
 Hooks keep references to tensors the model produces anyway; nothing is copied inside the
-forward pass. After the pass the loop copies what the panes need to numpy once.
+forward pass except each layer's last attention row. After the pass the loop copies what the
+panes need to numpy once.
 """
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from typing import Any
 
 import torch
 
 from llm_lens.core.anatomy import Anatomy
+from llm_lens.core.attention import Tap, tapping
 
 
 class Capture:
-    """Context manager: hooks on the embedding, each layer and each attention block.
+    """Context manager: the first layer's real input, each layer's output, each attention
+    block's output, and (through :class:`~llm_lens.core.attention.Tap`) each layer's
+    last-query attention probabilities.
 
-    ``last_only`` keeps only the last query position (decode steps); otherwise every position is
-    kept for the residual stream and only the last attention row (the full maps are on demand).
+    The residual row 0 is what the first layer receives, so GPT-2's position table and Granite's
+    embedding multiplier are in it. ``fast`` runs the real attention with SDPA (long prompts).
     """
 
-    def __init__(self, anatomy: Anatomy) -> None:
+    def __init__(self, anatomy: Anatomy, fast: bool = False) -> None:
         self.anatomy = anatomy
         self.hidden: list[Any] = []  # layers + 1 tensors (1, seq, hidden)
         self.attn_out: list[Any] = []  # layers tensors (hidden,): the last position
-        self.attn_rows: list[Any] = []  # layers tensors (heads, kv_len) or None
+        self.tap = Tap(anatomy.layer_of, fast=fast, rows=True)
         self._handles: list[Any] = []
+        self._stack = ExitStack()
+
+    @property
+    def attn_rows(self) -> list[Any | None]:
+        """Per layer, the last query's probabilities (heads, kv), or None where not recorded."""
+        return [self.tap.last_rows.get(i) for i in range(len(self.anatomy.layers))]
 
     def __enter__(self) -> Capture:
         a = self.anatomy
-        self._handles.append(a.embed.register_forward_hook(self._on_hidden))
+        first = a.layers[0].register_forward_pre_hook(self._on_input, with_kwargs=True)
+        self._handles.append(first)
         for layer in a.layers:
             self._handles.append(layer.register_forward_hook(self._on_hidden))
         for attn in a.attn:
             self._handles.append(attn.register_forward_hook(self._on_attn))
+        self._stack.enter_context(tapping(self.tap))
         return self
 
     def __exit__(self, *exc: object) -> None:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        self._stack.close()
+
+    def _on_input(self, _module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.hidden.append(args[0] if args else kwargs["hidden_states"])
 
     def _on_hidden(self, _module: Any, _inputs: Any, output: Any) -> None:
         self.hidden.append(output[0] if isinstance(output, tuple) else output)
 
     def _on_attn(self, _module: Any, _inputs: Any, output: Any) -> None:
-        # copies, not views: a view of the prefill's (1, heads, T, T) weights would keep every
-        # layer's full map alive until the pass ends (30 × 36 MB at T = 1000)
-        self.attn_out.append(output[0][0, -1].clone())  # (hidden,)
-        weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
-        # (batch, heads, q, kv) -> the last query's row (heads, kv)
-        self.attn_rows.append(None if weights is None else weights[0, :, -1, :].clone())
+        out = output[0] if isinstance(output, tuple) else output
+        self.attn_out.append(out[0, -1].clone())  # (hidden,)
 
     def last_position(self) -> tuple[Any, Any]:
         """(layers + 1, hidden) residual stream and (layers, hidden) attention updates."""

@@ -22,8 +22,9 @@ import torch
 from llm_lens.core import kvcache, sampling
 from llm_lens.core import logits as logits_stage
 from llm_lens.core.anatomy import Anatomy
-from llm_lens.core.attention import AttentionProbe
+from llm_lens.core.attention import Tap, current_tap, tapping, use_lens_attention
 from llm_lens.core.errors import PromptError
+from llm_lens.core.experts import RouterCapture, routing_of
 from llm_lens.core.loading import LoadedModel
 from llm_lens.core.loop.capture import Capture
 from llm_lens.core.loop.clock import StepClock, measures_waits
@@ -66,7 +67,10 @@ class Engine:
         self.tokenizer = loaded.tokenizer
         self.info = loaded.info
         self.anatomy = Anatomy.of(self.model)
-        self.probe = AttentionProbe(self.model, self.anatomy)
+        # attention through transformers' interface, recorded by our function: False for a
+        # family whose attention bypasses it (no maps; every other pane still works)
+        self.attention_maps = use_lens_attention(self.model)
+        self.map_memo: dict[str, Any] = {}  # the last layer's prompt maps (attention.layer_maps)
         self.texts = TokenText(self.tokenizer)
         self.device = next(self.model.parameters()).device
         params = inspect.signature(self.model.forward).parameters
@@ -139,11 +143,15 @@ class Engine:
         return self.forward_batch(ids, cache, eager)[0]  # (vocab,)
 
     def forward_batch(self, ids: Any, cache: Any, eager: bool) -> Any:
-        """One forward pass over ``ids`` (batch, seq) extending ``cache``, with eager attention
-        (which builds the weights) or SDPA; returns the last position's logits (batch, vocab)."""
-        impl = "eager" if eager else "sdpa"
-        if self.model.config._attn_implementation != impl:
-            self.model.set_attn_implementation(impl)
+        """One forward pass over ``ids`` (batch, seq) extending ``cache``, with the model's eager
+        attention (which builds the weights) or SDPA; returns the last logits (batch, vocab)."""
+        tap = current_tap()
+        if tap is None:
+            with tapping(Tap(fast=not eager)):
+                return self.forward_batch(ids, cache, eager)
+        tap.fast = not eager
+        if self.attention_maps:  # again: a reference or explain pass may have set "eager"
+            use_lens_attention(self.model)
         out = self.model(ids, use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
         return out.logits[:, -1]  # (batch, vocab)
 
@@ -153,7 +161,7 @@ def captured_forward(
 ) -> tuple[Capture, Any, float]:
     """One hooked forward pass: the capture, the last logits (vocab,) and its wall time in ms."""
     t0 = time.perf_counter()
-    with Capture(engine.anatomy) as cap:
+    with Capture(engine.anatomy, fast=not eager) as cap, RouterCapture(engine.model, cap):
         logits = engine.forward(ids, cache, eager)
         synchronize(engine.device)
     return cap, logits, (time.perf_counter() - t0) * 1e3
@@ -298,16 +306,16 @@ class Run:
         )
 
     def _attention_row(self, cap: Capture, position: int) -> np.ndarray:
-        """(layers, heads, kv_len): from eager weights, or recomputed by the probe."""
-        if all(r is not None for r in cap.attn_rows):
-            return torch.stack(cap.attn_rows).float().cpu().numpy()
-        eng = self.engine
-        pos = torch.tensor([position], device=eng.device)
-        rows = []
-        for layer, h in enumerate(cap.hidden[:-1]):
-            keys = kvcache.cache_tensors(self.cache)[layer][0][0]  # (kv_heads, kv, head_dim)
-            rows.append(eng.probe.weights(layer, h[0, -1:], pos, keys)[:, 0])
-        return torch.stack(rows).float().cpu().numpy()
+        """(layers, heads, position + 1): the new query's probabilities as the model's attention
+        function computed them. A windowed layer's keys are the last ones, so its row is placed
+        at their positions (zero before the window); a layer not recorded stays zero."""
+        info = self.engine.info
+        out = np.zeros((info.num_layers, info.num_heads, position + 1), np.float32)
+        for layer, row in enumerate(cap.attn_rows):
+            if row is not None:
+                kv = min(row.shape[-1], position + 1)
+                out[layer, :, position + 1 - kv :] = row[:, -kv:].cpu().numpy()
+        return out
 
     def _record(
         self,
@@ -343,6 +351,7 @@ class Run:
             kv=kvcache.measure(self.cache, eng.info, kv_before),
             timing=StepTiming(0.0, 0.0, 0.0),
             context_ids=frozen(context, np.int64),
+            routing=routing_of(cap, position),
         )
 
     def _finish_reason(self, record: StepRecord, context: list[int]) -> str | None:

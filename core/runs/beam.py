@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec
 
 import torch
 
@@ -27,6 +27,7 @@ from llm_lens.core.runtime import synchronize
 
 NEG = -1.0e9  # transformers' "impossible" score
 MIN_BEAMS, MAX_BEAMS = 2, 8
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,12 @@ class BeamSearch:
             Hypothesis(tuple(seq[: int(n)].tolist()), float(s)) for seq, n, s, d in rows if d
         )
 
+    def run(self) -> BeamResult:
+        """Search to the end (or until cancelled); the result."""
+        for _ in self:
+            pass
+        return self.result()
+
     def result(self) -> BeamResult:
         """The best finished hypothesis; the best live beam if the search was cancelled first."""
         done = self.finished()
@@ -256,19 +263,12 @@ class BeamSearch:
         )
 
 
-def beam_search(
-    engine: Engine,
-    prompt: PromptTokens,
-    num_beams: int,
-    max_new_tokens: int,
-    length_penalty: float = 1.0,
-    early_stopping: bool | str = False,
-    cancel: threading.Event | None = None,
-) -> BeamResult:
-    """Run a whole beam search; see :class:`BeamSearch` to watch it step by step."""
-    search = BeamSearch(
-        engine, prompt, num_beams, max_new_tokens, length_penalty, early_stopping, cancel=cancel
-    )
-    for _ in search:
-        pass
-    return search.result()
+def _whole(search: Callable[P, BeamSearch]) -> Callable[P, BeamResult]:
+    def run(*args: P.args, **kwargs: P.kwargs) -> BeamResult:
+        return search(*args, **kwargs).run()
+
+    run.__doc__ = "Run a whole beam search (the arguments of :class:`BeamSearch`)."
+    return run
+
+
+beam_search = _whole(BeamSearch)  # BeamSearch's own parameters, run to the end

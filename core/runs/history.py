@@ -58,6 +58,7 @@ def held_bytes(run: Any, steps: Sequence[StepRecord] | None = None) -> int:
     total = 0 if run.prefill is None else run.prefill.hidden.nbytes
     for s in steps:
         total += s.logits.nbytes + s.hidden.nbytes + s.attn_update.nbytes + s.attention.nbytes
+        total += 0 if s.routing is None else s.routing.nbytes  # mixture-of-experts models
     return total + (steps[-1].kv.bytes_total if steps else 0)
 
 

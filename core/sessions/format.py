@@ -28,7 +28,9 @@ from llm_lens.core.records import (
 from llm_lens.core.tokens import bytes_text
 
 FORMAT_NAME = "llm-lens-session"
-FORMAT_VERSION = 2  # 2: float16 logits (top exact), hidden states and views; shared arrays once
+# 2: float16 logits (top exact), hidden states and views; shared arrays once
+# 3: logits as kept tokens + a tail histogram, attention as uint8 codes, residual norms
+FORMAT_VERSION = 3
 FORMAT = f"{FORMAT_NAME}/{FORMAT_VERSION}"
 MANIFEST = "manifest.json"
 MAX_ARRAY_BYTES = 2 << 30  # one array
@@ -173,6 +175,26 @@ STEP_ARRAYS: tuple[tuple[str, str, str, str, Callable[[StepRecord], np.ndarray]]
     ("kv_per_layer", "other", "int64", "int64", lambda s: s.kv.per_layer),
     ("context_ids", "other", "int32", "int64", lambda s: s.context_ids),
 )
+# Format 3 (core.sessions.compact): what replaces format 2's logits, attention, hidden and
+# attn_update. (field, part, stored dtype or "half", getter)
+COMPACT_ARRAYS: tuple[tuple[str, str, str], ...] = (
+    ("logits", "logits", "half"),  # optional, runs of a comparison: (vocab,) whole
+    ("logit_ids", "logits", "int32"),  # per step (K,) ascending
+    ("logit_values", "logits", "half"),  # per step (K,)
+    ("tail_counts", "logits", "int32"),  # per step (TAIL_BINS,)
+    ("tail_lse", "logits", "float32"),  # per step (TAIL_BINS,)
+    ("top_ids", "other", "int32"),
+    ("top_logits", "other", "float32"),
+    ("top_probs", "other", "float32"),
+    ("attention", "attention", "uint8"),  # per step (layers, heads, kv_len) codes of √w
+    ("norms", "hidden", "float32"),  # per step (4, layers + 1)
+    ("hidden", "hidden", "half"),  # optional (vectors kept): (layers + 1, hidden)
+    ("attn_update", "hidden", "half"),  # optional: (layers, hidden)
+    ("kv_per_layer", "other", "int64"),
+    ("context_ids", "other", "int32"),
+)
+VECTORS = ("hidden", "attn_update")
+OPTIONAL = (*VECTORS, "logits", "logit_ids", "logit_values", "tail_counts", "tail_lse")
 STAGE_ARRAYS = (("stage_top_ids", "int32", "top_ids"), ("stage_top_probs", "float32", "top_probs"))
 STEP_SCALARS = ("run_id", "index", "position", "prob", "logprob", "rank", "entropy")
 KV_SCALARS = (

@@ -1,22 +1,19 @@
 """Reading ``.llmlens`` sessions safely: no unpickling, every size checked before allocation.
 
-Writing is :mod:`~llm_lens.core.sessions.write`; both share the layout in
-:mod:`~llm_lens.core.sessions.format`.
+The zip container is read by :mod:`~llm_lens.core.sessions.container`; this module turns its
+manifest and arrays into a :class:`Session`. Writing is :mod:`~llm_lens.core.sessions.write`;
+both share the layout in :mod:`~llm_lens.core.sessions.format`.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import stat
 import zipfile
 import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.lib import format as npformat
 
 from llm_lens.core.records import (
     KVCacheStats,
@@ -28,13 +25,12 @@ from llm_lens.core.records import (
     TokenInfo,
     frozen,
 )
+from llm_lens.core.sessions.compact import decode_weights, from_lower_triangle, rebuild_logits
+from llm_lens.core.sessions.container import open_zip, read_arrays, read_manifest
 from llm_lens.core.sessions.format import (
-    DTYPES,
-    FORMAT_NAME,
-    FORMAT_VERSION,
+    COMPACT_ARRAYS,
     KV_SCALARS,
-    MANIFEST,
-    MAX_MANIFEST_BYTES,
+    OPTIONAL,
     STAGE_ARRAYS,
     STEP_ARRAYS,
     STEP_SCALARS,
@@ -44,8 +40,8 @@ from llm_lens.core.sessions.format import (
     SessionComparison,
     SessionError,
     SessionRun,
-    check_limits,
 )
+from llm_lens.core.sessions.routing import unpack as unpack_routing
 from llm_lens.core.sessions.validate import check_manifest, check_session
 
 
@@ -53,10 +49,10 @@ def read_session(path: str | os.PathLike[str]) -> Session:
     """Read a session file; any problem with it raises :class:`SessionError` with one line."""
     path = Path(path)
     try:
-        with _open_zip(path) as zf:
-            manifest = _read_manifest(zf)
+        with open_zip(path) as zf:
+            manifest = read_manifest(zf)
             check_manifest(manifest)  # the whole manifest, before anything is built
-            arrays = _read_arrays(zf, manifest)
+            arrays = read_arrays(zf, manifest)
         session = _session(manifest, arrays)
         check_session(session)  # the arrays against the model's sizes
         return session
@@ -72,131 +68,6 @@ def read_session(path: str | os.PathLike[str]) -> Session:
         raise SessionError(
             f"{path}: the manifest is damaged ({type(exc).__name__}: {exc})"
         ) from None
-
-
-def _open_zip(path: Path) -> zipfile.ZipFile:
-    if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or device would block or never end
-        raise SessionError("not a regular file")
-    with path.open("rb") as f:
-        head = f.read(4)
-    try:
-        zf = zipfile.ZipFile(path)
-    except zipfile.BadZipFile:
-        if head == b"PK\x03\x04":
-            raise SessionError("the file is truncated or damaged (no zip directory)") from None
-        raise SessionError("not an LLM Lens session (not a zip file)") from None
-    names = zf.namelist()
-    bad = [n for n in names if _unsafe_name(n)]
-    if bad:
-        zf.close()
-        raise SessionError(f"not an LLM Lens session: unsafe member name {bad[0]!r}")
-    seen: set[str] = set()
-    twice = next((n for n in names if n in seen or seen.add(n)), None)  # type: ignore[func-returns-value]
-    if twice is not None:  # other zip readers take the first copy, Python's the last
-        zf.close()
-        raise SessionError(f"not an LLM Lens session: the member {twice!r} appears twice")
-    return zf
-
-
-def _unsafe_name(name: str) -> bool:
-    parts = name.replace("\\", "/").split("/")
-    return not name or name.startswith("/") or ":" in name or ".." in parts
-
-
-def _read_manifest(zf: zipfile.ZipFile) -> dict[str, Any]:
-    try:
-        info = zf.getinfo(MANIFEST)
-    except KeyError:
-        raise SessionError("not an LLM Lens session (the zip has no manifest.json)") from None
-    if info.file_size > MAX_MANIFEST_BYTES:
-        raise SessionError(f"too large: manifest.json is {info.file_size:,} bytes")
-    with zf.open(info) as f:
-        raw = f.read(MAX_MANIFEST_BYTES + 1)
-    try:
-        manifest = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise SessionError("not an LLM Lens session (manifest.json is not JSON)") from None
-    if not isinstance(manifest, dict):
-        raise SessionError("not an LLM Lens session (manifest.json is not an object)")
-    fmt = manifest.get("format")
-    name, _, version = fmt.partition("/") if isinstance(fmt, str) else ("", "", "")
-    if name != FORMAT_NAME or not version.isdigit() or int(version) < 1:
-        raise SessionError(f"not an LLM Lens session (format {fmt!r})")
-    if int(version) > FORMAT_VERSION:
-        raise SessionError(
-            f"made by a newer LLM Lens (format {int(version)}); "
-            f"this version reads format {FORMAT_VERSION}"
-        )
-    return manifest
-
-
-def _read_arrays(zf: zipfile.ZipFile, manifest: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Every listed array, read only after all declared sizes passed the limits."""
-    entries = manifest.get("arrays")
-    if not isinstance(entries, dict):
-        raise SessionError("the manifest lists no arrays")
-    declared = {name: _declared(name, entry) for name, entry in entries.items()}
-    check_limits([(name, nbytes) for name, (_, _, nbytes) in declared.items()])
-    return {name: _read_npy(zf, name, *spec) for name, spec in declared.items()}
-
-
-def _declared(name: str, entry: Any) -> tuple[np.dtype[Any], tuple[int, ...], int]:
-    """(dtype, shape, bytes) a manifest entry claims, checked against the whitelist."""
-    dtype, shape = (entry.get("dtype"), entry.get("shape")) if isinstance(entry, dict) else (0, 0)
-    if dtype not in DTYPES:
-        raise SessionError(f"array {name}: dtype {dtype!r} is not allowed")
-    if not isinstance(shape, list) or len(shape) > 32 or not all(_count(n) for n in shape):
-        raise SessionError(f"array {name}: bad shape {shape!r} in the manifest")
-    return np.dtype(dtype), tuple(shape), math.prod(shape) * np.dtype(dtype).itemsize
-
-
-def _check_member(zf: zipfile.ZipFile, name: str, dtype: Any, shape: Any, nbytes: int) -> None:
-    """The member exists and holds the declared bytes plus a .npy header (under 64 KiB)."""
-    try:
-        size = zf.getinfo(name).file_size
-    except KeyError:
-        raise SessionError(f"array {name} is listed in the manifest but missing") from None
-    if not nbytes < size <= nbytes + (1 << 16):
-        raise SessionError(
-            f"array {name}: the manifest says {dtype} {shape} ({nbytes:,} bytes), "
-            f"the member holds {size:,} bytes"
-        )
-
-
-def _count(n: Any) -> bool:
-    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
-
-
-def _read_npy(
-    zf: zipfile.ZipFile, name: str, dtype: np.dtype[Any], shape: tuple[int, ...], nbytes: int
-) -> np.ndarray:
-    """The array, read only after its .npy header matched the manifest (never unpickled)."""
-    _check_member(zf, name, dtype, shape, nbytes)
-    try:
-        with zf.open(name) as f:
-            version = npformat.read_magic(f)
-            if version not in ((1, 0), (2, 0)):
-                raise SessionError(f"array {name}: unsupported .npy version {version}")
-            read = (
-                npformat.read_array_header_1_0
-                if version == (1, 0)
-                else npformat.read_array_header_2_0
-            )
-            got_shape, fortran, got = read(f)
-            if got.name != dtype.name or got.hasobject or tuple(got_shape) != shape:
-                raise SessionError(
-                    f"array {name}: its .npy header says {got} {tuple(got_shape)}, "
-                    f"the manifest says {dtype} {shape}"
-                )
-            data = f.read(nbytes)
-            if len(data) != nbytes or f.read(1):  # reading to the end checks the CRC
-                raise SessionError(f"array {name}: the data does not match its shape")
-    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
-        raise SessionError(f"array {name} is damaged ({exc})") from None
-    except ValueError as exc:  # raised by numpy's header parser
-        raise SessionError(f"array {name} is not a valid .npy file ({exc})") from None
-    array = np.frombuffer(data, got).reshape(shape, order="F" if fortran else "C")
-    return array if got.isnative else array.astype(got.newbyteorder("="))
 
 
 def _need(ok: bool, message: str) -> None:
@@ -289,6 +160,8 @@ def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRec
         ),
         context_ids=arr["context_ids"],
         finish_reason=d["finish_reason"],
+        norms=None if "norms" not in arr or arr["hidden"].size else arr["norms"],
+        tail_levels=int(arr.get("tail_levels", 0)),
     )
 
 
@@ -304,13 +177,50 @@ def _exact_top(logits: np.ndarray, top_ids: np.ndarray, top_logits: np.ndarray) 
     return frozen(out)
 
 
-def _steps(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[StepRecord, ...]:
+_LOADED = {"half": "float32", "int32": "int64"}  # what format 3's stored dtypes load as
+
+
+def _compact(fields: Any, arrays: dict[str, np.ndarray], n: int, vocab: int) -> dict[str, Any]:
+    """Format 3's per-step arrays turned back into format 2's fields (core.sessions.compact)."""
+    _need(isinstance(fields, dict), "the manifest has no step arrays")
+    col = {
+        name: _unpack(fields.get(name), arrays, n, _LOADED.get(dtype, dtype), name)
+        for name, _, dtype in COMPACT_ARRAYS
+        if name not in OPTIONAL or name in fields
+    }
+    logits = col.get("logits") or [
+        rebuild_logits(vocab, np.asarray(k, np.int64), v, c, t)
+        for k, v, c, t in zip(col["logit_ids"], col["logit_values"], col["tail_counts"],
+                              col["tail_lse"], strict=True)
+    ]  # fmt: skip
+    tail = [0] * n if "logits" in col else [vocab - len(k) for k in col["logit_ids"]]
+    _need(all(m.ndim == 2 and m.shape[0] == 4 for m in col["norms"]), "norms: bad shape")
+    layers = [m.shape[1] for m in col["norms"]]
+    empty = [(frozen(np.zeros((t, 0), np.float32)), frozen(np.zeros((t - 1, 0), np.float32)))
+             for t in layers]  # fmt: skip
+    return {
+        "logits": logits,
+        "tail_levels": tail,
+        "attention": [frozen(decode_weights(a)) for a in col["attention"]],
+        "hidden": col.get("hidden", [h for h, _ in empty]),
+        "attn_update": col.get("attn_update", [a for _, a in empty]),
+        **{k: col[k] for k in ("top_ids", "top_logits", "top_probs", "kv_per_layer",
+                                "context_ids", "norms")},
+    }  # fmt: skip
+
+
+def _steps(
+    d: dict[str, Any], arrays: dict[str, np.ndarray], version: int, vocab: int
+) -> tuple[StepRecord, ...]:
     steps, fields = d["steps"], d["arrays"]
     n, n_stages = len(steps), sum(len(s["stages"]) for s in steps)
-    per = {
-        name: _unpack(fields.get(name), arrays, n, dtype, name)
-        for name, _, _, dtype, _ in STEP_ARRAYS
-    }
+    if version >= 3:
+        per = _compact(fields, arrays, n, vocab) if n else {}
+    else:
+        per = {
+            name: _unpack(fields.get(name), arrays, n, dtype, name)
+            for name, _, _, dtype, _ in STEP_ARRAYS
+        }
     stage_columns = [
         _unpack(fields.get(f), arrays, n_stages, "int64" if t.startswith("int") else t, f)
         for f, t, _ in STAGE_ARRAYS
@@ -319,7 +229,7 @@ def _steps(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[StepRecord
     return tuple(_step(s, {k: v[i] for k, v in per.items()}, stages) for i, s in enumerate(steps))
 
 
-def _run(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> SessionRun:
+def _run(d: dict[str, Any], arrays: dict[str, np.ndarray], version: int, vocab: int) -> SessionRun:
     prompt = _prompt(d["prompt"])
     prefill, p = None, d["prefill"]
     if p is not None:
@@ -343,13 +253,28 @@ def _run(d: dict[str, Any], arrays: dict[str, np.ndarray]) -> SessionRun:
         prompt=prompt,
         params=dict(d["params"]),
         finish_reason=d["finish_reason"],
-        steps=_steps(d, arrays),
+        steps=unpack_routing(d.get("routing"), arrays, _steps(d, arrays, version, vocab)),
         prefill=prefill,
-        prompt_attention=None if maps is None else frozen(_array(arrays, maps), np.float32),
+        prompt_attention=_maps(arrays, maps, version, len(prompt)),
         extras={str(k): _array(arrays, v) for k, v in _mapping(d.get("extras")).items()},
         extras_json=_mapping(d.get("extras_json")),
         generator_state=generator_state,
     )
+
+
+def _maps(arrays: dict[str, np.ndarray], name: Any, version: int, t: int) -> np.ndarray | None:
+    """The prompt's attention maps (layers, heads, T, T); format 3 keeps the coded triangle."""
+    if name is None:
+        return None
+    maps = _array(arrays, name)
+    if version < 3:
+        return frozen(maps, np.float32)
+    want = "expected (layers, heads, T(T+1)/2) codes"
+    _need(
+        maps.dtype == np.uint8 and maps.ndim == 3,
+        f"prompt attention has shape {maps.shape}, {want}",
+    )
+    return from_lower_triangle(decode_weights(maps), t)
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -369,9 +294,10 @@ def _comparisons(value: Any, n_runs: int) -> tuple[SessionComparison, ...]:
 
 def _session(m: dict[str, Any], arrays: dict[str, np.ndarray]) -> Session:
     _need(isinstance(m.get("runs"), list), "the manifest lists no runs")
+    version = int(str(m["format"]).partition("/")[2])
     return Session(
         model=dict(m["model"]),
-        runs=tuple(_run(r, arrays) for r in m["runs"]),
+        runs=tuple(_run(r, arrays, version, int(m["model"]["vocab_size"])) for r in m["runs"]),
         created=str(m["created"]),
         app_version=str(m["app_version"]),
         shown=int(m.get("shown", -1)),  # added within version 1

@@ -255,8 +255,11 @@ def _check_run_arrays(run: SessionRun, where: str, m: dict[str, Any]) -> None:
         for name in ("top_ids", "top_logits", "top_probs"):
             _shape(getattr(s, name), (n,), f"{at} {name}")
         _shape(s.attention, (layers, heads, None), f"{at} attention")
-        _shape(s.hidden, (layers + 1, hidden), f"{at} hidden")
-        _shape(s.attn_update, (layers, hidden), f"{at} attn_update")
+        width = 0 if s.norms is not None else hidden  # format 3 may keep only the norms
+        _shape(s.hidden, (layers + 1, width), f"{at} hidden")
+        _shape(s.attn_update, (layers, width), f"{at} attn_update")
+        if s.norms is not None:
+            _shape(s.norms, (4, layers + 1), f"{at} norms")
         _shape(s.kv.per_layer, (layers, 2), f"{at} kv_per_layer")
         _shape(s.context_ids, (s.position + 1,), f"{at} context_ids")
         if s.top_ids.size and not (

@@ -17,6 +17,7 @@ from llm_lens.core.embeddings import EmbeddingProjection, embedding_projection, 
 from llm_lens.core.layers import LensResult, PromptLens, logit_lens, prompt_lens
 from llm_lens.core.positions import PositionView, position_view, view_arrays, view_from_arrays
 from llm_lens.core.records import frozen
+from llm_lens.core.sessions.explained import find
 from llm_lens.core.sessions.format import PROMPT_ATTENTION_LIMIT, SessionRun, session_from_run
 
 LENS_K = 5
@@ -83,7 +84,10 @@ def prompt_attention_maps(run: Any) -> np.ndarray | None:
     out = np.zeros((info.num_layers, info.num_heads, t, t), np.float32)  # (layers, heads, T, T)
     for layer in range(info.num_layers):
         for head in range(info.num_heads):
-            out[layer, head] = attention_map(engine, cache, prefill.hidden, layer, head, t).weights
+            amap = attention_map(engine, cache, prefill.hidden, layer, head, t)
+            if amap is None:  # a family whose attention LLM Lens cannot record
+                return None
+            out[layer, head] = amap.weights
     return out
 
 
@@ -154,6 +158,10 @@ class RecordedAnalysis:
                 m = pool_rows(np.array(maps[layer, head], np.float32), block)[:size, :size]
                 out[layer, head, : m.shape[0], : m.shape[1]] = m
         return frozen(out)
+
+    def _explain(self, step: int, vs: int | None = None) -> Any:
+        """ "Why this token?" for ``step`` if the user computed it before saving."""
+        return find(self.extras, self.texts, step, vs)
 
     def _embedding_projection(self) -> EmbeddingProjection | None:
         e = self.extras

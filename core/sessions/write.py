@@ -18,14 +18,22 @@ import numpy as np
 
 from llm_lens.core.fileio import PathError, atomic_write
 from llm_lens.core.records import PromptTokens, StepRecord, TokenInfo, frozen
+from llm_lens.core.sessions import routing as routing_arrays
+from llm_lens.core.sessions.compact import (
+    encode_weights,
+    kept_ids,
+    lower_triangle,
+    tail_histogram,
+)
+from llm_lens.core.sessions.explained import PREFIX as EXPLAINED
 from llm_lens.core.sessions.format import (
+    COMPACT_ARRAYS,
     COMPRESS_LEVEL,
     FORMAT,
     KV_SCALARS,
     MANIFEST,
     PARTS,
     STAGE_ARRAYS,
-    STEP_ARRAYS,
     STEP_SCALARS,
     STORED_KINDS,
     TIMING_FIELDS,
@@ -143,11 +151,47 @@ def _step_json(s: StepRecord) -> dict[str, Any]:
     return d
 
 
-def _plan_arrays(prefix: str, run: SessionRun) -> tuple[dict[str, Any], list[_Member]]:
+def _logit_columns(run: SessionRun, full: bool) -> dict[str, list[np.ndarray]]:
+    """The logits as kept tokens and a tail histogram, or (``full``) whole as float16."""
+    steps = run.steps
+    if full:
+        return {"logits": [s.logits for s in steps]}
+    kept = [kept_ids(s) for s in steps]
+    tails = [tail_histogram(s.logits, k) for s, k in zip(steps, kept, strict=True)]
+    return {
+        "logit_ids": kept,
+        "logit_values": [np.asarray(s.logits)[k] for s, k in zip(steps, kept, strict=True)],
+        "tail_counts": [c for c, _ in tails],
+        "tail_lse": [lse for _, lse in tails],
+    }
+
+
+def _columns(run: SessionRun, vectors: bool, full: bool) -> dict[str, list[np.ndarray]]:
+    """Format 3's per-step arrays of a run (core.sessions.compact), by field."""
+    steps = run.steps
+    columns: dict[str, list[np.ndarray]] = {
+        **_logit_columns(run, full),
+        "top_ids": [s.top_ids for s in steps],
+        "top_logits": [s.top_logits for s in steps],
+        "top_probs": [s.top_probs for s in steps],
+        "attention": [encode_weights(s.attention) for s in steps],
+        "norms": [s.norm_table() for s in steps],
+        "kv_per_layer": [s.kv.per_layer for s in steps],
+        "context_ids": [s.context_ids for s in steps],
+    }
+    if vectors and all(s.hidden.size and s.attn_update.size for s in steps):
+        columns.update(hidden=[s.hidden for s in steps], attn_update=[s.attn_update for s in steps])
+    return columns
+
+
+def _plan_arrays(
+    prefix: str, run: SessionRun, vectors: bool, full: bool
+) -> tuple[dict[str, Any], list[_Member]]:
     fields: dict[str, Any] = {}
     members: list[_Member] = []
-    steps, stages = run.steps, [g for s in run.steps for g in s.stages]
-    columns = [(n, p, d, [get(s) for s in steps]) for n, p, d, _, get in STEP_ARRAYS]
+    stages = [g for s in run.steps for g in s.stages]
+    data = _columns(run, vectors, full) if run.steps else {}
+    columns = [(n, p, d, data[n]) for n, p, d in COMPACT_ARRAYS if n in data]
     columns += [(n, "other", d, [getattr(g, a) for g in stages]) for n, d, a in STAGE_ARRAYS]
     for name, part, dtype, arrays in columns:
         if arrays:
@@ -156,8 +200,10 @@ def _plan_arrays(prefix: str, run: SessionRun) -> tuple[dict[str, Any], list[_Me
     return fields, members
 
 
-def _plan_run(prefix: str, run: SessionRun, pool: _Pool) -> tuple[dict[str, Any], list[_Member]]:
-    fields, members = _plan_arrays(prefix, run)
+def _plan_run(
+    prefix: str, run: SessionRun, pool: _Pool, vectors: bool, full: bool = False
+) -> tuple[dict[str, Any], list[_Member]]:
+    fields, members = _plan_arrays(prefix, run, vectors, full)
     prefill = None
     if run.prefill is not None:
         p = run.prefill
@@ -171,15 +217,18 @@ def _plan_run(prefix: str, run: SessionRun, pool: _Pool) -> tuple[dict[str, Any]
             prefill["prompt"] = _prompt_json(p.prompt)
     maps = None
     if run.prompt_attention is not None:
-        maps = pool.add(f"{prefix}/prompt_attention.npy", "attention", "half",
-                        run.prompt_attention)  # fmt: skip
+        codes = encode_weights(lower_triangle(run.prompt_attention))  # (layers, heads, T(T+1)/2)
+        maps = pool.add(f"{prefix}/prompt_attention.npy", "attention", "uint8", codes)
     state = None
     if run.generator_state is not None:
         state = pool.add(f"{prefix}/generator_state.npy", "other", "uint8", run.generator_state)
     extras = {}
     for name, array in sorted(run.extras.items()):
         dtype = "int32" if np.issubdtype(array.dtype, np.integer) else "half"
+        if name.startswith(EXPLAINED):  # attributions: as computed (float32, ids, kinds)
+            dtype = array.dtype.name
         extras[name] = pool.add(f"{prefix}/extra_{name}.npy", "other", dtype, array)
+    routing = _plan_routing(prefix, run, pool)
     return {
         "run_id": run.run_id, "label": run.label,
         "parent": list(run.parent) if run.parent is not None else None,
@@ -187,14 +236,28 @@ def _plan_run(prefix: str, run: SessionRun, pool: _Pool) -> tuple[dict[str, Any]
         "finish_reason": run.finish_reason, "steps": [_step_json(s) for s in run.steps],
         "arrays": fields, "prefill": prefill, "prompt_attention": maps,
         "extras": extras, "extras_json": run.extras_json, "generator_state": state,
+        **({"routing": routing} if routing is not None else {}),
     }, members  # fmt: skip
 
 
-def _plan(session: Session) -> tuple[bytes, list[_Member]]:
+def _plan_routing(prefix: str, run: SessionRun, pool: _Pool) -> dict[str, Any] | None:
+    """The run's MoE routing entry (its arrays added to the pool), None for a dense model."""
+    packed = routing_arrays.pack(run.steps)
+    if packed is None:
+        return None
+    entry, arrays = packed
+    for key, dtype in routing_arrays.ARRAYS:
+        entry[key] = pool.add(f"{prefix}/routing_{key}.npy", "other", dtype, arrays[key])
+    return entry
+
+
+def _plan(session: Session, vectors: bool = False) -> tuple[bytes, list[_Member]]:
     """The manifest (encoded) and the members it lists, nothing built yet."""
     runs, members, pool = [], [], _Pool()
+    compared = {i for c in session.comparisons for i in c.runs}
     for i, run in enumerate(session.runs):
-        entry, new = _plan_run(f"runs/{i}", run, pool)
+        # compared columns keep whole logits: Compare's KL over the vocabulary reads them
+        entry, new = _plan_run(f"runs/{i}", run, pool, vectors, i in compared)
         runs.append(entry)
         members += new
     members += pool.members
@@ -221,19 +284,23 @@ def _plain(value: Any) -> Any:
 MEMBER_OVERHEAD = 240  # a .npy header (128) and the zip's local and central entries (~110)
 MANIFEST_RATIO = 0.2  # the JSON manifest deflates to about a fifth (0.12-0.2 measured)
 INTEGER_RATIO = 0.5  # integer arrays (ids, byte counts) deflate to a half or less
+CODE_RATIO = 0.65  # uint8 attention codes deflate to about two thirds (0.6-0.7 measured)
 
 
-def estimate_size(session: Session) -> dict[str, int]:
+def estimate_size(session: Session, vectors: bool = False) -> dict[str, int]:
     """Bytes of the file per part (attention, logits, hidden, other) and ``total``.
 
     Float members are stored uncompressed, so their bytes are exact; the manifest and integer
     arrays are deflated, estimated by their usual ratios (a small part of any real file).
     """
-    manifest, members = _plan(session)
+    return _sizes(*_plan(session, vectors))
+
+
+def _sizes(manifest: bytes, members: list[_Member]) -> dict[str, int]:
     sizes = dict.fromkeys(PARTS, 0)
     sizes["other"] += int(len(manifest) * MANIFEST_RATIO)
     for m in members:
-        ratio = 1.0 if _stored(m) else INTEGER_RATIO
+        ratio = 1.0 if _stored(m) else CODE_RATIO if m.dtype == "uint8" else INTEGER_RATIO
         sizes[m.part] += int(m.nbytes * ratio) + MEMBER_OVERHEAD
     sizes["total"] = sum(sizes.values())
     return sizes
@@ -251,16 +318,24 @@ Progress = Callable[[int, int], bool | None]  # (bytes written, bytes in all) ->
 
 
 def save_session(
-    path: str | os.PathLike[str], session: Session, progress: Progress | None = None
+    path: str | os.PathLike[str],
+    session: Session,
+    progress: Progress | None = None,
+    vectors: bool = False,
+    planned: Callable[[dict[str, int]], None] | None = None,
 ) -> int:
     """Write ``session`` to ``path`` atomically (temporary file beside it, then a rename).
 
     Returns the bytes written. ``progress(done, total)`` is called after each array (uncompressed
     bytes); returning False cancels (:class:`SaveCancelled`). On any failure or cancel the
-    previous file is untouched and no temporary file is left behind.
+    previous file is untouched and no temporary file is left behind. ``vectors`` keeps the
+    residual-stream vectors beside their norms; ``planned(sizes)`` gets :func:`estimate_size`'s
+    answer before anything is written.
     """
     path = Path(path)
-    manifest, members = _plan(session)
+    manifest, members = _plan(session, vectors)
+    if planned is not None:
+        planned(_sizes(manifest, members))
     try:
         check_limits([(m.name, m.nbytes) for m in members])
     except SessionError as exc:

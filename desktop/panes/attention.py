@@ -49,13 +49,16 @@ def strip(row: np.ndarray, bins: int) -> np.ndarray:
 
 
 def gqa_note(info: Any, head: int) -> str:
-    """'head 4 shares KV head 1 with heads 3, 5' for a grouped-query model."""
+    """'head 4 shares KV head 1 with heads 3, 5 (GQA 9:3)' for a grouped-query model."""
+    kind = info.head_sharing
     for kv, group in enumerate(info.gqa_groups):
         if head in group:
             others = [str(h) for h in group if h != head]
             if not others:
-                return f"head {head} has its own KV head {kv}"
-            return f"head {head} shares KV head {kv} with heads {', '.join(others)}"
+                return f"head {head} has its own KV head {kv} ({kind})"
+            if kind == "MQA":
+                return f"head {head} shares the one KV head with all {len(group)} heads (MQA)"
+            return f"head {head} shares KV head {kv} with heads {', '.join(others)} ({kind})"
     return ""
 
 
@@ -310,7 +313,12 @@ class AttentionPane(Pane):
         parts = [f"layer {layer}, head {head}: {gqa_note(info, head)}"]
         if step.index > 0:
             parts.append(f"step {step.index}: {step.index} response rows over the prompt")
-        if amap is None:
+        windows = getattr(step.kv, "windows", None) or ()
+        if layer < len(windows) and windows[layer]:
+            parts.append(f"sliding window: each query sees its last {windows[layer]} positions")
+        if info.attention_note:
+            parts.append(info.attention_note)
+        elif amap is None:
             parts.append(self.controller.waiting_text("prompt map", "computing the prompt map…"))
         elif self.block > 1:
             parts.append(f"max-pooled in blocks of {self.block} positions")

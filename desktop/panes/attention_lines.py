@@ -155,6 +155,9 @@ class AttentionLinesPane(Pane):
         maps = [
             ctl.request_analysis("attention_map", layer=layer, head=h, max_size=size) for h in heads
         ]
+        if ctl.info.attention_note:
+            self.status.setText(ctl.info.attention_note)
+            return
         if any(m is None for m in maps):
             self.status.setText(ctl.waiting_text("prompt map", "computing the prompt map…"))
             return

@@ -44,6 +44,22 @@ def diverging(value: float, scale: float) -> QColor:
     return QColor.fromHsvF(hue, 0.75 * abs(t), 1.0)
 
 
+def split_text(lg: Any) -> str:
+    """How the logit splits, and what is held fixed to make it split (said in the view)."""
+    # Gemma's soft-cap (after_unembed) is part of the residual; the rest of it is biases
+    capped = abs(getattr(lg, "after_unembed", 0.0)) > 0
+    rest = f"biases ({lg.residual - lg.after_unembed:.1e})" if capped else "biases"
+    text = f"embedding + heads + MLPs ({lg.sum:.3f}) + {rest}"
+    if capped:
+        text += f" + the final soft-cap ({lg.after_unembed:+.3f}, does not split)"
+    else:
+        text += f" ({lg.residual:.1e})"
+    held = f"The final norm's scale is held at its value for this step ({lg.norm_scale:.4g})"
+    if getattr(lg, "post_norm", False):
+        held += ", and so is each block's post-attention norm, position by position"
+    return f"{text}. {held}"
+
+
 class _HeadImage(pg.ImageItem):
     """The layer × head heatmap. Signals: sig_clicked(float, float): image row, column."""
 
@@ -211,9 +227,7 @@ class AttributionPane(Pane):
         what = f"logit({x.token_text!r})" + (f" − logit({x.vs_text!r})" if x.vs_text else "")
         ms = sum(v for _k, v in x.timings_ms)
         self.header.setText(
-            f"step {x.step}: {what} = {lg.logit:.3f} = embedding + heads + MLPs "
-            f"({lg.sum:.3f}) + biases ({lg.residual:.1e}). The final norm's scale is held at "
-            f"its value for this step ({lg.norm_scale:.4g}) · {ms:.0f} ms"
+            f"step {x.step}: {what} = {lg.logit:.3f} = {split_text(lg)} · {ms:.0f} ms"
         )
         layers = np.arange(len(lg.mlp))
         self.attn_bars.setOpts(x=layers - 0.2, height=lg.attn)

@@ -178,11 +178,7 @@ class KVCachePane(Pane):
         """The formula with this model's numbers, the measurement, the GQA saving, device memory."""
         info, kv = self.controller.info, step.kv
         lines = [self._formula_line(step), *self._held_lines(info, kv)]
-        saving = kv.mha_bytes / kv.bytes_total if kv.bytes_total else float("nan")
-        lines.append(
-            f"with full MHA ({info.num_heads} KV heads): {human_bytes(kv.mha_bytes)} — "
-            f"GQA saves ×{saving:.3g}"
-        )
+        lines.append(self._sharing_line(info, kv))
         lines.append(f"added this step: {human_bytes(kv.bytes_added)} ({self._added(step)})")
         if kv.device_allocated is not None:
             lines.append(
@@ -215,6 +211,18 @@ class KVCachePane(Pane):
             f"{kv.formula_bytes:,} bytes = {human_bytes(kv.formula_bytes)} {measured}\n"
             f"tokens seen: {kv.tokens}; {full} full-attention layers hold all of them, {held} "
             "(a sliding-window layer keeps only its last window − 1 tokens)"
+        )
+
+    @staticmethod
+    def _sharing_line(info: Any, kv: Any) -> str:
+        """What sharing K/V heads saves: nothing for MHA, a factor for GQA and MQA."""
+        kind = info.head_sharing
+        if kind == "MHA":
+            return f"MHA: each of the {info.num_heads} heads keeps its own K and V (no saving)"
+        saving = kv.mha_bytes / kv.bytes_total if kv.bytes_total else float("nan")
+        return (
+            f"with full MHA ({info.num_heads} KV heads): {human_bytes(kv.mha_bytes)} — "
+            f"{kind} saves ×{saving:.3g}"
         )
 
     @staticmethod

@@ -159,8 +159,8 @@ class LayerStackPane(Pane):
         resid = step.residual_norms
         layers = np.arange(resid.shape[0])
         self.resid_curve.setData(layers, resid)
-        self.attn_curve.setData(layers[1:], np.linalg.norm(step.attn_update, axis=-1))
-        self.mlp_curve.setData(layers[1:], np.linalg.norm(step.mlp_update, axis=-1))
+        self.attn_curve.setData(layers[1:], step.attn_norms)
+        self.mlp_curve.setData(layers[1:], step.mlp_norms)
 
     def _live(self) -> bool:
         """True while the selection follows a running generation: the lens would lag behind."""
@@ -282,8 +282,8 @@ class LayerStackPane(Pane):
         if step is None:
             return header, ()
         resid = step.residual_norms
-        attn = np.linalg.norm(step.attn_update, axis=-1)
-        mlp = np.linalg.norm(step.mlp_update, axis=-1)
+        attn = step.attn_norms
+        mlp = step.mlp_norms
         lens = self._lens if self._lens_step == step.index else None
         rows = []
         for layer in range(resid.shape[0]):

@@ -291,15 +291,13 @@ class SamplingPane(Pane):
         if key == self._key:
             return
         self.shown_params = params
-        note = NOTE if params == self.params else NOTE_LIVE
-        if self.note.text() != note:  # a new text re-lays out the pane
-            self.note.setText(note)
         self._key, self._step = key, step
         self.views = self._staged.pop(key, None) or self._stage(step)
         self._staged[key] = self.views  # scrubbing back to a step does not re-stage it (~10 ms)
         while len(self._staged) > STAGED_KEPT:
             self._staged.pop(next(iter(self._staged)))
         self._place(tuple(v.name for v in self.views))
+        self._note_tail(step)
         n = min(SHOW, len(step.top_ids))
         brushes = [
             CHOSEN_BRUSH if step.top_ids[i] == step.token.id else BAR_BRUSH for i in range(n)
@@ -326,6 +324,24 @@ class SamplingPane(Pane):
         for top-p, a draw for the card) beside the model's; the run's own stages are recorded.
         When the run ends the pane renders again with these settings."""
         return self.controller.run_params if self.controller.busy else self.params
+
+    def _note_tail(self, step: StepRecord) -> None:
+        """Say when the plots show the run's own stages while it streams, or are re-staged
+        from a session's compact logits (approximate); set only when the text changes."""
+        params = self.shown_params
+        recorded = params == self.controller.run_params and (
+            recorded_views(step, params) is not None
+        )
+        note = NOTE if params == self.params else NOTE_LIVE
+        if step.tail_levels and not recorded:
+            note = (
+                f"Re-staged from a session file: the most likely tokens and the context keep "
+                f"their own logits, but {step.tail_levels:,} tail tokens share their bin's "
+                "level, so these probabilities are approximate (exact at the run's own "
+                "settings)."
+            )
+        if self.note.text() != note:  # a new text re-lays out the pane
+            self.note.setText(note)
 
     def _stage(self, step: StepRecord) -> list[StageView]:
         """The run's own stages when these are its settings (no work here), else re-staged."""

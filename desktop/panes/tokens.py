@@ -496,7 +496,7 @@ class TokensPane(Pane):
         view = self._cl100k
         for i, (tid, raw) in enumerate(zip(view.ids, view.pieces, strict=True) if view else ()):
             part = "prompt" if offset < self._split else "response"
-            text = raw.decode("utf-8", errors="replace")
+            text = bytes_text(raw)
             rows.append(["cl100k", part, i, tid, text, raw.hex(" "), False, ""])
             offset += len(raw)
         return header, rows

@@ -236,7 +236,7 @@ LONG_HEADS = ((3, 2), (17, 7))  # (layer, head)
 
 
 def test_long_prompt_maps_equal_the_eager_maps(loaded, engine, long_run):
-    """The on-demand maps and the probe's row of an SDPA prefill, against eager weights.
+    """The on-demand maps and the recorded row of an SDPA prefill, against eager weights.
 
     Only the hooked layers' weights are kept, so the 30 × 9 × T² maps never exist at once.
     """

@@ -228,14 +228,21 @@ def test_transformers_itself_is_told_never_to_run_folder_code(tmp_path, monkeypa
     assert not marker.exists()
 
 
-def test_ctrl_c_stops_between_steps_writes_nothing_exit_130(tmp_path, env, tiny_folder):
+CTRL_C_RUNS = {  # each generation loop of the CLI, with an output to leave untouched
+    "trace": ["--greedy", "--session", "run.llmlens"],
+    "compare": ["--config", "greedy", "--config", "wild"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(CTRL_C_RUNS))
+def test_ctrl_c_stops_between_steps_writes_nothing_exit_130(tmp_path, env, tiny_folder, command):
     previous = tmp_path / "out.json"
     previous.write_text("previous")
     previous.chmod(0o604)
     session = tmp_path / "run.llmlens"
-    cmd = [sys.executable, "-m", "llm_lens.desktop", "trace", "Tell me a long story"]
-    cmd += ["--model", str(tiny_folder), "--max-new-tokens", "6000", "--greedy"]
-    cmd += ["--out", str(previous), "--session", str(session)]
+    cmd = [sys.executable, "-m", "llm_lens.desktop", command, "Tell me a long story"]
+    cmd += ["--model", str(tiny_folder), "--max-new-tokens", "6000", "--out", str(previous)]
+    cmd += [str(session) if a == "run.llmlens" else a for a in CTRL_C_RUNS[command]]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     err = bytearray()
 
@@ -260,7 +267,7 @@ def test_ctrl_c_stops_between_steps_writes_nothing_exit_130(tmp_path, env, tiny_
     assert code == 130, text
     assert "Traceback" not in text
     assert text.strip().splitlines()[-1] == (
-        "llm-lens trace: interrupted (Ctrl+C); stopped, nothing was written"
+        f"llm-lens {command}: interrupted (Ctrl+C); stopped, nothing was written"
     )
     assert previous.read_text() == "previous"
     assert stat.S_IMODE(previous.stat().st_mode) == 0o604

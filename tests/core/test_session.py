@@ -25,21 +25,52 @@ import pytest
 from llm_lens.core.cli.inspect import main as main_inspect
 from llm_lens.core.cli.inspect import write_trace_session
 from llm_lens.core.loop.engine import RunConfig
+from llm_lens.core.records import StepRecord
 from llm_lens.core.sampling import GREEDY, SamplingParams, restage
-from llm_lens.core.sessions.format import PARTS, Session, SessionError, session_from_run
+from llm_lens.core.sessions.compact import (
+    decode_weights,
+    encode_weights,
+    from_lower_triangle,
+    kept_ids,
+    lower_triangle,
+    rebuild_logits,
+    tail_histogram,
+    weight_error_bound,
+)
+from llm_lens.core.sessions.format import (
+    PARTS,
+    Session,
+    SessionError,
+    SessionRun,
+    session_from_run,
+)
 from llm_lens.core.sessions.read import load_session
 from llm_lens.core.sessions.views import prompt_attention_maps
 from llm_lens.core.sessions.write import estimate_size, save_session
 
+from .session_v2 import write_format_2
+
 ROOT = Path(__file__).resolve().parents[2]
-HALF = {  # stored as float16 (format 2); the top-N logits come back exactly (checked apart)
-    ("StepRecord", "logits"),
-    ("StepRecord", "hidden"),
-    ("StepRecord", "attn_update"),
-    ("StepRecord", "attention"),
+HALF = {  # stored as float16; compact fields (format 3) are checked by assert_compact_step
     ("PrefillCapture", "hidden"),
-    ("SessionRun", "prompt_attention"),
 }
+COMPACT = ("logits", "attention", "hidden", "attn_update", "norms", "tail_levels")
+
+
+def assert_compact_step(a: Any, b: Any, where: str) -> None:
+    """Format 3's step fields against the live step, within the documented bounds."""
+    kept = kept_ids(a)
+    assert b.tail_levels == a.logits.size - kept.size > 0, where  # said, for the Sampling pane
+    assert np.array_equal(b.logits[a.top_ids], a.logits[a.top_ids]), where  # exact top N
+    np.testing.assert_allclose(b.logits[kept], a.logits[kept], rtol=1e-3, err_msg=where)
+    lse = [float(np.logaddexp.reduce(np.asarray(x.logits, np.float64))) for x in (a, b)]
+    assert abs(lse[0] - lse[1]) < 2e-3, where  # the tail's mass is kept
+    assert b.attention.shape == a.attention.shape, where
+    assert np.all(np.abs(b.attention - a.attention) <= weight_error_bound(a.attention) + 1e-7)
+    assert b.hidden.shape == (a.hidden.shape[0], 0) and b.attn_update.shape[1] == 0, where
+    np.testing.assert_allclose(b.norms, a.norm_table(), rtol=1e-6, err_msg=where)
+    for name in ("residual_norms", "attn_norms", "mlp_norms", "update_norms"):
+        np.testing.assert_allclose(getattr(b, name), getattr(a, name), rtol=1e-5, atol=1e-5)
 
 
 def assert_same(a: Any, b: Any, where: str = "", half: bool = False) -> None:
@@ -51,6 +82,19 @@ def assert_same(a: Any, b: Any, where: str = "", half: bool = False) -> None:
             np.testing.assert_allclose(b, a, rtol=1e-3, atol=1e-7, err_msg=where)
         else:
             assert np.array_equal(a, b), where
+    elif isinstance(a, StepRecord) and b.norms is not None and a.norms is None:
+        assert_compact_step(a, b, where)
+        same = {f: getattr(b, f) for f in COMPACT}
+        assert_same(dataclasses.replace(a, **same), b, where)
+    elif isinstance(a, SessionRun) and a.prompt_attention is not None:
+        assert (
+            b.prompt_attention is not None and b.prompt_attention.shape == a.prompt_attention.shape
+        )
+        bound = weight_error_bound(a.prompt_attention) + 1e-7
+        assert np.all(np.abs(b.prompt_attention - a.prompt_attention) <= bound), where
+        for f in dataclasses.fields(a):
+            if f.name != "prompt_attention":
+                assert_same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}", half)
     elif dataclasses.is_dataclass(a):
         assert type(a) is type(b), where
         for f in dataclasses.fields(a):
@@ -97,13 +141,45 @@ def test_round_trip_keeps_every_field(saved, greedy_session, greedy_run, engine)
     assert_same(greedy_session.runs[0], run, "run")
     assert run.output_text() == greedy_run.output_text()
     with zipfile.ZipFile(saved) as z:
-        arrays = json.loads(z.read("manifest.json"))["arrays"]
-    assert arrays["runs/0/logits.npy"] == {
-        "dtype": "float16",
-        "shape": [8, 49152],
-        "part": "logits",
-    }
-    assert arrays["runs/0/attention.npy"]["dtype"] == "float16"
+        manifest = json.loads(z.read("manifest.json"))
+    arrays = manifest["arrays"]
+    assert manifest["format"] == "llm-lens-session/3"
+    assert arrays["runs/0/tail_counts.npy"] == {"dtype": "int32", "shape": [8, 64],
+                                                "part": "logits"}  # fmt: skip
+    assert arrays["runs/0/attention.npy"]["dtype"] == "uint8"
+    assert arrays["runs/0/norms.npy"]["shape"] == [8, 4, 31]
+    assert "runs/0/hidden.npy" not in arrays and "runs/0/logits.npy" not in arrays
+
+
+def test_tail_histogram_keeps_the_mass_and_each_value_within_its_bin():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 3, 5000).astype(np.float32)
+    logits[7] = 60.0  # far above the rest
+    logits[100:140] -= 80  # far below: the last bin
+    step = SimpleNamespace(logits=logits, context_ids=np.array([3, 9]), top_ids=np.arange(5),
+                           token=SimpleNamespace(id=11))  # fmt: skip
+    kept = kept_ids(step)
+    assert {3, 9, 11, 7, *range(5)} <= set(kept.tolist()) and len(kept) <= 256 + 8
+    counts, lse = tail_histogram(logits, kept)
+    back = rebuild_logits(logits.size, kept, logits[kept], counts, lse)
+    assert np.array_equal(back[kept], logits[kept])
+    tail = np.setdiff1d(np.arange(logits.size), kept)
+    lse_true = np.logaddexp.reduce(logits[tail].astype(np.float64))
+    assert abs(np.logaddexp.reduce(back[tail].astype(np.float64)) - lse_true) < 1e-4
+    # each bin's tokens stay within that bin's range of true values (not the last bin)
+    top = logits[tail].max()
+    assert back[tail].max() <= top + 1e-5 and back[tail].min() >= logits[tail].min() - 1e-5
+    with pytest.raises(ValueError, match="counts"):
+        rebuild_logits(logits.size, kept, logits[kept], counts + 1, lse)
+
+
+def test_attention_codes_stay_within_their_bound():
+    w = np.linspace(0, 1, 100001, dtype=np.float32)
+    back = decode_weights(encode_weights(w))
+    assert np.all(np.abs(back - w) <= weight_error_bound(w) + 1e-7)
+    assert np.abs(back - w).max() <= 0.004 and np.abs(back - w)[w <= 0.01].max() <= 4.1e-4
+    maps = np.tril(np.random.default_rng(1).random((2, 3, 5, 5), dtype=np.float32))
+    assert np.array_equal(from_lower_triangle(lower_triangle(maps), 5), maps)
 
 
 def test_loaded_steps_resample_to_the_same_tokens(saved, greedy_run):
@@ -165,8 +241,8 @@ def test_branches_and_ragged_layouts_round_trip(tmp_path, tiny_engine):
         assert_same(a, b, a.label)
     with zipfile.ZipFile(path) as z:
         fields = [r["arrays"] for r in json.loads(z.read("manifest.json"))["runs"]]
-    layouts = {k: fields[0][k]["layout"] for k in ("logits", "attention", "context_ids")}
-    assert layouts == {"logits": "stacked", "attention": "concat", "context_ids": "prefix"}
+    layouts = {k: fields[0][k]["layout"] for k in ("tail_lse", "attention", "context_ids")}
+    assert layouts == {"tail_lse": "stacked", "attention": "concat", "context_ids": "prefix"}
     assert fields[1]["attention"]["layout"] == "stacked" and fields[2] == {}
 
 
@@ -188,13 +264,13 @@ def test_prompt_attention_maps_match_the_prefill(greedy_run, engine):
 def test_estimate_size_counts_each_part(saved, greedy_session, greedy_run):
     sizes = estimate_size(greedy_session)
     assert all(sizes[p] > 0 for p in PARTS) and sizes["total"] == sum(sizes[p] for p in PARTS)
-    rows = sum(s.attention.size for s in greedy_run.steps)
-    assert sizes["attention"] == 2 * (rows + greedy_session.runs[0].prompt_attention.size) + 480
-    assert sizes["logits"] == 2 * 8 * 49152 + 240  # float16, stored
     t = len(greedy_run.prompt)
-    assert sizes["hidden"] == 8 * (31 + 30) * 576 * 2 + 31 * t * 576 * 2 + 3 * 240
+    # float32 norms per step and the float16 prompt states, stored as they are
+    assert sizes["hidden"] == 8 * 4 * 31 * 4 + 31 * t * 576 * 2 + 2 * 240
     size = saved.stat().st_size
     assert abs(sizes["total"] - size) <= 0.1 * size  # the estimate is within 10 %
+    with_vectors = estimate_size(greedy_session, vectors=True)
+    assert with_vectors["hidden"] - sizes["hidden"] == 8 * (31 + 30) * 576 * 2 + 2 * 240
 
 
 def test_write_trace_session(tmp_path, greedy_run, engine):
@@ -321,7 +397,7 @@ def _set(table: dict[str, Any], key: str, value: Any) -> None:
     table[key] = value
 
 
-LOGITS = "runs/0/logits.npy"
+LOGITS = "runs/0/tail_lse.npy"  # float32 (steps, 64), stored
 BAD_FILES: dict[str, tuple[Any, str]] = {
     "random bytes": (
         lambda good, p: write(p, np.random.default_rng(0).bytes(5000)),
@@ -340,14 +416,12 @@ BAD_FILES: dict[str, tuple[Any, str]] = {
         "not an LLM Lens session",
     ),
     "newer version": (
-        lambda good, p: rewrite(good, p, lambda m: _set(m, "format", "llm-lens-session/3")),
-        r"made by a newer LLM Lens \(format 3\); this version reads format 2",
+        lambda good, p: rewrite(good, p, lambda m: _set(m, "format", "llm-lens-session/4")),
+        r"made by a newer LLM Lens \(format 4\); this version reads format 3",
     ),
     "huge shape": (
-        lambda good, p: rewrite(
-            good, p, _arrays(lambda a: _set(a[LOGITS], "shape", [10**9, 49152]))
-        ),
-        "too large: array runs/0/logits.npy",
+        lambda good, p: rewrite(good, p, _arrays(lambda a: _set(a[LOGITS], "shape", [10**9, 64]))),
+        "too large: array runs/0/tail_lse.npy",
     ),
     "huge total": (
         lambda good, p: rewrite(
@@ -360,7 +434,7 @@ BAD_FILES: dict[str, tuple[Any, str]] = {
         "the member holds",
     ),
     "header disagrees": (
-        lambda good, p: rewrite(good, p, _arrays(lambda a: _set(a[LOGITS], "shape", [49152, 8]))),
+        lambda good, p: rewrite(good, p, _arrays(lambda a: _set(a[LOGITS], "shape", [64, 8]))),
         r"\.npy header says",
     ),
     "trailing bytes": (
@@ -374,11 +448,11 @@ BAD_FILES: dict[str, tuple[Any, str]] = {
     ),
     "flipped byte, stored": (
         lambda good, p: flip_byte(rewrite(good, p, stored=True), LOGITS),
-        r"array runs/0/logits.npy is damaged \(Bad CRC-32",
+        r"array runs/0/tail_lse.npy is damaged \(Bad CRC-32",
     ),
     "flipped byte, deflated": (
-        lambda good, p: flip_byte(Path(shutil.copy(good, p)), "runs/0/hidden.npy"),
-        "array runs/0/hidden.npy is damaged",
+        lambda good, p: flip_byte(Path(shutil.copy(good, p)), "runs/0/attention.npy"),
+        "array runs/0/attention.npy is damaged",
     ),
     "unknown layout": (
         lambda good, p: rewrite(
@@ -388,7 +462,7 @@ BAD_FILES: dict[str, tuple[Any, str]] = {
     ),
     "steps do not match arrays": (
         lambda good, p: rewrite(good, p, lambda m: m["runs"][0]["steps"].pop()),
-        "shapes do not match the steps",
+        "do not match the steps",
     ),
     "malformed step": (
         lambda good, p: rewrite(good, p, lambda m: m["runs"][0]["steps"][0].pop("token")),
@@ -471,10 +545,12 @@ def test_the_documented_notebook_example_runs(saved, greedy_run, capsys):
     exec(code.replace('"session.llmlens"', repr(str(saved))), namespace)
     t = len(greedy_run.prompt)
     want = greedy_run.steps[5]
-    assert np.array_equal(namespace["logits"][5][want.top_ids], want.logits[want.top_ids])
-    np.testing.assert_allclose(namespace["logits"][5], want.logits, rtol=1e-3, atol=1e-7)
-    assert np.array_equal(namespace["logits"][5], load_session(saved).runs[0].steps[5].logits)
+    assert np.array_equal(namespace["top_ids"][5], want.top_ids)
+    assert np.array_equal(namespace["top_logits"][5], want.top_logits)  # exact
     assert [a.shape for a in namespace["attention"]] == [(30, 9, t + i) for i in range(8)]
+    got = namespace["attention"][5]
+    assert np.all(np.abs(got - want.attention) <= weight_error_bound(want.attention) + 1e-6)
+    np.testing.assert_allclose(namespace["norms"][5][0], want.residual_norms, rtol=1e-6)
     assert namespace["tokens"] == [s.token.text for s in greedy_run.steps]
     assert "SmolLM2-135M-Instruct" in capsys.readouterr().out
 
@@ -498,7 +574,8 @@ def test_recorded_analysis_answers_like_the_model(greedy_run, engine, tmp_path):
         engine, greedy_run.cache, greedy_run.prefill.hidden, 4, 2, max_size=256
     )
     got_map = recorded.get("attention_map", {"layer": 4, "head": 2, "max_size": 256})
-    np.testing.assert_allclose(got_map.weights, live_map.weights, atol=1e-3)  # float16 on disk
+    bound = weight_error_bound(live_map.weights) + 1e-5  # uint8 codes of √w on disk
+    assert np.all(np.abs(got_map.weights - live_map.weights) <= bound)
     live_pl = layers.prompt_lens(engine, greedy_run.prefill.hidden)
     assert np.array_equal(recorded.get("prompt_lens", {}).top1_ids, live_pl.top1_ids)
     proj = recorded.get("embedding_projection", {})
@@ -538,13 +615,29 @@ def as_format_1(src: Path, dst: Path) -> Path:
     return dst
 
 
-def test_version_1_files_still_read(tmp_path, saved):
-    old = load_session(as_format_1(saved, tmp_path / "v1.llmlens"))
-    new = load_session(saved)
+def test_version_1_and_2_files_still_read(tmp_path, greedy_session, greedy_run):
+    v2 = write_format_2(tmp_path / "v2.llmlens", greedy_session)
+    two = load_session(v2)
+    with zipfile.ZipFile(v2) as z:
+        assert json.loads(z.read("manifest.json"))["format"] == "llm-lens-session/2"
+    assert two.runs[0].steps[0].norms is None  # format 2 keeps the vectors
+    for a, b in zip(greedy_run.steps, two.runs[0].steps, strict=True):
+        np.testing.assert_allclose(b.logits, a.logits, rtol=1e-3, atol=1e-7)  # float16
+        np.testing.assert_allclose(b.hidden, a.hidden, rtol=1e-3, atol=1e-3)
+        assert np.array_equal(b.logits[a.top_ids], a.logits[a.top_ids])
+    one = load_session(as_format_1(v2, tmp_path / "v1.llmlens"))
     with zipfile.ZipFile(tmp_path / "v1.llmlens") as z:
         manifest = json.loads(z.read("manifest.json"))
     assert manifest["arrays"]["runs/0/logits.npy"]["dtype"] == "float32"
-    assert_same(new.runs[0], old.runs[0], "run")
+    assert_same(two.runs[0], one.runs[0], "run")
+
+
+def test_vectors_are_kept_when_asked(tmp_path, greedy_session, greedy_run):
+    path = tmp_path / "v.llmlens"
+    save_session(path, greedy_session, vectors=True)
+    step = load_session(path).runs[0].steps[2]
+    assert step.norms is None and step.hidden.shape == greedy_run.steps[2].hidden.shape
+    np.testing.assert_allclose(step.hidden, greedy_run.steps[2].hidden, rtol=1e-3, atol=1e-3)
 
 
 def test_save_reports_progress_and_a_cancel_leaves_the_previous_file(tmp_path, greedy_session):
@@ -583,3 +676,31 @@ def test_runs_sharing_a_prefill_store_it_once(tmp_path, greedy_session):
     a, b = load_session(path).runs
     assert_same(a.prefill, b.prefill, "prefill")
     assert np.array_equal(a.prompt_attention, b.prompt_attention) and b.label == "twin"
+
+
+def test_explanations_are_kept_and_shown_without_the_model(tmp_path, tiny_engine):
+    """ "Why this token?" results computed before saving come back exactly from the file."""
+    from llm_lens.core.explain.attribution import explain
+    from llm_lens.core.sessions.explained import with_explanations
+    from llm_lens.core.sessions.views import RecordedAnalysis
+
+    eng = tiny_engine
+    run = eng.start(eng.tokenize("Hello there", chat=False), GREEDY, RunConfig(max_new_tokens=3))
+    run.run_all()
+    live = {(1, None): explain(eng, run.steps[1]), (2, 7): explain(eng, run.steps[2], 7)}
+    saved_run = with_explanations(session_from_run(run, eng.info), live)
+    path = tmp_path / "why.llmlens"
+    save_session(path, Session(eng.info.as_dict(), (saved_run,)))
+    recorded = RecordedAnalysis(load_session(path).runs[0])
+    for (step, vs), want in live.items():
+        got = recorded.get("explain", {"step": step, "vs": vs})
+        assert_same(want, got, f"explain {step} {vs}")  # float32 as computed, exactly
+    assert recorded.get("explain", {"step": 0, "vs": None}) is None  # never computed
+    # re-saving a reopened run with one more keeps the first ones
+    more = with_explanations(recorded.run, {(0, None): explain(eng, run.steps[0])})
+    save_session(path, Session(eng.info.as_dict(), (more,)))
+    again = RecordedAnalysis(load_session(path).runs[0])
+    assert all(
+        again.get("explain", {"step": s, "vs": v}) is not None for s, v in [*live, (0, None)]
+    )
+    assert_same(live[(2, 7)], again.get("explain", {"step": 2, "vs": 7}), "kept")

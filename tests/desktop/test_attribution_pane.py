@@ -101,3 +101,68 @@ def test_a_vs_token_explains_the_difference(qtbot, window_ran):
     want = float(step.logits[step.token.id] - step.logits[vs])
     assert x.logits.logit == pytest.approx(want, rel=1e-4, abs=1e-4)
     assert "− logit" in pane.header.text()
+
+
+def test_the_pane_asks_once_per_step_and_vs_and_reuses_the_result(qtbot, window_ran):
+    """Each (step, vs) is computed once, on the model's thread, and shown again from the
+    controller's cache: repaints, leaving and coming back ask nothing more of the worker."""
+    import threading
+
+    win = window_ran
+    ctl, pane = win.controller, win.panes["Why this token?"]
+    asked, threads, drawn = [], [], []
+    submit, draw = ctl.worker.submit, pane._draw
+
+    def counting(kind, key, job):
+        if kind == "explain":
+            asked.append(key)
+
+            def run():
+                threads.append(threading.current_thread())
+                return job()
+
+            return submit(kind, key, run)
+        return submit(kind, key, job)
+
+    ctl.worker.submit = counting
+    pane._draw = lambda x: (drawn.append(x), draw(x))
+    ctl.request_explain(2)
+    qtbot.waitUntil(lambda: pane.result is not None and pane.result.step == 2, timeout=90_000)
+    first = pane.result
+    for _ in range(5):  # repaints (a burst of tokens, a resize) reuse the result
+        pane.render(ctl.current_step())
+    ctl.request_explain(1)
+    qtbot.waitUntil(lambda: pane.result.step == 1, timeout=90_000)
+    ctl.request_explain(2)  # back: the very same record, drawn again without a pass
+    qtbot.waitUntil(lambda: pane.result is first, timeout=10_000)
+    pane.render(ctl.current_step())
+    assert [dict(k[2:]) for k in asked] == [{"step": 2, "vs": None}, {"step": 1, "vs": None}]
+    assert [x.step for x in drawn] == [2, 1, 2] and drawn[2] is first
+    assert threads and all(t is not threading.main_thread() for t in threads)
+
+
+def test_the_header_says_what_is_held_for_a_post_norm_model(loaded):
+    """Gemma 2: the view names the post-attention norms held at this step's scale and the
+    final soft-cap that does not split."""
+    import torch
+    import transformers
+
+    from llm_lens.core.explain.attribution import explain
+    from llm_lens.core.loading import LoadedModel, describe
+    from llm_lens.core.loop.engine import Engine, RunConfig
+    from llm_lens.core.sampling import GREEDY
+    from llm_lens.desktop.panes.attribution import split_text
+
+    cfg = transformers.Gemma2Config(
+        vocab_size=len(loaded.tokenizer), hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        final_logit_softcapping=2.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.Gemma2ForCausalLM(cfg).eval()
+    engine = Engine(LoadedModel(model, loaded.tokenizer, describe(model, "g", "t", "g")))
+    run = engine.start(engine.tokenize("The cat sat", chat=False), GREEDY, RunConfig(2))
+    lg = explain(engine, run.run_all()[-1]).logits
+    text = split_text(lg)
+    assert "post-attention norm" in text and "held at" in text
+    assert f"final soft-cap ({lg.after_unembed:+.3f}" in text

@@ -191,3 +191,31 @@ def test_prefix_reuse_reports_in_the_status_bar(qtbot, window, engine):
     full = engine.start(engine.tokenize(edited), GREEDY, RunConfig(max_new_tokens=3)).run_all()
     assert [s.token.id for s in ctl.steps] == [s.token.id for s in full]
     np.testing.assert_allclose(ctl.steps[0].logits, full[0].logits, atol=2e-3)
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (1280, 720)])
+def test_configuration_rows_wrap_on_a_laptop_without_clipping(qtbot, window, size):
+    from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QComboBox, QToolButton, QWidget
+
+    from llm_lens.desktop.fit_check import control_problems, in_window
+
+    view = window.open_compare()
+    view.add_row("wild")  # four rows: taller than the dock at 720 px, so it scrolls
+    window.resize_to(*size)
+    dock = window.view_docks["Compare"]
+    dock.raise_()
+    qtbot.wait(100)
+    QApplication.processEvents()
+    assert (window.width(), window.height()) == size
+    assert control_problems(window, dock, "Compare") == []
+    one_line = view.rows[0].sizeHint().width()  # all of a row's controls side by side (~870 px)
+    assert dock.width() < one_line  # the dock no longer needs one line's width
+    for row in view.rows:
+        kinds = (QAbstractSpinBox, QComboBox, QToolButton)
+        controls = [w for w in row.findChildren(QWidget) if isinstance(w, kinds) and w.isVisible()]
+        rects = [in_window(row, w) for w in controls]
+        assert len(controls) == 8  # the preset, six settings, remove
+        assert all(row.rect().contains(r) for r in rects)  # none cut off by the row
+        assert not any(a.intersects(b) for i, a in enumerate(rects) for b in rects[i + 1 :])
+        assert len({r.top() for r in rects}) >= 2  # wrapped onto a second line
+        assert row.height() >= row.layout().heightForWidth(row.width())

@@ -4,7 +4,6 @@ saved whole; a reopened run with its model loaded is revived, continued and bran
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import pytest
 
@@ -55,7 +54,6 @@ def _saved(qtbot, ctl, path):
 def test_continue_goes_on_like_a_longer_run_and_the_tree_is_saved(qtbot, window, engine,
                                                                   tmp_path):  # fmt: skip
     from llm_lens.core.sessions.read import load_session
-    from llm_lens.core.sessions.write import estimate_size
 
     ctl = window.controller
     _run(qtbot, window, 4)
@@ -68,12 +66,12 @@ def test_continue_goes_on_like_a_longer_run_and_the_tree_is_saved(qtbot, window,
     assert nodes[1].offset == 4  # the root's 4 steps come before the continuation's own
 
     path = tmp_path / "tree.llmlens"
-    said = window.sessions.size_text()  # shown in the save dialog, before saving
+    said: list[dict[str, int]] = []  # shown in the save dialog's body, before writing
+    ctl.sessions.sig_save_estimate.connect(lambda _path, sizes: said.append(sizes))
     with _saved(qtbot, ctl, path):
         ctl.sessions.request_save(str(path), with_views=False)
     session = load_session(path)
-    estimate = float(re.search(r"≈ ([0-9.]+) MiB: 2 runs", said).group(1))
-    assert 0.7 < estimate / (estimate_size(session)["total"] / 2**20) < 1.3
+    assert said and abs(said[-1]["total"] / path.stat().st_size - 1) < 0.1
     root, grown = session.runs
     assert root.parent is None and grown.parent == (root.run_id, 3)
     assert _ids(root.steps) == first and _ids(grown.steps) == _ids(ctl.steps)

@@ -129,7 +129,7 @@ def test_kv_cache_plots_records_and_formula(qtbot, ran, tmp_path):
             f" = {step.kv.formula_bytes:,} bytes" in text
         )
         assert f"measured: {step.kv.bytes_total:,} bytes, equal" in text
-        assert "with full MHA (9 KV heads)" in text and "GQA saves ×3" in text
+        assert "with full MHA (9 KV heads)" in text and "GQA 9:3 saves ×3" in text
         assert f"added this step: {human_bytes(step.kv.bytes_added)}" in text
         assert "CPU: device memory n/a" in text
     assert human_bytes(1536) == "1.5 KiB" and human_bytes(3 * 2**20) == "3 MiB"

@@ -215,3 +215,23 @@ def test_sampling_pane_keeps_staged_steps_until_a_new_run(qtbot, ran):
     pane.clear()  # a new run: (run id, step) may mean another step now
     pane.render(first)
     assert pane.views is not staged
+
+
+def test_sampling_pane_says_when_a_sessions_compact_logits_are_restaged(qtbot, ran):
+    """A step read from a format-3 session keeps its tail as bin levels: re-staged at other
+    settings the plots are approximate, and the pane says so; at the run's settings it shows the
+    loop's own recorded stages and says nothing of it."""
+    import dataclasses
+
+    from llm_lens.desktop.panes.sampling import NOTE, SamplingPane
+
+    pane = show(qtbot, SamplingPane(ran))
+    ran.request_params(ran.run_params)  # the shown run's own settings (greedy)
+    compact = dataclasses.replace(ran.steps[1], tail_levels=48_800)
+    pane.render(compact)
+    assert pane.note.text() == NOTE  # the run's own settings: recorded stages, exact
+    pane.controls.top_k.setValue(7)  # other settings: re-staged from the compact logits
+    pane.render(compact)
+    assert "48,800 tail tokens" in pane.note.text() and "approximate" in pane.note.text()
+    pane.render(ran.steps[2])  # a live step: every logit is the model's own
+    assert pane.note.text() == NOTE

@@ -4,6 +4,7 @@ drag-and-drop, the unsaved-changes prompt and crash recovery."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QMessageBox
 
 from llm_lens.core.sampling import GREEDY
+from llm_lens.core.sessions.compact import kept_ids, weight_error_bound
+from llm_lens.core.sessions.read import load_session
 
 
 @pytest.fixture
@@ -66,10 +69,13 @@ def test_save_then_reopen_without_the_model(qtbot, window, tmp_path):
     assert other.model_info is None and other.recorded is not None
     assert [s.token.id for s in other.steps] == [s.token.id for s in live_steps]
     for a, b in zip(other.steps, live_steps, strict=True):
-        # session format 2: float16, with the top-N logits exact
+        # session format 3: the top-N logits exact, the kept ones float16, residual norms
         assert np.array_equal(a.logits[b.top_ids], b.logits[b.top_ids])
-        np.testing.assert_allclose(a.logits, b.logits, rtol=1e-3, atol=1e-6)
-        np.testing.assert_allclose(a.hidden, b.hidden, rtol=1e-3, atol=1e-6)
+        kept = kept_ids(b)
+        np.testing.assert_allclose(a.logits[kept], b.logits[kept], rtol=1e-3, atol=1e-6)
+        np.testing.assert_allclose(a.residual_norms, b.residual_norms, rtol=1e-6)
+        np.testing.assert_allclose(a.mlp_norms, b.mlp_norms, rtol=1e-5, atol=1e-5)
+        assert np.all(np.abs(a.attention - b.attention) <= weight_error_bound(b.attention) + 1e-6)
     lens = other.request_analysis("lens", step=3, k=5)  # answered from the recording
     assert np.array_equal(lens.top_ids, live_lens.top_ids)
     qtbot.waitUntil(lambda: all(p.render_times_ms for p in fresh.panes.values()), timeout=10_000)
@@ -176,3 +182,61 @@ def test_crash_recovery_is_offered_after_an_unclean_exit(qtbot, tmp_path, monkey
     win.close()  # a clean exit forgets both
     assert not (tmp_path / "cache" / "session.lock").exists()
     assert not (tmp_path / "cache" / "autosave.llmlens").exists()
+
+
+def _cancel_button(dialog):
+    from PySide6.QtWidgets import QPushButton
+
+    return dialog.findChild(QPushButton)
+
+
+def test_save_shows_a_progress_bar_and_cancel_keeps_the_previous_file(qtbot, window, tmp_path):
+    _load_and_run(qtbot, window, tokens=3)
+    ctl, actions = window.controller, window.sessions
+    path = tmp_path / "kept.llmlens"
+    path.write_bytes(b"the previous file")
+    with qtbot.waitSignal(ctl.sig_error, timeout=120_000) as blocker:
+        actions.save_as(str(path))
+        assert actions.progress is not None and actions.progress.isVisible()
+        _cancel_button(actions.progress).click()  # the user presses Cancel at once
+    assert "cancelled" in blocker.args[0]
+    assert path.read_bytes() == b"the previous file"
+    assert [p.name for p in tmp_path.iterdir() if "kept" in p.name] == ["kept.llmlens"]
+    assert actions.progress is None  # closed
+    seen: list[tuple[int, str]] = []  # the dialog after each progress report
+    ctl.sessions.sig_save_progress.connect(
+        lambda *_a: seen.append((actions.progress.value(), actions.progress.labelText()))
+    )
+    with _saved(qtbot, ctl, path) as blocker:
+        actions.save_as(str(path))
+    size = blocker.args[1]
+    assert actions.progress is None and seen and seen[-1][0] == 1000
+    assert [v for v, _ in seen] == sorted(v for v, _ in seen)
+    said = re.search(r"≈ ([0-9.]+) MB: logits", seen[-1][1])  # the size, in the body
+    assert said and abs(float(said.group(1)) * 1e6 / size - 1) < 0.1
+    assert len(load_session(path).runs[0].steps) == 3
+
+
+def test_attributions_computed_before_saving_show_without_the_model(qtbot, window, tmp_path):
+    _load_and_run(qtbot, window, tokens=3)
+    ctl = window.controller
+    live = _wait(qtbot, ctl, "explain", step=2, vs=None)
+    path = tmp_path / "why.llmlens"
+    _save(qtbot, ctl, path)
+
+    from llm_lens.desktop.main_window import MainWindow
+
+    fresh = MainWindow()  # no model loaded in this one
+    fresh.sessions.confirm_close = False
+    qtbot.addWidget(fresh)
+    other = fresh.controller
+    with qtbot.waitSignal(other.sig_run_finished, timeout=60_000):
+        fresh.sessions.open(str(path))
+    assert other.model_info is None
+    got = other.request_analysis("explain", step=2, vs=None)  # answered from the file
+    assert got is not None and got.token_text == live.token_text
+    assert np.array_equal(got.logits.heads, live.logits.heads)
+    assert np.array_equal(got.inputs.values, live.inputs.values)
+    assert np.array_equal(got.graph.weight, live.graph.weight)
+    assert other.request_analysis("explain", step=1, vs=None) is None  # never computed
+    fresh.close()

@@ -1,0 +1,187 @@
+"""The Engine on every family: tokens, logits, attention, residual and lens against the model's own.
+
+Each family is a tiny random model (``tests/families.py``). References come from calling the
+transformers model directly: ``generate()``, an uncached forward, eager ``output_attentions`` and
+``output_hidden_states``; never through ``core``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from llm_lens.core import attention, layers
+from llm_lens.core.anatomy import Anatomy
+from llm_lens.core.errors import ModelLoadError
+from llm_lens.core.loop.engine import EAGER_PREFILL_LIMIT, Engine, RunConfig
+from llm_lens.core.records import PromptTokens
+from llm_lens.core.sampling import GREEDY
+from tests.families import FAMILIES, WINDOW, WINDOWED, family_model
+
+PROMPT = "The quick brown fox jumps over the lazy dog"
+NEW = 4
+ALL = list(FAMILIES)
+LONG = ("gpt2", "falcon_mq", "gemma2", "mistral", "olmo2")  # one of each attention style
+KV_HEADS = {"gpt2": 4, "gpt_neox": 4, "opt": 4, "falcon_new": 2, "falcon_mq": 1}
+_runs: dict[tuple[str, int], Any] = {}
+
+
+def _run(name: str, tokenizer: Any, long: bool = False) -> Any:
+    """(engine, run) of a finished greedy run, built once per family and prompt kind."""
+    key = (name, long)
+    if key not in _runs:
+        engine = Engine(family_model(name, tokenizer))
+        if long:
+            n = EAGER_PREFILL_LIMIT + 40
+            ids = torch.randint(3, 1000, (n,), generator=torch.Generator().manual_seed(0))
+            infos = tuple(engine.texts.info(int(i)) for i in ids)
+            prompt = PromptTokens("x", "x", False, infos)
+        else:
+            prompt = engine.tokenize(PROMPT, chat=False)
+        run = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=2 if long else NEW))
+        run.run_all()
+        _runs[key] = engine, run
+    return _runs[key]
+
+
+def _reference(model: Any, ids: list[int]) -> Any:
+    """An uncached full forward with the model's own eager attention."""
+    model.set_attn_implementation("eager")
+    with torch.inference_mode():
+        return model(
+            torch.tensor([ids]), use_cache=False, output_attentions=True, output_hidden_states=True
+        )
+
+
+def _lens(engine: Any, step: Any) -> np.ndarray:
+    """The lens of the step's last-layer residual: (vocab,) logits through the final transform."""
+    with torch.inference_mode():
+        return layers.lens_logits(engine, torch.from_numpy(np.array(step.hidden[-1]))).numpy()
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_greedy_tokens_equal_generate(loaded: Any, name: str) -> None:
+    engine, run = _run(name, loaded.tokenizer)
+    prompt = torch.tensor([run.prompt.ids])
+    with torch.inference_mode():
+        ref = engine.model.generate(
+            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW, do_sample=False
+        )
+    assert run.generated_ids == ref[0, len(run.prompt) :].tolist()
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_step_logits_attention_residual_and_lens_equal_the_model(loaded: Any, name: str) -> None:
+    """Every step's cached logits and attention row, the prompt maps, the residual stream and
+    the last lens row, against one uncached eager forward over the whole context."""
+    engine, run = _run(name, loaded.tokenizer)
+    context = list(run.steps[-1].context_ids)
+    ref = _reference(engine.model, context)
+    for step in run.steps:
+        p = step.position
+        want = ref.logits[0, p].float().numpy()
+        np.testing.assert_allclose(step.logits, want, atol=1e-4 * np.abs(want).max())
+        rows = np.stack([a[0, :, p, : p + 1].float().numpy() for a in ref.attentions])
+        assert step.attention.shape == rows.shape  # (layers, heads, position + 1)
+        np.testing.assert_allclose(step.attention, rows, atol=1e-5)
+        np.testing.assert_allclose(_lens(engine, step), step.logits, atol=1e-4 * np.abs(want).max())
+    t = len(run.prompt)
+    hidden = run.prefill.hidden
+    states = np.stack([h[0, :t].float().numpy() for h in ref.hidden_states[:-1]])
+    np.testing.assert_allclose(hidden[:-1], states, atol=1e-5)  # row 0: the first layer's input
+    for layer in range(engine.info.num_layers):
+        for head in (0, engine.info.num_heads - 1):
+            amap = attention.attention_map(engine, run.cache, hidden, layer, head)
+            want_map = ref.attentions[layer][0, head, :t, :t].float().numpy()
+            assert amap is not None and not amap.pooled
+            np.testing.assert_allclose(amap.weights, want_map, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", LONG)
+def test_long_prompt_rows_and_maps_equal_the_eager_maps(loaded: Any, name: str) -> None:
+    """A prompt past EAGER_PREFILL_LIMIT prefills with SDPA (eager where soft-capped); its row
+    and its full and pooled on-demand maps still equal the eager weights."""
+    engine, run = _run(name, loaded.tokenizer, long=True)
+    t = len(run.prompt)
+    ref = _reference(engine.model, list(run.prompt.ids))
+    last = np.stack([a[0, :, -1].float().numpy() for a in ref.attentions])
+    np.testing.assert_allclose(run.steps[0].attention, last, atol=1e-5)
+    layer, head = engine.info.num_layers - 1, 1
+    want = ref.attentions[layer][0, head].float().numpy()  # (T, T)
+    full = attention.attention_map(engine, run.cache, run.prefill.hidden, layer, head, 1024)
+    assert full is not None and full.weights.shape == (t, t)
+    np.testing.assert_allclose(full.weights, want, atol=1e-5)
+    pooled = attention.attention_map(engine, run.cache, run.prefill.hidden, layer, head, 64)
+    block = -(-t // 64)
+    assert pooled is not None and pooled.pooled
+    np.testing.assert_allclose(pooled.weights, attention.pool_rows(want, block), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", WINDOWED)
+def test_windowed_layers_attend_only_inside_the_window(loaded: Any, name: str) -> None:
+    engine, run = _run(name, loaded.tokenizer)
+    windows = [getattr(engine.model.config, "layer_types", ["sliding_attention"] * 99)[i] for i in
+               range(engine.info.num_layers)]  # fmt: skip
+    last = run.steps[-1]
+    for layer, kind in enumerate(windows):
+        outside = last.attention[layer, :, : last.position + 1 - WINDOW]
+        assert (np.abs(outside).max() == 0) == (kind == "sliding_attention"), (layer, kind)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_describe_counts_the_kv_heads_the_attention_has(loaded: Any, name: str) -> None:
+    info = family_model(name, loaded.tokenizer).info
+    kv = KV_HEADS.get(name, 2)
+    assert info.num_kv_heads == kv
+    assert info.head_sharing.split()[0] == {4: "MHA", 2: "GQA", 1: "MQA"}[kv]
+    assert info.attention_note == ""
+    assert info.position_kind == ("learned" if name in ("gpt2", "opt") else "rope")
+
+
+def test_overview_holds_every_layer_and_head(loaded: Any) -> None:
+    engine, run = _run("gemma2", loaded.tokenizer)
+    t = len(run.prompt)
+    overview = attention.attention_overview(engine, run.cache, run.prefill.hidden, size=32)
+    assert overview is not None and overview.shape == (4, 4, 32, 32)
+    ref = _reference(engine.model, list(run.prompt.ids))
+    for layer in range(4):
+        np.testing.assert_allclose(
+            overview[layer, :, :t, :t], ref.attentions[layer][0, :, :t, :t].numpy(), atol=1e-5
+        )
+
+
+def test_a_family_outside_the_interface_runs_without_maps(loaded: Any) -> None:
+    """Bloom computes attention itself: no rows or maps, but tokens, logits and lens work."""
+    from transformers import BloomConfig, BloomForCausalLM
+
+    from llm_lens.core.loading import LoadedModel, describe
+
+    torch.manual_seed(0)
+    cfg = BloomConfig(vocab_size=len(loaded.tokenizer), hidden_size=32, n_layer=2, n_head=4)
+    model = BloomForCausalLM(cfg).eval()
+    engine = Engine(LoadedModel(model, loaded.tokenizer, describe(model, "b", "t", "t")))
+    assert not engine.attention_maps
+    assert engine.info.attention_note.startswith("BloomForCausalLM computes attention inside")
+    run = engine.start(engine.tokenize(PROMPT, chat=False), GREEDY, RunConfig(max_new_tokens=2))
+    step = run.run_all()[-1]
+    assert np.all(step.attention == 0)
+    assert attention.attention_map(engine, run.cache, run.prefill.hidden, 0, 0) is None
+    np.testing.assert_allclose(_lens(engine, step), step.logits, atol=1e-4)
+
+
+def test_unknown_layout_is_one_clear_error() -> None:
+    class Odd(torch.nn.Module):
+        config = type("C", (), {"get_text_config": lambda self, decoder: self})()
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = torch.nn.Linear(2, 2)
+
+        def get_decoder(self) -> Any:
+            return self.body
+
+    with pytest.raises(ModelLoadError, match="Odd: cannot find the decoder layers"):
+        Anatomy.of(Odd())

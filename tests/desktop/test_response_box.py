@@ -1,0 +1,48 @@
+"""The response box shows what the model wrote, and never "\ufffd" for a character split over
+tokens: the bytes stay visible (‹f0 9f›) until the character's last byte arrives."""
+
+from __future__ import annotations
+
+from llm_lens.core.sampling import GREEDY
+
+REPLACEMENT = "\ufffd"
+PIZZAS = "🍕🍕🍕🍕🍕🍕"  # raw, greedy: the bundled model writes 🍕 again, as three byte tokens
+
+
+def _panel(qtbot, controller):
+    from llm_lens.desktop.prompt_panel import PromptPanel
+
+    panel = PromptPanel(controller, [{"title": "pizza", "text": PIZZAS, "chat": False}])
+    qtbot.addWidget(panel)
+    return panel
+
+
+def _run(qtbot, controller, tokens):
+    with qtbot.waitSignal(controller.sig_run_finished, timeout=120_000):
+        controller.request_run(PIZZAS, False, GREEDY, tokens)
+
+
+def test_a_split_emoji_shows_its_bytes_until_it_completes(qtbot, controller):
+    panel = _panel(qtbot, controller)
+    shown = []
+    for tokens in (1, 2, 3, 4):
+        _run(qtbot, controller, tokens)
+        steps = controller.steps
+        assert len(steps) == tokens
+        raw = b"".join(s.token.raw for s in steps)
+        shown.append(panel.response.toPlainText())
+        assert REPLACEMENT not in shown[-1]
+        whole = len(raw) - len(raw) % 4  # 🍕 is four bytes: the whole ones read as text
+        tail = raw[whole:]
+        assert shown[-1] == raw[:whole].decode() + (f"‹{tail.hex(' ')}›" if tail else "")
+    # the model's own tokens split 🍕 (f0 9f 8d 95) two ways, and the box followed each piece
+    assert shown == ["‹f0 9f›", "‹f0 9f 8d›", "🍕", "🍕‹f0 9f›"]
+
+
+def test_response_characters_map_to_the_step_that_wrote_them(qtbot, controller):
+    panel = _panel(qtbot, controller)
+    _run(qtbot, controller, 4)
+    text = panel.response.toPlainText()  # "🍕‹f0 9f›": step 3's bytes shown as 7 characters
+    # 🍕 stands from step 2 (its last byte) on; the bytes shown after it are step 3's
+    assert [panel.response_step(i) for i in range(len(text))] == [2] + [3] * 7
+    assert panel.response_step(len(text)) == -1
