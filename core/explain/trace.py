@@ -33,6 +33,7 @@ from llm_lens.core import kvcache
 from llm_lens.core.explain.hooks import (
     CACHE_KWARGS,
     PassHooks,
+    attended,
     attention,
     checkpointed,
     frozen,
@@ -93,13 +94,14 @@ class ContextTrace:
             return self.kept_weights[layer]
         module, args, kwargs = self.calls[layer]
         cache = self.new_cache() if self.values is None else None
-        with self.eager(), torch.no_grad():
+        with self.eager(), torch.no_grad(), _attended_or_none(cache) as seen:
             out = module(*args, **_eager_kwargs(kwargs, self.ids.shape[0], cache))
         weights: torch.Tensor | None = out[1] if isinstance(out, tuple) and len(out) > 1 else None
         if weights is None:
             raise ValueError("the attention block returned no weights under eager attention")
         if cache is not None:
-            self.recalled = (layer, _values(cache, getattr(module, "layer_idx", layer)))
+            index = getattr(module, "layer_idx", layer)
+            self.recalled = (layer, _values(cache, seen, [index])[0])
         return weights[0].float()  # (heads, T, T)
 
     def layer_values(self, layer: int) -> torch.Tensor:
@@ -174,8 +176,12 @@ def trace_context(
     with torch.inference_mode(False), torch.enable_grad(), frozen(model), attention(model, impl):
         ids_t = torch.tensor(np.asarray(ids), dtype=torch.long, device=engine.device)[None]
         embeds = anatomy.embed(ids_t).detach().requires_grad_(True)  # (1, T, hidden)
-        with PassHooks(anatomy, keep) as hooks, checkpointed(anatomy.layers, again):
-            cache = engine.new_cache()
+        cache = engine.new_cache()
+        with (
+            PassHooks(anatomy, keep) as hooks,
+            checkpointed(anatomy.layers, again),
+            attended(cache) as seen,
+        ):
             out = model(
                 inputs_embeds=embeds,
                 use_cache=True,
@@ -188,7 +194,8 @@ def trace_context(
         (grad,) = torch.autograd.grad(logp, embeds)
         gxi = (grad * embeds).sum(dim=-1)[0].detach().float()  # (T,)
     # a checkpointed pass ran its layers without the cache: values come with each layer's call
-    values = None if again else _values(cache)
+    indices = [getattr(block, "layer_idx", i) for i, block in enumerate(anatomy.attn)]
+    values = None if again else torch.stack(_values(cache, seen, indices))
     raw = hooks.attn.done()  # (L, T, hidden)
     added = hooks.added.done() if hooks.added.count else None
     return ContextTrace(
@@ -210,13 +217,21 @@ def trace_context(
     )
 
 
-def _values(cache: Any, layer: int | None = None) -> torch.Tensor:
-    """(layers, kv_heads, T, head_dim), or one layer's (kv_heads, T, head_dim), float32."""
+@contextmanager
+def _attended_or_none(cache: Any) -> Iterator[dict[int, torch.Tensor]]:
+    if cache is None:
+        yield {}
+        return
+    with attended(cache) as seen:
+        yield seen
+
+
+def _values(cache: Any, seen: dict[int, torch.Tensor], layers: list[int]) -> list[torch.Tensor]:
+    """Each of ``layers``' values (kv_heads, T, head_dim) float32, as its block attended over
+    them in the pass (every position, a windowed layer's too; :func:`.hooks.attended`); from
+    the cache itself for a block that did not go through ``cache.update``."""
     pairs = kvcache.cache_tensors(cache)
-    if layer is not None:
-        one: torch.Tensor = pairs[layer][1][0]
-        return one.detach().float()
-    return torch.stack([v[0].detach() for _k, v in pairs]).float()
+    return [(seen[i] if i in seen else pairs[i][1][0].detach()).float() for i in layers]
 
 
 def _stack_all(weights: list[Any], layers: int) -> torch.Tensor | None:
