@@ -16,7 +16,11 @@ attention, on the inputs it had.
 
 Post-norm blocks (OLMo 2, Gemma 2/3) normalise the attention output before adding it: what the
 block added is read after its ``post_attention_layernorm``, and the raw output is kept so the
-norm can be held at this step's scale per position.
+norm can be held at this step's scale per position. Granite's blocks scale what they add by
+the layer's ``residual_multiplier``: what they added is the raw output times it.
+
+Each block's values are what the cache's ``update`` handed it in the pass (every position it
+attended over): a sliding-window layer's cache keeps only its last window − 1 afterwards.
 """
 
 from __future__ import annotations
@@ -85,6 +89,9 @@ class ContextTrace:
     new_cache: Any = field(default=None, repr=False)  # the engine's, for recomputed values
     recalled: tuple[int, torch.Tensor] | None = None  # (layer, values) of the last recompute
     post_norms: list[Any] = field(default_factory=list)  # per layer, for post-norm models
+    # per layer, the factor a block multiplies its branches by before adding them (Granite's
+    # residual_multiplier); empty: 1 everywhere
+    branch: tuple[float, ...] = ()
     mlp_last: torch.Tensor | None = None  # (layers, hidden) what each MLP added, last position
 
     def weights(self, layer: int) -> torch.Tensor:
@@ -128,11 +135,15 @@ class ContextTrace:
             self.model.set_attn_implementation(impl)
 
     def post_diag(self, layer: int, rows: torch.Tensor) -> torch.Tensor | None:
-        """(R, hidden) the post-attention norm's diagonal at ``rows``, held at this pass's
-        scale (None for a pre-norm model)."""
+        """(R, hidden) the map from the attention block's output to what it added at
+        ``rows``: the post-attention norm's diagonal held at this pass's scale, times the
+        block's branch multiplier (None for a pre-norm block added as it is)."""
         if self.raw_attn is None:
             return None
-        return norm_diag(self.post_norms[layer], self.raw_attn[layer, rows])
+        raw = self.raw_attn[layer, rows]
+        norm = self.post_norms[layer] if self.post_norms else None
+        diag = norm_diag(norm, raw) if norm is not None else torch.ones_like(raw)
+        return diag * self.branch[layer] if self.branch else diag
 
 
 def _eager_kwargs(kwargs: dict[str, Any], tokens: int, cache: Any = None) -> dict[str, Any]:
@@ -198,6 +209,15 @@ def trace_context(
     values = None if again else torch.stack(_values(cache, seen, indices))
     raw = hooks.attn.done()  # (L, T, hidden)
     added = hooks.added.done() if hooks.added.count else None
+    mlp_last = _stack_last(hooks.mlp, len(anatomy.layers))
+    # Granite adds ``residual + branch × residual_multiplier`` (the layer's own attribute)
+    branch = tuple(float(getattr(la, "residual_multiplier", 1.0)) for la in anatomy.layers)
+    if any(m != 1.0 for m in branch):
+        m = torch.tensor(branch, dtype=torch.float32, device=raw.device)
+        added = (raw if added is None else added) * m[:, None, None]
+        mlp_last = None if mlp_last is None else mlp_last * m[:, None]
+    else:
+        branch = ()
     return ContextTrace(
         ids=ids_t[0],
         pre=hooks.pre.done(),
@@ -213,7 +233,8 @@ def trace_context(
         calls=hooks.calls,
         kept_weights=_stack_all(hooks.weights, len(anatomy.layers)),
         post_norms=[post_attention_norm(layer) for layer in anatomy.layers],
-        mlp_last=_stack_last(hooks.mlp, len(anatomy.layers)),
+        mlp_last=mlp_last,
+        branch=branch,
     )
 
 

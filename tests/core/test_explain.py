@@ -364,11 +364,41 @@ def test_the_split_is_exact_on_post_norm_families(loaded, family):
     assert g.kept(0.04).any() and ((g.weight >= 0) & (g.weight <= 1)).all()
 
 
-def test_a_family_that_does_not_add_its_blocks_as_they_are_is_one_clear_refusal(loaded):
-    """Granite scales each block's output before adding it: the split would not be exact."""
-    engine, step = _tiny_family(loaded, "GraniteConfig", {"residual_multiplier": 0.5})
-    with pytest.raises(ValueError, match="does not add its attention and MLP outputs"):
-        explain(engine, step)
+def test_a_layer_that_does_not_add_its_blocks_as_they_are_is_one_clear_refusal(tiny_engine):
+    """A layer whose output is not its input plus its attention and MLP outputs (here rescaled
+    by a hook): the split would not be exact, and it says so in one line."""
+    run = tiny_engine.start(tiny_engine.tokenize("The cat sat on", chat=False), GREEDY,
+                            RunConfig(2))  # fmt: skip
+    step = run.run_all()[-1]
+    handle = tiny_engine.anatomy.layers[1].register_forward_hook(
+        lambda _m, _i, out: (out[0] * 1.5, *out[1:]) if isinstance(out, tuple) else out * 1.5
+    )
+    try:
+        with pytest.raises(ValueError, match="layer 1 does not add its attention and MLP"):
+            explain(tiny_engine, step)
+    finally:
+        handle.remove()
+    explain(tiny_engine, step)  # and without the hook it splits
+
+
+def test_granite_scales_each_branch_and_the_logits_and_the_split_carries_both(loaded):
+    """Granite: ``h + residual_multiplier × block(h)`` and logits / ``logits_scaling``. Each
+    piece carries the layer's own multiplier and the scaling: the split is exact, and the
+    graph's parts rebuild what each block added."""
+    engine, run = _family_run(loaded, "granite")
+    cfg = engine.model.config
+    assert cfg.residual_multiplier != 1.0 and cfg.logits_scaling != 1.0
+    step = run.steps[-1]
+    _check_split(explain(engine, step), step)
+    trace = trace_context(engine, step.context_ids, step.token.id)
+    assert trace.branch == (cfg.residual_multiplier,) * engine.info.num_layers
+    rows = torch.arange(len(step.context_ids))
+    with torch.no_grad():
+        for layer in range(engine.info.num_layers):
+            u = _per_head_out(engine, trace, layer)
+            parts = torch.einsum("hit,htd->itd", trace.weights(layer), u)  # (T, T, hidden)
+            added = parts.sum(1) * trace.post_diag(layer, rows)
+            torch.testing.assert_close(added, trace.attn[layer], rtol=1e-4, atol=1e-6)
 
 
 def test_the_analysis_dispatch_explains_a_runs_step(tiny_engine, tiny_run):
@@ -403,8 +433,8 @@ def _sliding(engine) -> list[bool]:
     return [k == "sliding_attention" for k in kinds[:n]]
 
 
-@pytest.mark.parametrize("name", ["gemma2", "gemma3", "mistral", *PARALLEL])
-def test_the_split_is_exact_on_windowed_and_parallel_families(loaded, name):
+@pytest.mark.parametrize("name", ["gemma2", "gemma3", "mistral", *PARALLEL, "granite"])
+def test_the_split_is_exact_on_windowed_parallel_and_scaled_families(loaded, name):
     """Embedding + heads + MLPs is the run's own logit minus what follows the unembedding
     (Gemma 2's soft-cap), within 1e-4, with a prompt longer than the windows."""
     engine, run = _family_run(loaded, name)
