@@ -143,8 +143,9 @@ def attended(cache: Any) -> Iterator[dict[int, torch.Tensor]]:
     seen: dict[int, torch.Tensor] = {}
     update = cache.update
 
-    def update_and_keep(keys: Any, values: Any, layer_idx: int, *args: Any, **kw: Any) -> Any:
-        out = update(keys, values, layer_idx, *args, **kw)
+    def update_and_keep(*args: Any, **kw: Any) -> Any:
+        out = update(*args, **kw)  # (keys, values), each (1, kv_heads, T, head_dim)
+        layer_idx = args[2] if len(args) > 2 else kw["layer_idx"]
         seen[int(layer_idx)] = out[1][0].detach()
         return out
 
