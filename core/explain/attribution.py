@@ -10,8 +10,14 @@ split (a projection bias, a norm's bias, an unembedding bias) is reported as the
 Post-norm blocks (OLMo 2, Gemma 2/3) add ``norm(attn_l)``: an RMS norm is linear too once its
 scale is held at this step's value, so each head goes through it as well. What the model does
 after its unembedding (Gemma's final soft-cap) does not split: it is part of the residual and
-reported on its own (``after_unembed``). A model whose layers do not add their blocks as they
-are (Granite scales them) is refused in one line (:func:`check_additive`).
+reported on its own (``after_unembed``). Granite multiplies each branch by the layer's
+``residual_multiplier`` before adding it and divides the logits by ``logits_scaling``: both
+linear, so each piece carries them. A model whose layers do not add their blocks in one of
+these ways is refused in one line (:func:`check_additive`).
+
+Sliding-window layers (Mistral, Gemma 2/3's local layers) attend over the last ``window``
+positions only: each head's weights are zero outside them, and the values are those the block
+attended over in the pass (not the window − 1 its cache keeps afterwards).
 
 Input attribution. Gradient × input on the input embeddings for the chosen token's
 log-probability: one backward pass of the model over the step's context.
@@ -105,8 +111,8 @@ def frozen_norm_direction(norm: Any, h: torch.Tensor, d: torch.Tensor) -> tuple[
 def logit_attribution(engine: Any, trace: ContextTrace, vs: int | None = None) -> LogitAttribution:
     """Split the last position's logit of ``trace.target`` (minus ``vs``'s) over the pieces."""
     a, info = engine.anatomy, engine.info
-    w_u = a.lm_head.weight
-    d = w_u[trace.target].float() - (w_u[vs].float() if vs is not None else 0.0)  # (hidden,)
+    w_u, k = a.lm_head.weight, _logit_scale(engine)
+    d = (w_u[trace.target].float() - (w_u[vs].float() if vs is not None else 0.0)) * k
     e, scale = frozen_norm_direction(a.final_norm, trace.pre[-1, -1], d)
     pre, attn = trace.pre[:, -1], trace.attn[:, -1]  # (L + 1, hidden), (L, hidden)
     mlp = pre[1:] - pre[:-1] - attn  # (L, hidden)
@@ -131,18 +137,29 @@ def logit_attribution(engine: Any, trace: ContextTrace, vs: int | None = None) -
         mlp=frozen(mlp_v, np.float32),
         residual=logit - split,
         norm_scale=scale,
-        after_unembed=logit - _unembedded(a, trace, d, vs),
-        post_norm=trace.raw_attn is not None,
+        after_unembed=logit - _unembedded(a, trace, d, vs, k),
+        post_norm=any(n is not None for n in trace.post_norms),
     )
 
 
-def _unembedded(a: Any, trace: ContextTrace, d: torch.Tensor, vs: int | None) -> float:
-    """The logit (difference) straight out of the unembedding: one row, not the vocabulary."""
+def _logit_scale(engine: Any) -> float:
+    """The factor the model multiplies its unembedded logits by (Granite divides them by
+    ``logits_scaling``: linear, so it goes into the direction; the lens reads it the same way)."""
+    cfg = engine.model.config.get_text_config(decoder=True)
+    scaling = getattr(cfg, "logits_scaling", None)
+    return 1.0 / float(scaling) if scaling else 1.0
+
+
+def _unembedded(
+    a: Any, trace: ContextTrace, d: torch.Tensor, vs: int | None, k: float = 1.0
+) -> float:
+    """The logit (difference) straight out of the unembedding (and the linear scaling ``k``
+    ``d`` already holds): one row, not the vocabulary."""
     normed = a.final_norm(trace.pre[-1, -1].to(a.lm_head.weight.dtype)).float()  # (hidden,)
     bias = getattr(a.lm_head, "bias", None)
     value = float(normed @ d)
     if bias is not None:
-        value += float(bias[trace.target] - (bias[vs] if vs is not None else 0.0))
+        value += k * float(bias[trace.target] - (bias[vs] if vs is not None else 0.0))
     return value
 
 

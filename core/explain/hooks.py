@@ -126,10 +126,34 @@ class PassHooks:
 
     def _on_mlp(self, _m: Any, _i: Any, output: Any) -> None:
         out = output[0] if isinstance(output, tuple) else output
-        self.mlp.append(out[:, -1].detach())  # (1, hidden): the last row
+        # a copy, not a view: Falcon's parallel block adds the attention output into the MLP's
+        # output tensor in place (``mlp_output += attention_output``) after this hook
+        self.mlp.append(out[:, -1].detach().clone())  # (1, hidden): the last row
 
     def _on_proj(self, _m: Any, args: Any) -> None:
         self.heads_in.append(args[0][:, -1].detach())  # (1, heads × head_dim): the last row
+
+
+@contextmanager
+def attended(cache: Any) -> Iterator[dict[int, torch.Tensor]]:
+    """Per layer index, the values (kv_heads, T, head_dim) ``cache`` hands back to each
+    attention block in the pass: every position the block attends over. A sliding-window
+    layer's cache keeps only the last window − 1 afterwards; its block, in the pass, read them
+    all (masked to its window), so the values are taken from ``update``'s answer, not the cache."""
+    seen: dict[int, torch.Tensor] = {}
+    update = cache.update
+
+    def update_and_keep(*args: Any, **kw: Any) -> Any:
+        out = update(*args, **kw)  # (keys, values), each (1, kv_heads, T, head_dim)
+        layer_idx = args[2] if len(args) > 2 else kw["layer_idx"]
+        seen[int(layer_idx)] = out[1][0].detach()
+        return out
+
+    cache.update = update_and_keep
+    try:
+        yield seen
+    finally:
+        del cache.update  # the class's own update again
 
 
 @contextmanager

@@ -16,7 +16,11 @@ attention, on the inputs it had.
 
 Post-norm blocks (OLMo 2, Gemma 2/3) normalise the attention output before adding it: what the
 block added is read after its ``post_attention_layernorm``, and the raw output is kept so the
-norm can be held at this step's scale per position.
+norm can be held at this step's scale per position. Granite's blocks scale what they add by
+the layer's ``residual_multiplier``: what they added is the raw output times it.
+
+Each block's values are what the cache's ``update`` handed it in the pass (every position it
+attended over): a sliding-window layer's cache keeps only its last window − 1 afterwards.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from llm_lens.core import kvcache
 from llm_lens.core.explain.hooks import (
     CACHE_KWARGS,
     PassHooks,
+    attended,
     attention,
     checkpointed,
     frozen,
@@ -84,6 +89,9 @@ class ContextTrace:
     new_cache: Any = field(default=None, repr=False)  # the engine's, for recomputed values
     recalled: tuple[int, torch.Tensor] | None = None  # (layer, values) of the last recompute
     post_norms: list[Any] = field(default_factory=list)  # per layer, for post-norm models
+    # per layer, the factor a block multiplies its branches by before adding them (Granite's
+    # residual_multiplier); empty: 1 everywhere
+    branch: tuple[float, ...] = ()
     mlp_last: torch.Tensor | None = None  # (layers, hidden) what each MLP added, last position
 
     def weights(self, layer: int) -> torch.Tensor:
@@ -93,13 +101,14 @@ class ContextTrace:
             return self.kept_weights[layer]
         module, args, kwargs = self.calls[layer]
         cache = self.new_cache() if self.values is None else None
-        with self.eager(), torch.no_grad():
+        with self.eager(), torch.no_grad(), _attended_or_none(cache) as seen:
             out = module(*args, **_eager_kwargs(kwargs, self.ids.shape[0], cache))
         weights: torch.Tensor | None = out[1] if isinstance(out, tuple) and len(out) > 1 else None
         if weights is None:
             raise ValueError("the attention block returned no weights under eager attention")
         if cache is not None:
-            self.recalled = (layer, _values(cache, getattr(module, "layer_idx", layer)))
+            index = getattr(module, "layer_idx", layer)
+            self.recalled = (layer, _values(cache, seen, [index])[0])
         return weights[0].float()  # (heads, T, T)
 
     def layer_values(self, layer: int) -> torch.Tensor:
@@ -126,11 +135,15 @@ class ContextTrace:
             self.model.set_attn_implementation(impl)
 
     def post_diag(self, layer: int, rows: torch.Tensor) -> torch.Tensor | None:
-        """(R, hidden) the post-attention norm's diagonal at ``rows``, held at this pass's
-        scale (None for a pre-norm model)."""
+        """(R, hidden) the map from the attention block's output to what it added at
+        ``rows``: the post-attention norm's diagonal held at this pass's scale, times the
+        block's branch multiplier (None for a pre-norm block added as it is)."""
         if self.raw_attn is None:
             return None
-        return norm_diag(self.post_norms[layer], self.raw_attn[layer, rows])
+        raw = self.raw_attn[layer, rows]
+        norm = self.post_norms[layer] if self.post_norms else None
+        diag = norm_diag(norm, raw) if norm is not None else torch.ones_like(raw)
+        return diag * self.branch[layer] if self.branch else diag
 
 
 def _eager_kwargs(kwargs: dict[str, Any], tokens: int, cache: Any = None) -> dict[str, Any]:
@@ -174,8 +187,12 @@ def trace_context(
     with torch.inference_mode(False), torch.enable_grad(), frozen(model), attention(model, impl):
         ids_t = torch.tensor(np.asarray(ids), dtype=torch.long, device=engine.device)[None]
         embeds = anatomy.embed(ids_t).detach().requires_grad_(True)  # (1, T, hidden)
-        with PassHooks(anatomy, keep) as hooks, checkpointed(anatomy.layers, again):
-            cache = engine.new_cache()
+        cache = engine.new_cache()
+        with (
+            PassHooks(anatomy, keep) as hooks,
+            checkpointed(anatomy.layers, again),
+            attended(cache) as seen,
+        ):
             out = model(
                 inputs_embeds=embeds,
                 use_cache=True,
@@ -188,9 +205,19 @@ def trace_context(
         (grad,) = torch.autograd.grad(logp, embeds)
         gxi = (grad * embeds).sum(dim=-1)[0].detach().float()  # (T,)
     # a checkpointed pass ran its layers without the cache: values come with each layer's call
-    values = None if again else _values(cache)
+    indices = [getattr(block, "layer_idx", i) for i, block in enumerate(anatomy.attn)]
+    values = None if again else torch.stack(_values(cache, seen, indices))
     raw = hooks.attn.done()  # (L, T, hidden)
     added = hooks.added.done() if hooks.added.count else None
+    mlp_last = _stack_last(hooks.mlp, len(anatomy.layers))
+    # Granite adds ``residual + branch × residual_multiplier`` (the layer's own attribute)
+    branch = tuple(float(getattr(la, "residual_multiplier", 1.0)) for la in anatomy.layers)
+    if any(m != 1.0 for m in branch):
+        m = torch.tensor(branch, dtype=torch.float32, device=raw.device)
+        added = (raw if added is None else added) * m[:, None, None]
+        mlp_last = None if mlp_last is None else mlp_last * m[:, None]
+    else:
+        branch = ()
     return ContextTrace(
         ids=ids_t[0],
         pre=hooks.pre.done(),
@@ -206,17 +233,26 @@ def trace_context(
         calls=hooks.calls,
         kept_weights=_stack_all(hooks.weights, len(anatomy.layers)),
         post_norms=[post_attention_norm(layer) for layer in anatomy.layers],
-        mlp_last=_stack_last(hooks.mlp, len(anatomy.layers)),
+        mlp_last=mlp_last,
+        branch=branch,
     )
 
 
-def _values(cache: Any, layer: int | None = None) -> torch.Tensor:
-    """(layers, kv_heads, T, head_dim), or one layer's (kv_heads, T, head_dim), float32."""
+@contextmanager
+def _attended_or_none(cache: Any) -> Iterator[dict[int, torch.Tensor]]:
+    if cache is None:
+        yield {}
+        return
+    with attended(cache) as seen:
+        yield seen
+
+
+def _values(cache: Any, seen: dict[int, torch.Tensor], layers: list[int]) -> list[torch.Tensor]:
+    """Each of ``layers``' values (kv_heads, T, head_dim) float32, as its block attended over
+    them in the pass (every position, a windowed layer's too; :func:`.hooks.attended`); from
+    the cache itself for a block that did not go through ``cache.update``."""
     pairs = kvcache.cache_tensors(cache)
-    if layer is not None:
-        one: torch.Tensor = pairs[layer][1][0]
-        return one.detach().float()
-    return torch.stack([v[0].detach() for _k, v in pairs]).float()
+    return [(seen[i] if i in seen else pairs[i][1][0].detach()).float() for i in layers]
 
 
 def _stack_all(weights: list[Any], layers: int) -> torch.Tensor | None:

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from llm_lens.core.explain.attribution import explain, explanation_dict, logit_attribution
-from llm_lens.core.explain.flow import FlowGraph, _per_head_out, importance
+from llm_lens.core.explain.flow import FlowGraph, _per_head_out, flow_graph, importance
 from llm_lens.core.explain.trace import trace_context
 from llm_lens.core.loop.engine import Engine, RunConfig
 from llm_lens.core.sampling import GREEDY
+from tests.families import WINDOW, family_model
 
 
 @pytest.fixture(scope="module")
@@ -363,11 +364,41 @@ def test_the_split_is_exact_on_post_norm_families(loaded, family):
     assert g.kept(0.04).any() and ((g.weight >= 0) & (g.weight <= 1)).all()
 
 
-def test_a_family_that_does_not_add_its_blocks_as_they_are_is_one_clear_refusal(loaded):
-    """Granite scales each block's output before adding it: the split would not be exact."""
-    engine, step = _tiny_family(loaded, "GraniteConfig", {"residual_multiplier": 0.5})
-    with pytest.raises(ValueError, match="does not add its attention and MLP outputs"):
-        explain(engine, step)
+def test_a_layer_that_does_not_add_its_blocks_as_they_are_is_one_clear_refusal(tiny_engine):
+    """A layer whose output is not its input plus its attention and MLP outputs (here rescaled
+    by a hook): the split would not be exact, and it says so in one line."""
+    run = tiny_engine.start(tiny_engine.tokenize("The cat sat on", chat=False), GREEDY,
+                            RunConfig(2))  # fmt: skip
+    step = run.run_all()[-1]
+    handle = tiny_engine.anatomy.layers[1].register_forward_hook(
+        lambda _m, _i, out: (out[0] * 1.5, *out[1:]) if isinstance(out, tuple) else out * 1.5
+    )
+    try:
+        with pytest.raises(ValueError, match="layer 1 does not add its attention and MLP"):
+            explain(tiny_engine, step)
+    finally:
+        handle.remove()
+    explain(tiny_engine, step)  # and without the hook it splits
+
+
+def test_granite_scales_each_branch_and_the_logits_and_the_split_carries_both(loaded):
+    """Granite: ``h + residual_multiplier × block(h)`` and logits / ``logits_scaling``. Each
+    piece carries the layer's own multiplier and the scaling: the split is exact, and the
+    graph's parts rebuild what each block added."""
+    engine, run = _family_run(loaded, "granite")
+    cfg = engine.model.config
+    assert cfg.residual_multiplier != 1.0 and cfg.logits_scaling != 1.0
+    step = run.steps[-1]
+    _check_split(explain(engine, step), step)
+    trace = trace_context(engine, step.context_ids, step.token.id)
+    assert trace.branch == (cfg.residual_multiplier,) * engine.info.num_layers
+    rows = torch.arange(len(step.context_ids))
+    with torch.no_grad():
+        for layer in range(engine.info.num_layers):
+            u = _per_head_out(engine, trace, layer)
+            parts = torch.einsum("hit,htd->itd", trace.weights(layer), u)  # (T, T, hidden)
+            added = parts.sum(1) * trace.post_diag(layer, rows)
+            torch.testing.assert_close(added, trace.attn[layer], rtol=1e-4, atol=1e-6)
 
 
 def test_the_analysis_dispatch_explains_a_runs_step(tiny_engine, tiny_run):
@@ -376,3 +407,93 @@ def test_the_analysis_dispatch_explains_a_runs_step(tiny_engine, tiny_run):
     x = compute("explain", tiny_engine, tiny_run, {"step": 2, "vs": None})
     assert x.step == 2 and x.logits.token_id == tiny_run.steps[2].token.id
     assert not x.logits.heads.flags.writeable and not x.graph.weight.flags.writeable
+
+
+# windowed (sliding-window layers shorter than the prompt) and parallel-residual families of
+# the architectures matrix (tests/families.py)
+PARALLEL = ("falcon_new", "falcon_mq")  # h + attn(ln(h)) + mlp(ln(h)), with MHA-in-groups / MQA
+_family_runs: dict[str, tuple[Engine, object]] = {}
+
+
+def _family_run(loaded, name):
+    if name not in _family_runs:
+        engine = Engine(family_model(name, loaded.tokenizer))
+        prompt = engine.tokenize("The quick brown fox jumps over the lazy dog", chat=False)
+        run = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=3))
+        run.run_all()
+        assert len(run.steps[0].context_ids) > WINDOW + 2  # every window bites
+        _family_runs[name] = engine, run
+    return _family_runs[name]
+
+
+def _sliding(engine) -> list[bool]:
+    """Per layer, whether it attends within the window (Mistral: every layer)."""
+    n = engine.info.num_layers
+    kinds = getattr(engine.model.config, "layer_types", None) or ["sliding_attention"] * n
+    return [k == "sliding_attention" for k in kinds[:n]]
+
+
+@pytest.mark.parametrize("name", ["gemma2", "gemma3", "mistral", *PARALLEL, "granite"])
+def test_the_split_is_exact_on_windowed_parallel_and_scaled_families(loaded, name):
+    """Embedding + heads + MLPs is the run's own logit minus what follows the unembedding
+    (Gemma 2's soft-cap), within 1e-4, with a prompt longer than the windows."""
+    engine, run = _family_run(loaded, name)
+    for step in (run.steps[0], run.steps[-1]):
+        lg = explain(engine, step).logits
+        assert lg.logit == pytest.approx(float(step.logits[step.token.id]), rel=1e-4, abs=1e-5)
+        parts = float(np.abs(lg.heads).sum() + np.abs(lg.mlp).sum() + abs(lg.embed))
+        scale = max(abs(lg.logit - lg.after_unembed), parts)
+        assert abs(lg.sum - (lg.logit - lg.after_unembed)) <= 1e-4 * scale
+        assert abs(lg.residual - lg.after_unembed) <= 1e-4 * scale
+        np.testing.assert_allclose(lg.heads.sum(1), lg.attn, rtol=1e-4, atol=1e-4 * scale)
+
+
+@pytest.mark.parametrize("name", PARALLEL)
+def test_a_parallel_block_adds_its_attention_and_mlp_as_they_are(loaded, name):
+    """Falcon adds the attention output into the MLP's output tensor in place: the MLP row the
+    pass keeps is the MLP's own (the model's MLP called again on its own norm of the input)."""
+    engine, run = _family_run(loaded, name)
+    step = run.steps[-1]
+    trace = trace_context(engine, step.context_ids, step.token.id)
+    with torch.no_grad():
+        for layer, block in enumerate(engine.anatomy.layers):
+            norm = getattr(block, "ln_mlp", None) or block.input_layernorm
+            own = block.mlp(norm(trace.pre[layer, -1:]))[0]
+            torch.testing.assert_close(trace.mlp_last[layer], own, rtol=1e-5, atol=1e-6)
+            step_l = trace.pre[layer + 1, -1] - trace.pre[layer, -1]
+            torch.testing.assert_close(step_l, own + trace.attn[layer, -1], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["kept", "recomputed", "checkpointed"])
+@pytest.mark.parametrize("name", ["gemma2", "gemma3", "mistral"])
+def test_windowed_heads_read_only_the_keys_their_window_shows_them(loaded, name, mode):
+    """Each source token's part Σ_h A_h[i, j] W_O[:, h] v_h[j] uses the values of every
+    position the block attended over (not the window − 1 a sliding layer's cache keeps): the
+    parts rebuild the block's own output, and those from outside the window are exactly zero,
+    in the graph too. The same whether the weights were kept, recomputed a layer at a time, or
+    the layers ran again in the backward pass."""
+    engine, run = _family_run(loaded, name)
+    step = run.steps[-1]
+    kw = {"kept": {}, "recomputed": {"weight_budget": 0},
+          "checkpointed": {"weight_budget": 0, "checkpoint_tokens": 1}}[mode]  # fmt: skip
+    trace = trace_context(engine, step.context_ids, step.token.id, **kw)
+    assert (trace.kept_weights is not None) == (mode == "kept")
+    t = len(step.context_ids)
+    sliding = _sliding(engine)
+    assert any(sliding)
+    raw = trace.raw_attn if trace.raw_attn is not None else trace.attn
+    i, j = torch.meshgrid(torch.arange(t), torch.arange(t), indexing="ij")
+    with torch.no_grad(), trace.eager():
+        for layer in range(engine.info.num_layers):
+            u = _per_head_out(engine, trace, layer)  # (H, T, hidden)
+            assert u.shape[1] == t
+            parts = torch.einsum("hit,htd->itd", trace.weights(layer), u)  # (T, T, hidden)
+            torch.testing.assert_close(parts.sum(1), raw[layer], rtol=1e-4, atol=1e-5)
+            far = (j > i) | ((i - j >= WINDOW) & sliding[layer])  # what the block cannot see
+            assert float(parts[far].abs().max()) == 0.0
+            assert bool((parts[~far].abs().sum(-1) > 0).all())
+    g = flow_graph(engine, trace, 0.0)
+    attn = (g.kind == 0) & np.array(sliding)[g.src_level // 2]
+    far = attn & (g.dst_pos - g.src_pos >= WINDOW)
+    assert far.any() and (g.weight[far] == 0).all() and (g.head_shares[far] == 0).all()
+    assert (g.weight[attn & ~far] > 0).any()
