@@ -15,6 +15,7 @@ from llm_lens.core.errors import PromptError
 from llm_lens.core.loop.engine import Engine, RunConfig
 from llm_lens.core.sampling import GREEDY, SamplingParams
 from tests.conftest import make_tiny
+from tests.core.reference import N_GREEDY, eager_forward
 
 PROMPT = "Explain transformers like I am 12"
 
@@ -156,3 +157,87 @@ def test_sampled_run_records_stages(engine):
     assert step.stages[2].kept == 40 and step.stages[3].kept <= 40
     assert len(step.top_ids) == 10 and len(step.top_texts) == 10
     assert step.top_texts[0] == engine.texts.text(int(step.top_ids[0]))
+
+
+# --- fidelity: the loop's logits and tokens against the model's forward and generate()
+
+
+@pytest.mark.slow
+def test_cached_decode_logits_equal_a_fresh_full_forward(loaded, greedy20):
+    assert len(greedy20.steps) >= 12
+    for step in greedy20.steps:
+        ctx = step.context_ids
+        assert len(ctx) == step.position + 1
+        ref = eager_forward(loaded.model, ctx).logits[0, -1].float().numpy()  # (vocab,)
+        tol = 1e-4 * np.abs(ref).max()
+        assert np.abs(step.logits - ref).max() <= tol, step.index
+        # the record's derived numbers are those of the reference distribution
+        assert step.token.id == int(ref.argmax())
+        logp = torch.log_softmax(torch.from_numpy(ref), -1)
+        assert step.logprob == pytest.approx(float(logp[step.token.id]), abs=1e-4)
+        assert step.rank == 0
+        np.testing.assert_array_equal(step.top_ids[:5], np.argsort(-ref)[:5])
+
+
+@pytest.mark.slow
+def test_greedy_tokens_equal_generate(loaded, engine, greedy20):
+    ids = torch.tensor([greedy20.prompt.ids])
+    loaded.model.set_attn_implementation("eager")
+    with torch.inference_mode():
+        out = loaded.model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=N_GREEDY,
+            repetition_penalty=1.0,
+            temperature=None,
+            top_k=None,
+            top_p=None,
+            min_p=None,
+            no_repeat_ngram_size=0,
+        )
+    expected = out[0, ids.shape[1] :].tolist()
+    assert len(expected) == N_GREEDY
+    assert greedy20.generated_ids == expected
+    assert greedy20.output_text() == loaded.tokenizer.decode(expected, skip_special_tokens=True)
+
+
+SAMPLED = SamplingParams(temperature=0.8, top_p=0.9, seed=3)
+
+
+def sampled_tokens(engine, params: SamplingParams) -> list[int]:
+    run = engine.start(engine.tokenize(PROMPT), params, RunConfig(max_new_tokens=30))
+    run.run_all()
+    return run.generated_ids
+
+
+@pytest.fixture(scope="module")
+def sampled30(engine):
+    return sampled_tokens(engine, SAMPLED)
+
+
+@pytest.mark.slow
+def test_seeded_sampled_run_equals_generate_with_the_same_seed(loaded, engine, sampled30):
+    """generate() draws from torch's default generator; the engine from its own, same seed."""
+    ids = torch.tensor([engine.tokenize(PROMPT).ids])
+    torch.manual_seed(SAMPLED.seed)
+    with torch.inference_mode():
+        out = loaded.model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=True,
+            temperature=SAMPLED.temperature,
+            top_p=SAMPLED.top_p,
+            top_k=0,
+            min_p=None,
+            repetition_penalty=1.0,
+            max_new_tokens=30,
+        )
+    assert sampled30 == out[0, ids.shape[1] :].tolist()
+
+
+@pytest.mark.slow
+def test_seeded_sampled_run_reproduces_and_depends_on_the_seed(engine, sampled30):
+    assert len(sampled30) == 30
+    assert sampled_tokens(engine, SAMPLED) == sampled30
+    assert sampled_tokens(engine, SAMPLED.with_(seed=4)) != sampled30

@@ -11,6 +11,7 @@ from llm_lens.core.errors import PromptError
 from llm_lens.core.loop.engine import Engine
 from llm_lens.core.tokens import cl100k, tokenize_prompt
 from tests.conftest import make_tiny
+from tests.core.reference import PROMPT
 
 UNICODE_CASES = {
     "whitespace": "   \n\t  ",
@@ -191,3 +192,21 @@ def test_split_characters_group_and_no_label_shows_a_replacement(engine):
     labels += [t for s in run.steps for t in s.top_texts]
     assert "\ufffd" not in "".join(labels)
     assert any("‹" in t.text for t in prompt.tokens)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("text", "system"),
+    [
+        (PROMPT, None),
+        ("Bonjour, ça va ? 🙂", None),
+        ("line one\nline two\n\n  indented", "You answer in one word."),
+        ("", None),
+    ],
+)
+def test_chat_template_ids_equal_apply_chat_template(loaded, engine, text, system):
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": text})
+    enc = loaded.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    expected = list(enc["input_ids"] if hasattr(enc, "keys") else enc)
+    assert engine.tokenize(text, chat=True, system=system).ids == expected
