@@ -1,0 +1,81 @@
+"""The window on every family of the test matrix: load the model from a folder as a user would,
+run it, and every pane draws its data with no error shown (what the selftest checks).
+
+One window serves every family (File → Open model, again and again), so the test costs about a
+model load, four tokens and one repaint of each pane per family.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtWidgets import QApplication
+
+from llm_lens.core.sampling import GREEDY
+from tests.families import FAMILIES, WINDOW, family_model
+
+# longer than the windowed families' sliding window, so their windowed layers are exercised
+PROMPT = "The quick brown fox jumps over the lazy dog and runs far away"
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    from llm_lens.core.loading import bundled_gguf, gguf_to_folder
+
+    return AutoTokenizer.from_pretrained(gguf_to_folder(bundled_gguf(), lambda *_: None))
+
+
+@pytest.fixture(scope="module")
+def window(qapp: Any, tmp_path_factory: Any) -> Any:
+    import os
+
+    os.environ["LLM_LENS_CONFIG_DIR"] = str(tmp_path_factory.mktemp("config"))
+    from llm_lens.desktop.main_window import MainWindow
+
+    win = MainWindow()
+    win.sessions.confirm_close = False
+    win.show()
+    win.resize_to(1366, 768)
+    yield win
+    win.close()
+    win.controller.shutdown()
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_every_pane_draws_the_family(
+    qtbot: Any, window: Any, tokenizer: Any, tmp_path: Path, name: str
+) -> None:
+    loaded = family_model(name, tokenizer)
+    loaded.model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    ctl = window.controller
+    errors: list[str] = []
+    ctl.sig_error.connect(errors.append)
+    try:
+        with qtbot.waitSignal(ctl.sig_model_loaded, timeout=120_000):
+            window.load(str(tmp_path))
+        for pane in window.panes.values():
+            pane.render_times_ms.clear()
+        with qtbot.waitSignal(ctl.sig_run_finished, timeout=120_000):
+            ctl.request_run(PROMPT, False, GREEDY, 4)
+        ctl.request_select(len(ctl.steps) - 1)
+        for title, pane in window.panes.items():  # every pane to the front once, then drawn
+            window.docks[title].raise_()
+            QApplication.processEvents()
+            pane.render_and_paint()
+
+        def all_drawn() -> bool:
+            QApplication.processEvents()
+            return all(p.render_times_ms for p in window.panes.values())
+
+        qtbot.waitUntil(all_drawn, timeout=60_000)
+        qtbot.wait(300)  # analyses the panes asked for come back (or fail) meanwhile
+        assert errors == [], f"{name}: {errors}"
+        assert len(ctl.steps) == 4 and ctl.steps[0].position + 1 > WINDOW
+        assert ctl.info.architecture == type(loaded.model).__name__
+    finally:
+        ctl.sig_error.disconnect(errors.append)
