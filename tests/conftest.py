@@ -25,6 +25,17 @@ def loaded():
 
 
 @pytest.fixture(scope="session")
+def tokenizer():
+    """The bundled model's tokenizer alone (from the converted folder in the user cache), for
+    tiny random models that share its vocabulary without loading its weights."""
+    from transformers import AutoTokenizer
+
+    from llm_lens.core.loading import bundled_gguf, gguf_to_folder
+
+    return AutoTokenizer.from_pretrained(gguf_to_folder(bundled_gguf(), lambda *_: None))
+
+
+@pytest.fixture(scope="session")
 def engine(loaded):
     from llm_lens.core.loop.engine import Engine
 

@@ -161,16 +161,6 @@ def test_routing_helpers() -> None:
 # ---- through the engine: prefill and cached decode steps ------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    """The bundled model's tokenizer alone (from the converted folder in the user cache)."""
-    from transformers import AutoTokenizer
-
-    from llm_lens.core.loading import bundled_gguf, gguf_to_folder
-
-    return AutoTokenizer.from_pretrained(gguf_to_folder(bundled_gguf(), lambda *_: None))
-
-
 def moe_engine(tokenizer: Any, model_type: str = "mixtral") -> Any:
     from llm_lens.core.loading import LoadedModel, describe
     from llm_lens.core.loop.engine import Engine

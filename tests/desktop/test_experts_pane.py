@@ -21,15 +21,6 @@ PROMPT = "The quick brown fox jumps over the lazy dog"
 
 
 @pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    from llm_lens.core.loading import bundled_gguf, gguf_to_folder
-
-    return AutoTokenizer.from_pretrained(gguf_to_folder(bundled_gguf(), lambda *_: None))
-
-
-@pytest.fixture(scope="module")
 def mixtral_folder(tmp_path_factory: Any, tokenizer: Any) -> Path:
     """A tiny random Mixtral saved as an ordinary model folder, as a user would bring one."""
     folder = tmp_path_factory.mktemp("tiny-mixtral")

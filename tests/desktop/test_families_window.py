@@ -21,15 +21,6 @@ PROMPT = "The quick brown fox jumps over the lazy dog and runs far away"
 
 
 @pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    from llm_lens.core.loading import bundled_gguf, gguf_to_folder
-
-    return AutoTokenizer.from_pretrained(gguf_to_folder(bundled_gguf(), lambda *_: None))
-
-
-@pytest.fixture(scope="module")
 def window(qapp: Any, tmp_path_factory: Any) -> Any:
     import os
 
