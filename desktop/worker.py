@@ -73,6 +73,10 @@ class Worker(QObject):
         self._full_prefill: tuple[float, int] = (0.0, 0)  # (ms, tokens) of the last full one
         self.analysis_ms = 0.0  # time analyses took between the current run's steps
         self.cost_ms: dict[str, float] = {}  # the last time each kind of analysis took
+        # ... and the context length it took that at: most analyses grow with the context, so a
+        # map timed on a 40-token prompt must not be taken as cheap beside a 1,000-token one
+        self.cost_tokens: dict[str, int] = {}
+        self.context_tokens = 1  # the tokens the current (or last) run's newest step had read
         self.closing = threading.Event()  # the window is closing: queued analyses are skipped
 
     @Slot(object, str, str)
@@ -224,6 +228,7 @@ class Worker(QObject):
                     if not budgeted:
                         self._serve_pending()
                     elif tag == "step":
+                        self.context_tokens = int(payload.position) + 1
                         model_ms += _decode_ms(payload)
                         self._serve_pending(budget_ms=ANALYSIS_SHARE * model_ms)
         except LensError as exc:
@@ -267,12 +272,20 @@ class Worker(QObject):
         left = budget_ms - self.analysis_ms
         with self.pending.mutex:
             for item in self.pending.queue:
-                cost = self.cost_ms.get(item[0], 0.0 if self.analysis_ms == 0 else float("inf"))
+                cost = self._expected_ms(item[0])
                 if cost <= left:
                     self.pending.queue.remove(item)
                     chosen: tuple[str, Any, Callable[[], Any]] = item
                     return chosen
         return None
+
+    def _expected_ms(self, kind: str) -> float:
+        """What ``kind`` should cost now: its last time, scaled up with the context when it was
+        timed on a shorter one; a kind not yet timed fits only before anything was spent."""
+        if kind not in self.cost_ms:
+            return 0.0 if self.analysis_ms == 0 else float("inf")
+        timed_at = self.cost_tokens.get(kind, self.context_tokens)
+        return self.cost_ms[kind] * max(1.0, self.context_tokens / max(1, timed_at))
 
     def _serve_pending(self, budget_ms: float | None = None) -> None:
         """Run queued jobs: all of them, or while this run's analyses stay within ``budget_ms``."""
@@ -300,6 +313,7 @@ class Worker(QObject):
                 continue
             finally:
                 self.cost_ms[kind] = (time.perf_counter() - t0) * 1e3
+                self.cost_tokens[kind] = self.context_tokens
                 self.analysis_ms += self.cost_ms[kind]
             self.sig_result.emit(kind, key, result)
 

@@ -22,7 +22,13 @@ import torch
 from llm_lens.core import kvcache, sampling
 from llm_lens.core import logits as logits_stage
 from llm_lens.core.anatomy import Anatomy
-from llm_lens.core.attention import Tap, current_tap, tapping, use_lens_attention
+from llm_lens.core.attention import (
+    ATTN_IMPLEMENTATION,
+    Tap,
+    current_tap,
+    tapping,
+    use_lens_attention,
+)
 from llm_lens.core.errors import PromptError
 from llm_lens.core.experts import RouterCapture, routing_of
 from llm_lens.core.loading import LoadedModel
@@ -150,7 +156,8 @@ class Engine:
             with tapping(Tap(fast=not eager)):
                 return self.forward_batch(ids, cache, eager)
         tap.fast = not eager
-        if self.attention_maps:  # again: a reference or explain pass may have set "eager"
+        # again when a reference or explain pass set another one (once, not every token)
+        if self.attention_maps and self.model.config._attn_implementation != ATTN_IMPLEMENTATION:
             use_lens_attention(self.model)
         out = self.model(ids, use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
         return out.logits[:, -1]  # (batch, vocab)

@@ -78,10 +78,38 @@ def test_the_prefill_does_not_pay_for_analyses_between_decode_steps():
 
     def job(_worker):
         for index, ms in steps:
-            yield "step", SimpleNamespace(index=index, timing=SimpleNamespace(total_ms=ms))
+            yield (
+                "step",
+                SimpleNamespace(
+                    index=index, position=30 + index, timing=SimpleNamespace(total_ms=ms)
+                ),
+            )
 
     worker.submit("lens", ("lens", 3), lambda: ran.append(1))
     worker._drive(1, job, "run")
     assert ran == []  # 10 % of 1,030 ms would have let it run after the first decode step
     worker.serve()
     assert ran == [1]
+
+
+def test_a_cost_timed_on_a_short_context_grows_with_a_longer_one():
+    """A map that took 20 ms on a 40-token prompt is not cheap beside a 1,000-token one: between
+    decode steps (10 ms each, 1 ms of budget a step) it waits for the run's end."""
+    from types import SimpleNamespace
+
+    worker = Worker()
+    worker.engine = object()
+    worker.cost_ms, worker.cost_tokens = {"attention_map": 20.0}, {"attention_map": 40}
+    ran: list[int] = []
+
+    def job(_worker):
+        for index in range(1, 40):
+            timing = SimpleNamespace(total_ms=10.0)
+            yield "step", SimpleNamespace(index=index, position=999 + index, timing=timing)
+
+    worker.submit("attention_map", ("map", 0, 0), lambda: ran.append(1))
+    worker._drive(1, job, "run")
+    assert ran == []  # 39 ms of budget: 20 ms at 40 tokens is ~500 ms at 1,000
+    assert worker._expected_ms("attention_map") == 20.0 * 1039 / 40
+    worker.serve()
+    assert ran == [1] and worker.cost_tokens["attention_map"] == 1039
