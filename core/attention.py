@@ -8,7 +8,8 @@ exactly those tensors and records probabilities from the eager function, so ever
 (soft-capping, sinks, windows, ALiBi, partial rotary) is the model's, not a copy.
 
 Maps over the prompt are recomputed on demand: the model runs again with the recorded residual
-put back at the requested layer's input, and the pass stops once that layer's attention is read.
+put back at the requested layer's input, the layers before it passed over (their output is
+replaced anyway), and the pass stops once that layer's attention is read.
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ class Tap:
 
     ``fast``: run the real attention with SDPA (no weights) instead of the model's eager function.
     ``rows``: record each layer's last-query probabilities (heads, kv) into ``last_rows``.
-    ``maps``: the layers whose every head's full map is recorded into ``map_weights``, max-pooled
-    by ``block``; the pass stops (:class:`MapReady`) after the last of them.
+    ``maps``: the layers whose full maps are recorded into ``map_weights``, max-pooled by
+    ``block``: every head's, or only ``head``'s; the pass stops (:class:`MapReady`) after the
+    last of them.
     """
 
     layer_of: dict[int, int] = field(default_factory=dict)  # id(attention module) -> layer
@@ -61,6 +63,7 @@ class Tap:
     rows: bool = False
     maps: tuple[int, ...] = ()
     block: int = 1
+    head: int | None = None
     last_rows: dict[int, Any] = field(default_factory=dict)  # layer -> (heads, kv) tensor
     map_weights: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> (heads, q, kv)
 
@@ -76,7 +79,7 @@ class Tap:
                 weights = eager(module, query[:, :, -1:], key, value, last, **kw)[1]
             self.last_rows[layer] = weights[0, :, -1].float().clone()  # (heads, kv)
         if layer in self.maps:
-            self.map_weights[layer] = _pooled_maps(module, eager, qkvm, self.block, kw)
+            self.map_weights[layer] = _pooled_maps(module, eager, qkvm, self.block, self.head, kw)
             if layer == max(self.maps):
                 raise MapReady
 
@@ -136,9 +139,17 @@ def lens_attention(
 
 
 def _pooled_maps(
-    module: Any, eager: Any, qkvm: tuple[Any, ...], block: int, kw: dict[str, Any]
+    module: Any,
+    eager: Any,
+    qkvm: tuple[Any, ...],
+    block: int,
+    head: int | None,
+    kw: dict[str, Any],
 ) -> np.ndarray:
-    """(heads, q / block, kv / block) eager maps of every head, in row blocks, max-pooled."""
+    """(heads, q / block, kv / block) eager maps of every head (or of ``head`` alone: heads 1),
+    in row blocks, max-pooled."""
+    if head is not None and getattr(module, "sinks", None) is None:
+        module, qkvm = _one_head(module, qkvm, head)
     q, k, v, mask = qkvm
     step = block * max(1, 64 // block)  # rows per pass: a multiple of the pooling block
     parts = []
@@ -148,6 +159,30 @@ def _pooled_maps(
         w = eager(module, q[:, :, rows], k, v, m, **kw)[1][0].float().cpu().numpy()
         parts.append(np.stack([pool_rows(h, block) for h in w]))  # (heads, rows / block, ..)
     return np.concatenate(parts, axis=1)
+
+
+class _OneGroup:
+    """The attention module as the eager function sees it when given one query head and its
+    key/value head: no key/value head to repeat; every other attribute is the module's."""
+
+    num_key_value_groups = 1
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+
+def _one_head(module: Any, qkvm: tuple[Any, ...], head: int) -> tuple[Any, tuple[Any, ...]]:
+    """Query head ``head`` with the key/value head it reads (heads are grouped in order, as
+    transformers' ``repeat_kv`` expands them), and its slice of a per-head mask (ALiBi)."""
+    q, k, v, mask = qkvm
+    kv = head * k.shape[1] // q.shape[1]
+    if mask is not None and mask.dim() == 4 and mask.shape[1] == q.shape[1] > 1:
+        mask = mask[:, head : head + 1]
+    one = (q[:, head : head + 1], k[:, kv : kv + 1], v[:, kv : kv + 1], mask)
+    return _OneGroup(module), one
 
 
 def register() -> None:
@@ -186,15 +221,61 @@ def pool_rows(w: np.ndarray, block: int) -> np.ndarray:
 MAP_MEMO_BYTES = 64 << 20  # prompt maps kept for the next request (every layer when they fit)
 
 
-def layer_maps(engine: Any, hidden: np.ndarray, layer: int, block: int) -> np.ndarray | None:
-    """(heads, T / block, T / block) maps of every head of ``layer`` over the prompt.
+def layer_maps(
+    engine: Any, hidden: np.ndarray, layer: int, block: int, head: int | None = None
+) -> np.ndarray | None:
+    """(heads, T / block, T / block) maps of every head of ``layer`` over the prompt, or when
+    ``head`` is given and the prompt is long, that head's alone (``maps[head]``; the other
+    heads are zeros).
 
-    The model runs over the prompt again with no cache, each recorded layer input ``hidden[l]``
-    put back as layer ``l``'s input, and stops after the last layer asked for: exact by
-    construction. Every layer is computed in that one pass when all their maps fit in
-    :data:`MAP_MEMO_BYTES`, else only ``layer``. None when the family's attention does not go
+    The model runs over the prompt again with no cache, the recorded layer input ``hidden[layer]``
+    put back as that layer's input and the layers before it passed over, and stops once the
+    layer's attention is read: exact by construction, about one layer's work. A long prompt
+    computes one head's T × T scores rather than every head's. Kept (up to
+    :data:`MAP_MEMO_BYTES`) for the next request. None when the family's attention does not go
     through the interface.
     """
+    maps = _memo(engine, hidden, block)
+    if maps is None:
+        return None
+    for got in (maps.get((layer, None)), None if head is None else maps.get((layer, head))):
+        if got is not None:
+            return got
+    side = -(-hidden.shape[1] // block)
+    every_head = head is None or engine.info.num_heads * side * side * 4 <= MAP_MEMO_BYTES // 8
+    one = _rerun_for_maps(engine, hidden, (layer,), block, None if every_head else head)[layer]
+    if sum(m.nbytes for m in maps.values()) + one.nbytes > MAP_MEMO_BYTES:
+        maps.clear()
+    if every_head:
+        maps[(layer, None)] = one
+        return one
+    whole = np.zeros((engine.info.num_heads, *one.shape[1:]), np.float32)
+    whole[head] = one[0]
+    maps[(layer, head)] = whole
+    return whole
+
+
+def every_layer_maps(engine: Any, hidden: np.ndarray, block: int) -> list[np.ndarray] | None:
+    """Every layer's (heads, T / block, T / block) maps, computed in one pass over the model
+    (the overview's thumbnails); None as for :func:`layer_maps`."""
+    maps = _memo(engine, hidden, block)
+    if maps is None:
+        return None
+    layers = range(engine.info.num_layers)
+    missing = tuple(n for n in layers if (n, None) not in maps)
+    if missing:
+        got = _rerun_for_maps(engine, hidden, missing, block)
+        kept = sum(m.nbytes for m in got.values()) <= MAP_MEMO_BYTES
+        if kept:
+            maps.update({(n, None): m for n, m in got.items()})
+        else:
+            return [got[n] if n in got else maps[(n, None)] for n in layers]
+    return [maps[(n, None)] for n in layers]
+
+
+def _memo(engine: Any, hidden: np.ndarray, block: int) -> dict[Any, np.ndarray] | None:
+    """The engine's kept maps for this prompt and pooling; None when the family's attention
+    does not go through the interface."""
     if not use_lens_attention(engine.model):
         return None
     memo = engine.map_memo
@@ -202,21 +283,14 @@ def layer_maps(engine: Any, hidden: np.ndarray, layer: int, block: int) -> np.nd
     if memo.get("key") != key:
         memo.clear()
         memo.update(key=key, maps={})
-    maps: dict[int, np.ndarray] = memo["maps"]
-    if layer not in maps:
-        info, side = engine.info, -(-hidden.shape[1] // block)
-        every = info.num_layers * info.num_heads * side * side * 4 <= MAP_MEMO_BYTES
-        if not every and sum(m.nbytes for m in maps.values()) > MAP_MEMO_BYTES // 2:
-            maps.clear()
-        wanted = tuple(range(info.num_layers)) if every else (layer,)
-        maps.update(_rerun_for_maps(engine, hidden, wanted, block))
-    return maps[layer]
+    maps: dict[Any, np.ndarray] = memo["maps"]
+    return maps
 
 
 def _rerun_for_maps(
-    engine: Any, hidden: np.ndarray, layers: tuple[int, ...], block: int
+    engine: Any, hidden: np.ndarray, layers: tuple[int, ...], block: int, head: int | None = None
 ) -> dict[int, np.ndarray]:
-    tap = Tap(engine.anatomy.layer_of, fast=True, maps=layers, block=block)
+    tap = Tap(engine.anatomy.layer_of, fast=True, maps=layers, block=block, head=head)
     dtype = param_dtype(engine.model)
     handles = []
     for layer in layers:
@@ -226,7 +300,8 @@ def _rerun_for_maps(
         handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
     ids = torch.zeros((1, hidden.shape[1]), dtype=torch.long, device=engine.device)  # (1, T)
     try:
-        with torch.inference_mode(), tapping(tap):
+        skipped = [m for n, m in enumerate(engine.anatomy.layers[: max(layers)]) if n not in layers]
+        with torch.inference_mode(), tapping(tap), _passed_over(skipped):
             engine.model(ids, use_cache=False, logits_to_keep=1)
     except MapReady:
         pass
@@ -234,6 +309,24 @@ def _rerun_for_maps(
         for handle in handles:
             handle.remove()
     return tap.map_weights
+
+
+@contextmanager
+def _passed_over(layers: Any) -> Iterator[None]:
+    """Layers that hand their input straight on for the duration of the block: their output is
+    replaced by the next asked-for layer's recorded input, so computing them would be waste (a
+    map of layer 20 cost 20 layers of forward). The model's own loop still calls each one."""
+    for module in layers:
+        module.forward = _hand_on
+    try:
+        yield
+    finally:
+        for module in layers:
+            del module.forward
+
+
+def _hand_on(*args: Any, **kwargs: Any) -> Any:
+    return args[0] if args else kwargs["hidden_states"]
 
 
 def _replace_input(residual: Any) -> Callable[..., Any]:
@@ -258,7 +351,7 @@ def attention_map(
     """
     tokens = hidden.shape[1]
     block = max(1, -(-tokens // max_size))  # ceil
-    maps = layer_maps(engine, hidden, layer, block)
+    maps = layer_maps(engine, hidden, layer, block, head)
     if maps is None:
         return None
     positions = np.arange(0, tokens, block)
@@ -277,8 +370,8 @@ def attention_overview(
     out = np.zeros((info.num_layers, info.num_heads, size, size), np.float32)
     tokens = hidden.shape[1]
     block = max(1, -(-tokens // min(size, tokens)))
-    for layer in range(info.num_layers):
-        maps = layer_maps(engine, hidden, layer, block)
-        assert maps is not None
+    every = every_layer_maps(engine, hidden, block)
+    assert every is not None
+    for layer, maps in enumerate(every):
         out[layer, :, : maps.shape[1], : maps.shape[2]] = maps[:, :size, :size]
     return frozen(out)

@@ -7,6 +7,7 @@ Panes subscribe to the controller, never to the worker, and write back only thro
 from __future__ import annotations
 
 import itertools
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -86,6 +87,7 @@ class Controller(QObject):
         self.token = -1  # the selected token's position in prompt + response (desktop.selection)
         self.follow_live = True
         self.busy = False
+        self.preparing = False  # a run started: the panes clear while its prefill waits
         self.params = SamplingParams()
         self.run_params = self.params  # the settings of the run shown
         self.run_id = 0
@@ -95,6 +97,7 @@ class Controller(QObject):
         self._thread = QThread()
         self._thread.setObjectName("llm-lens-model")
         self.worker = Worker()
+        self.worker.panes_ready = threading.Event()
         self.worker.moveToThread(self._thread)
         self._wire()
         self._flush = QTimer(self, singleShot=True, interval=REPAINT_MS)
@@ -342,8 +345,21 @@ class Controller(QObject):
         self._results = OrderedDict(model_wide)
         self._asked = {k for k in self._asked if isinstance(k[1], str)}
         self.prompt = prompt
+        self.preparing = True  # the panes clear now, at their normal rate; then the prefill
         self.sig_run_started.emit(prompt)
         self.sig_session_changed.emit()
+        from llm_lens.desktop.panes.scheduler import scheduler
+
+        scheduler().when_idle(lambda: self._panes_ready(run_id))
+
+    def _panes_ready(self, run_id: int) -> None:
+        """The panes have cleared for run ``run_id``: its prefill may start (the worker waits
+        at most ``READY_WAIT_S``; the first step ends the preparing in any case)."""
+        if run_id != self.run_id or not self.preparing:
+            return
+        self.preparing = False
+        if self.worker.panes_ready is not None:
+            self.worker.panes_ready.set()
 
     def _on_prefill(self, run_id: int, prefill: Any) -> None:
         if run_id == self.run_id:
@@ -353,6 +369,7 @@ class Controller(QObject):
         if run_id != self.run_id:
             return  # a superseded run's late record
         self.steps.append(record)
+        self._panes_ready(run_id)
         if not self._flush.isActive():
             self._flush.start()
 
@@ -401,6 +418,8 @@ class Controller(QObject):
         self.sig_error.emit(message)
 
     def _set_busy(self, busy: bool) -> None:
+        if not busy:
+            self.preparing = False
         if busy != self.busy:
             self.busy = busy
             self.sig_busy_changed.emit(busy)

@@ -5,6 +5,8 @@ through a ``threading.Event`` because a queued "cancel" slot would wait behind t
 Analysis requests that arrive during a run are served between steps, within a budget: at most
 ``ANALYSIS_SHARE`` of the run's decode steps' own time so far (the prefill's does not count), so
 the window's questions cannot slow the decoding more than that; the rest wait for the run's end.
+A job runs between steps only when its expected cost fits what is left: a kind never timed, or
+timed too dear, waits for the end rather than stall one step.
 A pending request of a per-step kind (the lens of step 5 while the pane now shows step 9) is
 dropped when a newer one of that kind arrives.
 """
@@ -18,7 +20,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-ANALYSIS_SHARE = 0.10  # between steps of a run, analyses may take this share of the model's time
+ANALYSIS_SHARE = 0.03  # between steps of a run, analyses may take this share of the model's time
+READY_WAIT_S = 0.3  # the longest a live run's prefill waits for the window to clear its panes
 SUPERSEDED = ("lens", "attention_map", "neighbours")  # a newer request drops a pending older one
 
 
@@ -78,6 +81,9 @@ class Worker(QObject):
         self.cost_tokens: dict[str, int] = {}
         self.context_tokens = 1  # the tokens the current (or last) run's newest step had read
         self.closing = threading.Event()  # the window is closing: queued analyses are skipped
+        # set by a window: a live run's prefill starts once the panes have cleared for it (at
+        # most READY_WAIT_S later), so the GUI's work does not land inside the model's TTFT
+        self.panes_ready: threading.Event | None = None
 
     @Slot(object, str, str)
     def load(self, spec: object, device: str, dtype: str) -> None:
@@ -138,7 +144,12 @@ class Worker(QObject):
         run, reused = self._start(prompt, params, config)
         run.run_id = run_id
         self.store.runs = {run_id: run}  # kept runs answer again when shown (register_job)
+        ready = self.panes_ready
+        if ready is not None:
+            ready.clear()
         yield "run_started", prompt
+        if ready is not None:
+            ready.wait(READY_WAIT_S)
         for record in run:
             if record.index == 0:
                 self._after_prefill(run, reused)
@@ -280,12 +291,21 @@ class Worker(QObject):
         return None
 
     def _expected_ms(self, kind: str) -> float:
-        """What ``kind`` should cost now: its last time, scaled up with the context when it was
-        timed on a shorter one; a kind not yet timed fits only before anything was spent."""
+        """What ``kind`` should cost now: its estimate, scaled up with the context when it was
+        timed on a shorter one; a kind not yet timed is taken as too dear to run between steps."""
         if kind not in self.cost_ms:
-            return 0.0 if self.analysis_ms == 0 else float("inf")
+            return float("inf")
         timed_at = self.cost_tokens.get(kind, self.context_tokens)
         return self.cost_ms[kind] * max(1.0, self.context_tokens / max(1, timed_at))
+
+    def _timed(self, kind: str, ms: float) -> None:
+        """Keep ``kind``'s cost estimate: the time it just took, or half the estimate when that
+        is more. A request answered from a memo (a prompt map kept from the last one) takes no
+        time, and must not make the next one, which computes, look free."""
+        before = self._expected_ms(kind)
+        self.cost_ms[kind] = max(ms, 0.5 * before) if before != float("inf") else ms
+        self.cost_tokens[kind] = self.context_tokens
+        self.analysis_ms += ms
 
     def _serve_pending(self, budget_ms: float | None = None) -> None:
         """Run queued jobs: all of them, or while this run's analyses stay within ``budget_ms``."""
@@ -312,9 +332,7 @@ class Worker(QObject):
                 self.sig_error.emit("analysis", _crash(doing, exc))
                 continue
             finally:
-                self.cost_ms[kind] = (time.perf_counter() - t0) * 1e3
-                self.cost_tokens[kind] = self.context_tokens
-                self.analysis_ms += self.cost_ms[kind]
+                self._timed(kind, (time.perf_counter() - t0) * 1e3)
             self.sig_result.emit(kind, key, result)
 
 

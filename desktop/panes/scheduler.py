@@ -9,13 +9,16 @@ While a run streams in, every render is Python on the GUI thread holding the GIL
 thread needs between the modules of each layer, so the window's work is what slows the model.
 Then a pane renders its newest step (the controller's selection follows the run) at most every
 ``LIVE_MS`` (or its own slower ``live_interval_ms``), and after each unit the scheduler rests so
-that pane work takes at most ``share`` of the GUI thread's time (``GUI_SHARE``): a 20 ms unit is
-followed by 180 ms in which no pane renders. (Tried and measured worse: letting each pane's rate
+that the GUI thread's CPU time, all of it and not only the units (Qt paints some views after the
+unit, the response text follows every token), stays within ``share`` of the time
+(``GUI_SHARE``): a 10 ms unit, with 5 ms of other work since the last, is followed by 150 ms in
+which no pane renders. (Tried and measured worse: letting each pane's rate
 follow its own cost, so cheap panes stay live, with one unit's time of rest between units: the
 same pane time per second, but the model thread waited 3–10 times as long for the GIL; see
 docs/performance.md.) When the run ends the rest is dropped (:meth:`RepaintScheduler.wake`) and
 every pane renders the final step at the normal rate: what it shows then is the same as without
-the budget.
+the budget. Before a run's prefill the panes clear at the normal rate too, while the model
+waits for them (:meth:`RepaintScheduler.when_idle`; ``Controller.preparing``).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from PySide6.QtCore import QObject, Qt, QTimer
 from llm_lens.desktop.controller import REPAINT_MS
 
 LIVE_MS = 150  # while a run streams, a pane repaints at most this often
-GUI_SHARE = 0.10  # while a run streams, pane work takes at most this share of the GUI thread
+GUI_SHARE = 0.05  # while a run streams, the GUI thread's CPU time stays within this share
 
 
 def _share_from_env() -> float:
@@ -57,6 +60,8 @@ class RepaintScheduler(QObject):
         self._dirty: dict[int, weakref.ref[Any]] = {}
         self._last: dict[int, float] = {}
         self._rest_until = 0.0  # no unit starts before this while a run streams
+        self._mark: float | None = None  # the GUI thread's CPU time at the last unit's end
+        self._idle: list[Any] = []  # callables to run once no pane is dirty
         self.units: list[tuple[float, bool]] = []
         self._timer = QTimer(self, singleShot=True)
         self._timer.setTimerType(Qt.TimerType.PreciseTimer)  # a coarse one fires up to 5 % early
@@ -73,9 +78,21 @@ class RepaintScheduler(QObject):
     def wake(self) -> None:
         """A run ended: drop the rest and the live rates; what is dirty renders now."""
         self._rest_until = 0.0
+        self._mark = None
         self._last.clear()
         if self._dirty:
             self._timer.start(0)
+
+    def when_idle(self, callback: Any) -> None:
+        """Call ``callback`` once no pane is waiting to render (now, if none is)."""
+        self._idle.append(callback)
+        if not self._dirty:
+            self._run_idle()
+
+    def _run_idle(self) -> None:
+        callbacks, self._idle = self._idle, []
+        for callback in callbacks:
+            callback()
 
     def _forget(self, key: int) -> None:
         self._dirty.pop(key, None)
@@ -96,6 +113,8 @@ class RepaintScheduler(QObject):
             self._last[key] = now
             if pane is not None:
                 self._run(pane, streaming)
+        if not self._dirty:
+            self._run_idle()
         if self._dirty:
             now = time.monotonic()
             waits = [intervals.get(k, 0.0) - (now - self._last.get(k, 0.0)) for k in self._dirty]
@@ -104,19 +123,27 @@ class RepaintScheduler(QObject):
             self._timer.start(math.ceil(max(0.0, min(waits)) * 1e3))  # not early: no spin
 
     def _run(self, pane: Any, streaming: bool) -> None:
-        """One unit; while streaming, rest afterwards so units stay within ``share``."""
-        t0 = time.monotonic()
+        """One unit; while streaming, rest afterwards so that the GUI thread's CPU time since
+        the last unit ended (this unit and whatever else ran) stays within ``share``."""
+        t0, cpu0 = time.monotonic(), time.thread_time()
         pane.render_and_paint()
-        spent = time.monotonic() - t0
-        self.units.append((spent, streaming))
+        end, cpu = time.monotonic(), time.thread_time()
+        self.units.append((end - t0, streaming))
         del self.units[:-1000]
         if streaming and self.share < 1.0:
-            self._rest_until = t0 + spent / self.share
+            cpu_since = self._mark if self._mark is not None else cpu0
+            used = max(end - t0, cpu - cpu_since)  # a unit's wall time at least (tests sleep)
+            self._rest_until = t0 + used / self.share
+        self._mark = cpu if streaming else None
 
 
 def _streaming(pane: Any) -> bool:
-    """True while the model thread of ``pane``'s controller is busy (a run streaming in)."""
-    return pane is not None and bool(pane.controller.busy)
+    """True while the model thread of ``pane``'s controller is busy (a run streaming in), but
+    not while a run waits for the panes to clear before its prefill."""
+    if pane is None:
+        return False
+    ctl = pane.controller
+    return bool(ctl.busy) and not getattr(ctl, "preparing", False)
 
 
 def _interval(pane: Any) -> float:

@@ -27,7 +27,8 @@ def test_why_on_a_token_explains_its_step(qtbot, window_ran):
     ctl, pane = win.controller, win.panes["Why this token?"]
     tokens = win.panes["Tokens"]
     n = len(ctl.prompt)
-    assert tokens.chip_step(n - 1) == -1 and tokens.chip_step(n + 2) == 2
+    qtbot.waitUntil(lambda: tokens.chip_step(n + 2) == 2, timeout=5_000)  # the final render
+    assert tokens.chip_step(n - 1) == -1
     # the response text maps characters back to the step that wrote them
     text = win.prompt_panel.response.toPlainText()
     first = len(ctl.steps[0].token.text)

@@ -191,3 +191,70 @@ def test_sampling_shows_the_runs_own_stages_while_streaming_and_its_settings_aft
     pane.render(step)
     assert pane.shown_params == pane.params and pane.note.text() == NOTE
     assert [v.name for v in pane.views] == ["raw", *pane.params.active_stages()]
+
+
+def test_the_rest_counts_the_gui_threads_work_outside_the_units(qtbot):
+    """Work the GUI thread does between units (Qt's late paints, the response text) is charged
+    to the budget: 60 ms of CPU spent between two cheap units lengthens the rest after the
+    second to at least 60 ms / share."""
+    ctl = SimpleNamespace(busy=True)
+    scheduler = sched.RepaintScheduler(share=0.5)
+    pane = SlowPane(ctl)
+    scheduler.request(pane)
+    qtbot.waitUntil(lambda: len(pane.units) == 1, timeout=2000)
+    end = time.thread_time() + 0.06
+    while time.thread_time() < end:  # CPU on the GUI thread, outside any unit
+        pass
+    scheduler.request(pane)
+    qtbot.waitUntil(lambda: len(pane.units) == 2, timeout=2000)
+    scheduler.request(pane)
+    qtbot.waitUntil(lambda: len(pane.units) == 3, timeout=2000)
+    assert pane.units[2][0] - pane.units[1][0] >= 0.06 / 0.5 - 0.005
+
+
+def test_a_runs_prefill_starts_once_the_panes_have_cleared(qtbot, tiny_controller, monkeypatch):
+    """The panes clear for a new run at their normal rate while its prefill waits, so the
+    GUI's work does not land inside the model's time to first token; then the run streams
+    within the budget as before."""
+    from PySide6.QtWidgets import QHBoxLayout, QWidget
+
+    from llm_lens.core.sampling import GREEDY
+    from llm_lens.desktop.panes.logits import LogitsPane
+    from llm_lens.desktop.panes.timing import TimingPane
+
+    ctl = tiny_controller
+    panes = [LogitsPane(ctl), TimingPane(ctl)]
+    box = QWidget()
+    qtbot.addWidget(box)
+    layout = QHBoxLayout(box)
+    for pane in panes:
+        layout.addWidget(pane)
+    box.resize(900, 400)
+    box.show()
+    qtbot.waitExposed(box)
+    cleared: list[float] = []
+    for pane in panes:
+        original = pane.clear
+
+        def spy(original=original):
+            original()
+            cleared.append(time.monotonic())
+
+        pane.clear = spy
+    from llm_lens.core.loop.engine import Run
+
+    inner = Run.__iter__
+    began: list[float] = []
+
+    def iterate(run):
+        began.append(time.monotonic())
+        yield from inner(run)
+
+    monkeypatch.setattr(Run, "__iter__", iterate)
+    qtbot.wait(50)
+    cleared.clear()
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=60_000):
+        ctl.request_run("the cat sat on the mat", False, GREEDY, 4)
+    assert len(cleared) >= 2 and began
+    assert max(cleared) <= began[0]  # both panes cleared before the prefill began
+    assert not ctl.preparing and ctl.worker.panes_ready.is_set()

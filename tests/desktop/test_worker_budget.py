@@ -25,13 +25,14 @@ def test_analyses_between_steps_stay_within_their_share(tiny_engine):
 
         return run
 
+    worker.cost_ms = {"attention_overview": 0.0}  # timed before: cheap, as far as it knows
     for i in range(6):
         worker.submit("attention_overview", ("overview", i), job(i))
     worker.run(1, "the cat sat on the mat", False, GREEDY, RunConfig(max_new_tokens=8))
     assert len(steps) == 8
     model_ms = sum(s.timing.total_ms for s in steps)
     during = len(served)
-    assert 1 <= during < 6  # the first at once, not all six (0.18 s against a few ms of model)
+    assert during == 1  # the first at once; then 30 ms each: not between steps of a few ms
     assert worker.analysis_ms <= ANALYSIS_SHARE * model_ms + 40.0
     worker.serve()  # the run ended: the rest run now
     assert len(served) == 6 and served[-1] == 8
@@ -113,3 +114,22 @@ def test_a_cost_timed_on_a_short_context_grows_with_a_longer_one():
     assert worker._expected_ms("attention_map") == 20.0 * 1039 / 40
     worker.serve()
     assert ran == [1] and worker.cost_tokens["attention_map"] == 1039
+
+
+def test_a_kind_never_timed_waits_for_the_run_end_and_a_memo_hit_does_not_make_it_cheap(
+    tiny_engine,
+):
+    """The first attention map of a session costs an unknown time: it waits for the run's end.
+    A later request answered from the memo (0 ms) leaves half the estimate, not zero."""
+    worker = Worker()
+    worker.engine = tiny_engine
+    order: list[str] = []
+    worker.submit("attention_overview", ("overview",), lambda: order.append("overview"))
+    worker.run(1, "the cat sat on the mat", False, GREEDY, RunConfig(max_new_tokens=4))
+    assert order == []
+    worker.serve()
+    assert order == ["overview"]
+    worker.cost_ms["attention_map"] = 200.0
+    worker.submit("attention_map", ("map", 0, 0), lambda: None)  # a memo hit: no time at all
+    worker.serve()
+    assert worker.cost_ms["attention_map"] >= 100.0
