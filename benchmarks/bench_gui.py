@@ -334,7 +334,7 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
         print(f"full context: the run failed: {errors}", flush=True)
         return
     wait(3000)  # the panes' analyses of the long prompt
-    run = ctl.worker.runs[ctl.run_id]
+    run = ctl.worker.store.runs[ctl.run_id]
     t0 = time.perf_counter()
     attention.attention_map(engine, run.cache, run.prefill.hidden, 12, 4, max_size=256)
     window = (time.perf_counter() - t0) * 1e3

@@ -42,6 +42,20 @@ def test_a_seeded_draw_replays_every_recorded_token(sampled_run):
     assert drawn != [s.token.id for s in run.steps]  # the seed matters
 
 
+def test_a_draw_far_into_a_run_replays_its_token_however_the_generator_got_there(
+    sampled_run, monkeypatch
+):
+    """Straight to the last step with nothing kept, advanced in chunks that do not divide the
+    vocabulary, then back to an earlier step: each draws the recorded token."""
+    from llm_lens.core import arithmetic
+
+    run, params = sampled_run
+    monkeypatch.setattr(arithmetic, "_ADVANCED", {})
+    monkeypatch.setattr(arithmetic, "_CHUNK", 1000)
+    for step in (run.steps[-1], run.steps[1], run.steps[-2]):
+        assert draw_at(step, params).token_id == step.token.id
+
+
 def test_draw_stages_follow_the_processors(sampled_run):
     run, params = sampled_run
     step = run.steps[1]
