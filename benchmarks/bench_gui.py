@@ -333,17 +333,25 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     if errors or not ctl.steps:
         print(f"full context: the run failed: {errors}", flush=True)
         return
-    wait(3000)  # the panes' analyses of the long prompt
-    run = ctl.worker.store.runs[ctl.run_id]
+    rss_run = _rss_mb() - rss0
     t0 = time.perf_counter()
-    attention.attention_map(engine, run.cache, run.prefill.hidden, 12, 4, max_size=256)
-    window = (time.perf_counter() - t0) * 1e3
+    worker_idle(win)  # the panes' analyses of the long prompt, deferred to the run's end
+    deferred = time.perf_counter() - t0
+    run = ctl.worker.store.runs[ctl.run_id]
+    windows = []
+    for layer, head in ((12, 4), (29, 0), (0, 8)):  # each a new layer: nothing memoised
+        t0 = time.perf_counter()
+        attention.attention_map(engine, run.cache, run.prefill.hidden, layer, head, max_size=256)
+        windows.append((time.perf_counter() - t0) * 1e3)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         f"full context: {len(run.prompt)}-token prompt + {tokens} tokens in the window: "
         f"TTFT {got['ttft'] / 1e3:.1f} s, ITL {got['itl']:.0f} ms, GUI longest gap "
-        f"{got['gap']:.0f} ms; RSS {_rss_mb() - rss0:+.0f} MB over the loaded model "
-        f"(peak RSS {peak:.0f} MB); one pooled 256² attention window {window:.0f} ms",
+        f"{got['gap']:.0f} ms; RSS {rss_run:+.0f} MB over the loaded model after the run, "
+        f"{_rss_mb() - rss0:+.0f} MB after the panes' analyses ({deferred:.0f} s); peak RSS "
+        f"{peak:.0f} MB; one head's pooled 256² attention window (layers 12, 29, 0): "
+        + ", ".join(f"{ms:.0f}" for ms in windows)
+        + f" ms; {load()}",
         flush=True,
     )
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from llm_lens.core.records import StepRecord
-from llm_lens.core.sampling import SamplingParams, make_generator, run_stages
+from llm_lens.core.sampling import SamplingParams, make_generator, staged
 
 SINK_SHARE = 0.5  # mean weight on the first token above which a head is called a sink
 PREVIOUS_SHARE = 0.5  # mean weight on the previous token above which it is a previous-token head
@@ -86,16 +86,13 @@ def draw_at(step: StepRecord, params: SamplingParams) -> Draw:
     probabilities, so the generator is advanced by ``step.index`` draws before this one
     (:func:`generator_at`). A run made with ``params`` draws exactly the recorded token (tested).
     """
-    import torch
 
     from llm_lens.core.sampling import choose
 
-    logits = torch.from_numpy(np.array(step.logits, np.float32))  # (vocab,) writable copy
-    context = torch.from_numpy(np.array(step.context_ids, np.int64))[None]  # (1, seq)
-    stages = run_stages(logits, context, params)
+    stages = staged(step, params)
     generator = None
     if not params.is_greedy:
-        generator = generator_at(params, logits.shape[0], step.index)
+        generator = generator_at(params, int(np.asarray(step.logits).shape[-1]), step.index)
     token = choose(stages[-1], params, generator)
     probs = tuple(
         StageProb(s.name, float(s.probs[0, token]), int((s.probs[0] > 0).sum())) for s in stages

@@ -17,7 +17,7 @@ import numpy as np
 
 from llm_lens.core.arithmetic import draw_at, head_pattern, softmax_steps, strongest_key
 from llm_lens.core.records import ModelInfo, StepRecord
-from llm_lens.core.sampling import SamplingParams, run_stages
+from llm_lens.core.sampling import SamplingParams, staged
 
 
 @dataclass(frozen=True)
@@ -265,8 +265,7 @@ def logits_card(step: StepRecord, params: SamplingParams) -> Explainer:
         "vocabulary, and their softmax: p = exp(z − max) / Σ exp(z − max)."
     )
     parts = [f"{q(step.token.text)} had logit {z:.1f}; softmax turns it into {pct(step.prob)}"]
-    logits_t, context = _tensors(step)
-    stages = run_stages(logits_t, context, params)
+    stages = staged(step, params)
     for s in stages[1:]:
         if s.name == "temperature":
             p = float(s.probs[0, tid])
@@ -322,14 +321,6 @@ def timing_card(steps: Sequence[StepRecord], n_prompt: int) -> Explainer:
     if rest:
         headline += f"; each later step took {float(np.median(rest)):.1f} ms (median)"
     return Explainer(headline + ".", shows, (), (), "Run with a longer prompt: only TTFT grows.")
-
-
-def _tensors(step: StepRecord) -> tuple[Any, Any]:
-    import torch
-
-    logits = torch.from_numpy(np.array(step.logits, np.float32))  # (vocab,)
-    context = torch.from_numpy(np.array(step.context_ids, np.int64))[None]  # (1, seq)
-    return logits, context
 
 
 def _text_of(step: StepRecord, token_id: int) -> str:

@@ -202,8 +202,8 @@ def explainer_of(title: str, pane: Any, controller: Any) -> ex.Explainer | None:
 
 
 def install_cards(panes: dict[str, Any], controller: Any) -> dict[str, Card]:
-    """A card at the bottom of every pane, refreshed after its renders, on token selection
-    and (Logits, Sampling) when the settings move."""
+    """A card at the bottom of every pane, refreshed after its renders (a new run's clearing
+    render included), on token selection and (Logits, Sampling) when the settings move."""
     cards = {}
     for title, pane in panes.items():
         card = Card(pane)
@@ -218,7 +218,8 @@ def install_cards(panes: dict[str, Any], controller: Any) -> dict[str, Card]:
             controller.sig_token_selected.connect(lambda _p, r=refresh: r())
         if title in ("Logits", "Sampling"):
             controller.sig_params_changed.connect(lambda _p, r=refresh: r())
-        controller.sig_run_started.connect(lambda _p, c=card: c.show_explainer(None))
+        # no clearing on sig_run_started: each pane's own clearing unit refreshes its card (12
+        # cards emptied at once re-laid out and repainted the whole window in one 50 ms turn)
         if title == "Logits":  # the softmax written out is in the card's body
             pane.show_logits.toggled.connect(card.toggle.setChecked)
         cards[title] = card

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from llm_lens.core.errors import SamplingError
 from llm_lens.core.records import StepRecord
-from llm_lens.core.sampling import STAGE_ORDER, SamplingParams, stages_of
+from llm_lens.core.sampling import STAGE_ORDER, SamplingParams, staged
 from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.panes.base import Pane, steady_axes
 from llm_lens.desktop.panes.logits import BAR_BRUSH, CHOSEN_BRUSH, horizontal_bars, tick_label
@@ -65,12 +65,13 @@ class StageView:
 
 
 def stage_views(step: StepRecord, params: SamplingParams) -> list[StageView]:
-    """Run the recorded raw logits through the active stages (core.sampling.stages_of)."""
+    """Run the recorded raw logits through the active stages (core.sampling.staged: shared
+    with the cards)."""
     import torch
 
     ids = torch.from_numpy(np.array(step.top_ids[:SHOW]))
     views = []
-    for stage in stages_of(step.logits, step.context_ids, params):
+    for stage in staged(step, params):
         probs = stage.probs[0]  # (vocab,)
         views.append(
             StageView(

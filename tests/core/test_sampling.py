@@ -249,3 +249,25 @@ def test_restage_equals_run_stages(params):
         )
         np.testing.assert_array_equal(a.top_ids, b.top_ids)
         np.testing.assert_array_equal(a.top_probs, b.top_probs)
+
+
+def test_a_staging_is_shared_between_its_askers_and_equals_a_fresh_one():
+    """The Sampling pane, its card and the Logits card ask for the same (step, settings):
+    the first computes it, the others read the same results; other settings re-stage."""
+    from types import SimpleNamespace
+
+    from llm_lens.core.sampling import SamplingParams, staged, stages_of
+
+    rng = np.random.default_rng(0)
+    step = SimpleNamespace(
+        logits=rng.normal(size=500).astype(np.float32), context_ids=np.array([3, 4, 5])
+    )
+    params = SamplingParams(temperature=0.7, top_k=20, repetition_penalty=1.3)
+    first = staged(step, params)
+    assert staged(step, params) is first
+    fresh = stages_of(step.logits, step.context_ids, params)
+    for a, b in zip(first, fresh, strict=True):
+        assert a.name == b.name
+        torch.testing.assert_close(a.probs, b.probs)
+    other = staged(step, params.with_(top_k=5))
+    assert other is not first and int((other[-1].probs > 0).sum()) <= 5
