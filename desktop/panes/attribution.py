@@ -35,6 +35,8 @@ from llm_lens.desktop.panes.tokens import Chip, ChipView, piece_label, tooltip_h
 VS_CHOICES = 8  # the alternatives offered: the step's top tokens after the chosen one
 SETTLE_MS = 400  # a selection must rest this long before it is explained unasked (scrubbing
 # through fifty steps would otherwise queue fifty passes on the worker)
+AUTO_TOKENS = 1024  # past this context a step is explained only when asked: the pass costs
+# seconds and its memory grows with the context (2.3 GB at 4,096 tokens; docs/performance.md)
 
 
 def diverging(value: float, scale: float) -> QColor:
@@ -193,10 +195,17 @@ class AttributionPane(Pane):
             return
         self._sync_vs(step)
         asked = self.wanted == step.index
-        if not asked and (ctl.busy or not self.isVisible()):
+        long = step.position + 1 > AUTO_TOKENS
+        if not asked and (ctl.busy or not self.isVisible() or long):
+            cost = (
+                f"over {step.position + 1:,} tokens of context: seconds, and memory that grows "
+                "with it"
+                if long
+                else "on the worker"
+            )
             self.header.setText(
                 f"step {step.index} chose {step.token.text!r}: press Explain, or right-click a "
-                "token → Why this token? (one forward + backward pass on the worker)"
+                f"token → Why this token? (one forward + backward pass {cost})"
             )
             return
         if not asked and self.settled != (step.index, self._vs()):

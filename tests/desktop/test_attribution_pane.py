@@ -167,3 +167,33 @@ def test_the_header_says_what_is_held_for_a_post_norm_model(loaded):
     text = split_text(lg)
     assert "post-attention norm" in text and "held at" in text
     assert f"final soft-cap ({lg.after_unembed:+.3f}" in text
+
+
+def test_a_long_context_is_explained_only_when_asked(qtbot, window_ran, monkeypatch):
+    """Past AUTO_TOKENS of context a shown, resting selection asks nothing of the worker (the
+    pass would cost seconds and gigabytes at the full context); Explain still does."""
+    from llm_lens.desktop.panes import attribution
+
+    win = window_ran
+    ctl, pane = win.controller, win.panes["Why this token?"]
+    win.docks["Why this token?"].show()
+    win.docks["Why this token?"].raise_()
+    qtbot.waitUntil(pane.isVisible, timeout=5_000)
+    monkeypatch.setattr(attribution, "AUTO_TOKENS", 8)  # the run's context is ~40 tokens
+    asked: list[object] = []
+    submit = ctl.worker.submit
+
+    def counting(kind, key, job):
+        if kind == "explain":
+            asked.append(key)
+        return submit(kind, key, job)
+
+    monkeypatch.setattr(ctl.worker, "submit", counting)
+    ctl.request_select(3)
+    pane.settled = None
+    pane._on_settled()
+    qtbot.wait(attribution.SETTLE_MS + 300)
+    assert asked == [] and "press Explain" in pane.header.text()
+    assert "tokens of context" in pane.header.text()
+    pane.explain_step(3)
+    qtbot.waitUntil(lambda: bool(asked), timeout=10_000)
