@@ -23,6 +23,8 @@ from llm_lens.desktop.panes.base import Pane, steady_axes
 MAP_SIZE = 256  # prompt maps longer than this come back max-pooled from the worker
 MAX_IMAGE = 1024  # cells per side of the heatmap, at most
 TILE = 32  # pixels per side of one overview thumbnail
+OVERVIEW_TOKENS = 2048  # longer prompts: the overview shows each head's recorded last row (every
+# head's whole map is layers × heads × T² scores: minutes of the worker at 8,192 tokens)
 BUCKET = 32  # the heatmap's image grows in steps of this many cells (stable shapes)
 _WHITESPACE = str.maketrans({" ": "·", "\n": "↵", "\t": "→", "\r": "␍"})
 
@@ -289,9 +291,10 @@ class AttentionPane(Pane):
             self._apply_ticks()
 
     def _render_overview(self, step: Any) -> None:
-        """Every layer × head as one tiled image: prompt maps at the prefill, rows after."""
+        """Every layer × head as one tiled image: prompt maps at the prefill (of prompts up to
+        ``OVERVIEW_TOKENS``), the recorded rows otherwise."""
         layers, heads = self._grid_shape
-        if step.index == 0:
+        if step.index == 0 and len(self.controller.prompt or ()) <= OVERVIEW_TOKENS:
             thumbs = self.controller.request_analysis("attention_overview")
             if thumbs is None:
                 return
@@ -322,6 +325,11 @@ class AttentionPane(Pane):
             parts.append(self.controller.waiting_text("prompt map", "computing the prompt map…"))
         elif self.block > 1:
             parts.append(f"max-pooled in blocks of {self.block} positions")
+        if step.index == 0 and len(self.controller.prompt or ()) > OVERVIEW_TOKENS:
+            parts.append(
+                f"overview: each head's last row (whole maps for prompts up to {OVERVIEW_TOKENS:,}"
+                " tokens)"
+            )
         self.header.setText(" · ".join(parts))
 
     # ----------------------------------------------------------------- clear / export

@@ -96,6 +96,27 @@ def test_attention_overview_at_prefill(qtbot, ran):
     assert pane.tiles.image.shape == (layers * TILE, heads * TILE)
 
 
+def test_a_long_prompts_overview_shows_the_recorded_rows(qtbot, ran, monkeypatch):
+    """Past OVERVIEW_TOKENS the prefill's overview tiles are each head's recorded last row
+    (asking nothing of the worker) and the header says why."""
+    from llm_lens.desktop.panes import attention as attention_pane
+    from llm_lens.desktop.panes.attention import TILE, AttentionPane, strip
+
+    monkeypatch.setattr(attention_pane, "OVERVIEW_TOKENS", 4)
+    pane = AttentionPane(ran)
+    qtbot.addWidget(pane)
+    asked: list[str] = []
+    request = ran.request_analysis
+    monkeypatch.setattr(
+        ran, "request_analysis", lambda kind, **a: (asked.append(kind), request(kind, **a))[1]
+    )
+    _render(pane, ran, 0)
+    assert "attention_overview" not in asked
+    rows = strip(np.asarray(ran.steps[0].attention), TILE)
+    np.testing.assert_array_equal(pane.tiles.image[0, 0:TILE], rows[0, 0])
+    assert "each head's last row" in pane.header.text()
+
+
 def test_positions_pane_is_the_models_rope(qtbot, ran, tmp_path):
     from llm_lens.desktop.panes.positions import PositionsPane
 
