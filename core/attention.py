@@ -130,12 +130,22 @@ def lens_attention(
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     tap, eager = current_tap(), own_eager(module)
+    if tap is not None and tap.layer_of.get(id(module), -1) in tap.maps:
+        # a prompt-map pass: record (the last asked layer ends the pass here) and hand back
+        # zeros; no later computation reads this layer's output, since the next asked layer's
+        # input is replaced and the layers between are passed over
+        tap.observe(module, eager, (query, key, value, attention_mask), None, kwargs)
+        batch, heads, q_len, _ = query.shape
+        return query.new_zeros((batch, q_len, heads, value.shape[-1])), None
     fast = tap is not None and tap.fast and kwargs.get("softcap") is None
     inner = sdpa_attention_forward if fast else eager
     output, weights = inner(module, query, key, value, attention_mask, **kwargs)
     if tap is not None and id(module) in tap.layer_of:
         tap.observe(module, eager, (query, key, value, attention_mask), weights, kwargs)
     return output, weights
+
+
+ROWS_AT_ONCE = 1 << 22  # scores (heads × rows × keys) computed in one pass of the eager function
 
 
 def _pooled_maps(
@@ -147,18 +157,60 @@ def _pooled_maps(
     kw: dict[str, Any],
 ) -> np.ndarray:
     """(heads, q / block, kv / block) eager maps of every head (or of ``head`` alone: heads 1),
-    in row blocks, max-pooled."""
+    max-pooled.
+
+    Rows go through the model's eager function a block at a time, each with the keys it can
+    read (a causal row reads no later key, so the upper triangle is never computed: half the
+    work) and no value vectors (the weights are wanted, not the output)."""
     if head is not None and getattr(module, "sinks", None) is None:
         module, qkvm = _one_head(module, qkvm, head)
     q, k, v, mask = qkvm
-    step = block * max(1, 64 // block)  # rows per pass: a multiple of the pooling block
-    parts = []
-    for start in range(0, q.shape[2], step):
-        rows = slice(start, start + step)
-        m = None if mask is None else mask[..., rows, :]
-        w = eager(module, q[:, :, rows], k, v, m, **kw)[1][0].float().cpu().numpy()
-        parts.append(np.stack([pool_rows(h, block) for h in w]))  # (heads, rows / block, ..)
-    return np.concatenate(parts, axis=1)
+    heads, queries, total = q.shape[1], q.shape[2], k.shape[2]
+    offset = total - queries  # keys before the first query (none in a prompt re-run)
+    rows = max(block, ROWS_AT_ONCE // max(1, heads * total) // block * block)
+    out = torch.zeros((heads, -(-queries // block), -(-total // block)), dtype=torch.float32)
+    for start in range(0, queries, rows):
+        stop = min(queries, start + rows)
+        keys = offset + stop
+        m = _block_mask(mask, start, stop, offset, keys, q.dtype)
+        w = eager(module, q[:, :, start:stop], k[:, :, :keys], v[:, :, :keys, :0], m, **kw)[1]
+        w = w[0].float()  # (heads, rows, keys)
+        if block > 1:  # weights are ≥ 0: a ragged edge block's max is the zero-padded one's
+            w = torch.nn.functional.max_pool2d(w[None], block, ceil_mode=True)[0]
+        out[:, start // block : start // block + w.shape[1], : w.shape[2]] = w
+    return out.cpu().numpy()
+
+
+def _block_mask(mask: Any, start: int, stop: int, offset: int, keys: int, dtype: Any) -> Any:
+    """The additive mask of queries ``start``…``stop`` − 1 (at positions ``offset`` on) over
+    keys 0…``keys`` − 1, as
+    the model's eager mask has it (0 or the dtype's minimum), from the mask the map pass asked
+    transformers for (:func:`_map_masks`): None for plain causal, else boolean (windows,
+    padding) or already additive."""
+    if mask is None:
+        rows = torch.arange(offset + start, offset + stop)[:, None]
+        allowed = (torch.arange(keys)[None] <= rows)[None, None]  # (1, 1, rows, keys)
+    else:
+        allowed = mask[..., start:stop, :keys]
+        if allowed.dtype != torch.bool:
+            return allowed
+    zero = torch.zeros((), dtype=dtype, device=allowed.device)
+    return torch.where(allowed, zero, torch.finfo(dtype).min)
+
+
+@contextmanager
+def _map_masks() -> Iterator[None]:
+    """For a prompt-map pass, transformers' SDPA mask instead of the eager one: None for plain
+    causal attention and a boolean mask otherwise, rather than a T × T float tensor built whole
+    (268 MB and a quarter of a second at 8,192 tokens). :func:`_block_mask` makes each block's
+    additive rows from it."""
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
+
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
+    try:
+        yield
+    finally:
+        AttentionMaskInterface.register(ATTN_IMPLEMENTATION, eager_mask)
 
 
 class _OneGroup:
@@ -219,6 +271,8 @@ def pool_rows(w: np.ndarray, block: int) -> np.ndarray:
 
 
 MAP_MEMO_BYTES = 64 << 20  # prompt maps kept for the next request (every layer when they fit)
+EVERY_HEAD_SCORES = 1 << 24  # a map request computes every head of its layer up to this many
+# scores (≈ 1,365 tokens for 9 heads), else the asked head's alone
 
 
 def layer_maps(
@@ -241,8 +295,8 @@ def layer_maps(
     for got in (maps.get((layer, None)), None if head is None else maps.get((layer, head))):
         if got is not None:
             return got
-    side = -(-hidden.shape[1] // block)
-    every_head = head is None or engine.info.num_heads * side * side * 4 <= MAP_MEMO_BYTES // 8
+    tokens = hidden.shape[1]
+    every_head = head is None or engine.info.num_heads * tokens * tokens <= EVERY_HEAD_SCORES
     one = _rerun_for_maps(engine, hidden, (layer,), block, None if every_head else head)[layer]
     if sum(m.nbytes for m in maps.values()) + one.nbytes > MAP_MEMO_BYTES:
         maps.clear()
@@ -301,7 +355,7 @@ def _rerun_for_maps(
     ids = torch.zeros((1, hidden.shape[1]), dtype=torch.long, device=engine.device)  # (1, T)
     try:
         skipped = [m for n, m in enumerate(engine.anatomy.layers[: max(layers)]) if n not in layers]
-        with torch.inference_mode(), tapping(tap), _passed_over(skipped):
+        with torch.inference_mode(), tapping(tap), _passed_over(skipped), _map_masks():
             engine.model(ids, use_cache=False, logits_to_keep=1)
     except MapReady:
         pass
