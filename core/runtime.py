@@ -84,3 +84,28 @@ def synchronize(device: torch.device) -> None:
 def param_dtype(model: Any) -> torch.dtype:
     """The dtype of a model's weights (inputs to its modules must match it)."""
     return next(model.parameters()).dtype  # type: ignore[no-any-return]
+
+
+def release_memory() -> bool:
+    """Give the C heap's freed pages back to the system (glibc ``malloc_trim``); False where
+    there is no glibc.
+
+    A long prompt's forward pass frees gigabytes of activations, but glibc keeps freed blocks
+    under its mmap threshold (which grows up to 32 MB as large blocks are freed) in the heap:
+    after an 8,192-token run the process stayed 1.3 GB larger than what it still held
+    (docs/performance.md). Costs a walk of the free lists: milliseconds.
+    """
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # musl or another libc
+        return False
+    trim = getattr(libc, "malloc_trim", None)
+    if trim is None:
+        return False
+    trim(0)
+    return True

@@ -21,6 +21,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal, Slot
 
 ANALYSIS_SHARE = 0.03  # between steps of a run, analyses may take this share of the model's time
+RELEASE_AFTER_MS = 200.0  # analyses that took this long may have freed much: release_memory
 READY_WAIT_S = 0.3  # the longest a live run's prefill waits for the window to clear its panes
 SUPERSEDED = ("lens", "attention_map", "neighbours")  # a newer request drops a pending older one
 
@@ -247,6 +248,10 @@ class Worker(QObject):
         except Exception as exc:
             what = "running" if where == "run" else "a comparison job"
             fail(_crash(f"{what} on {self._model_name()}", exc))
+        finally:
+            from llm_lens.core.runtime import release_memory
+
+            release_memory()  # a long prompt's freed activations stay resident otherwise
 
     def _model_name(self) -> str:
         return str(getattr(getattr(self.engine, "info", None), "name", "no model"))
@@ -314,10 +319,14 @@ class Worker(QObject):
         import torch
 
         from llm_lens.core.errors import LensError
+        from llm_lens.core.runtime import release_memory
 
+        spent = 0.0
         while not self.closing.is_set():
             item = self._next_job(budget_ms)
             if item is None:
+                if budget_ms is None and spent > RELEASE_AFTER_MS:
+                    release_memory()  # what the analyses freed (between steps: not worth it)
                 return
             kind, key, job = item
             t0 = time.perf_counter()
@@ -332,7 +341,9 @@ class Worker(QObject):
                 self.sig_error.emit("analysis", _crash(doing, exc))
                 continue
             finally:
-                self._timed(kind, (time.perf_counter() - t0) * 1e3)
+                took = (time.perf_counter() - t0) * 1e3
+                self._timed(kind, took)
+                spent += took
             self.sig_result.emit(kind, key, result)
 
 
