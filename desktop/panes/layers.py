@@ -29,6 +29,8 @@ from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.panes.base import Pane, steady_axes
 
 LENS_K = 5
+PROMPT_LENS_TOKENS = 1024  # the prompt lens unembeds every layer at every position: past this
+# many positions it is minutes of the worker (8,192 tokens: 31 × 8,192 unembeddings, ~5 min here)
 WAIT_TEXT = "lens computed when the run ends or when you select a step"
 
 
@@ -222,6 +224,14 @@ class LayerStackPane(Pane):
         if not step.is_prefill and self.tabs.currentIndex() == 1:
             self.tabs.setCurrentIndex(0)
         if not step.is_prefill or self._live():
+            return
+        tokens = len(self.controller.prompt or ())
+        if tokens > PROMPT_LENS_TOKENS:
+            self.hover_label.setText(
+                f"prompt lens: for prompts up to {PROMPT_LENS_TOKENS:,} tokens (this one has "
+                f"{tokens:,}: {self.controller.info.num_layers + 1} × {tokens:,} unembeddings); "
+                "the logit lens tab reads any step"
+            )
             return
         result = self.controller.request_analysis("prompt_lens")
         if result is None:

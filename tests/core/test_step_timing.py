@@ -98,7 +98,7 @@ def test_waiting_for_the_gil_is_counted_as_waiting(tiny_engine, one_thread):
 
 
 def test_waiting_for_a_core_is_told_apart_from_waiting_for_the_gil(tiny_engine, one_thread):
-    """Two busy processes on this thread's core: the model thread queues for the CPU (Linux
+    """Three busy processes on this thread's core: the model thread queues for the CPU (Linux
     counts it apart), which is not blocked time."""
     import os
     import subprocess
@@ -109,12 +109,12 @@ def test_waiting_for_a_core_is_told_apart_from_waiting_for_the_gil(tiny_engine, 
     before = os.sched_getaffinity(0)
     hogs = [
         subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", "while True: pass"])
-        for _ in range(2)
+        for _ in range(3)
     ]
     os.sched_setaffinity(0, {core})
     try:
         time.sleep(0.2)
-        run = tiny_engine.start(_prompt(tiny_engine), GREEDY, RunConfig(max_new_tokens=6))
+        run = tiny_engine.start(_prompt(tiny_engine), GREEDY, RunConfig(max_new_tokens=12))
         steps = run.run_all()
     finally:
         os.sched_setaffinity(0, before)

@@ -85,6 +85,20 @@ def test_layer_stack_norms_lens_and_prompt_heatmap(qtbot, ran, tmp_path, monkeyp
     assert f"'{shown(ran.prompt.tokens[3].text)}'" in hover
     assert pane.hover_text(layers + 1, 0) == ""
 
+    # a prompt past PROMPT_LENS_TOKENS: not asked for, and the pane says why
+    from llm_lens.desktop.panes import layers as layers_pane
+
+    asked_long: list[str] = []
+    request = ran.request_analysis
+    monkeypatch.setattr(layers_pane, "PROMPT_LENS_TOKENS", 4)
+    monkeypatch.setattr(
+        ran, "request_analysis", lambda kind, **a: (asked_long.append(kind), request(kind, **a))[1]
+    )
+    pane._prompt_lens = None
+    pane.render(ran.steps[0])
+    assert "prompt_lens" not in asked_long and "up to 4 tokens" in pane.hover_label.text()
+    monkeypatch.undo()
+
     # following a live run: no lens is asked for
     asked = []
     monkeypatch.setattr(ran, "request_analysis", lambda kind, **a: asked.append(kind))
