@@ -10,6 +10,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from typing import Any
 
+import numpy as np
 import torch
 
 from llm_lens.core.anatomy import Anatomy
@@ -27,7 +28,13 @@ class Capture:
 
     def __init__(self, anatomy: Anatomy, fast: bool = False) -> None:
         self.anatomy = anatomy
-        self.hidden: list[Any] = []  # layers + 1 tensors (1, seq, hidden)
+        self.hidden: list[
+            Any
+        ] = []  # layers + 1 tensors (1, seq, hidden); a prompt's: (1, 1, hidden)
+        # a prompt's residual stream at every position, copied out layer by layer as the pass
+        # goes, so each layer's output is freed once the next has read it (at 8,192 tokens the
+        # kept outputs and their stack were 2 × 585 MB at once)
+        self._positions: np.ndarray | None = None
         self.attn_out: list[Any] = []  # layers tensors (hidden,): the last position
         self.tap = Tap(anatomy.layer_of, fast=fast, rows=True)
         self._handles: list[Any] = []
@@ -56,10 +63,21 @@ class Capture:
         self._stack.close()
 
     def _on_input(self, _module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.hidden.append(args[0] if args else kwargs["hidden_states"])
+        self._keep(args[0] if args else kwargs["hidden_states"])
 
     def _on_hidden(self, _module: Any, _inputs: Any, output: Any) -> None:
-        self.hidden.append(output[0] if isinstance(output, tuple) else output)
+        self._keep(output[0] if isinstance(output, tuple) else output)
+
+    def _keep(self, h: Any) -> None:
+        """Keep one residual-stream tensor (1, seq, hidden); a prompt's (seq > 1, one sequence)
+        is copied to ``_positions`` at once and only its last row kept as a tensor."""
+        if h.shape[0] == 1 and h.shape[1] > 1:
+            if self._positions is None:
+                rows = (len(self.anatomy.layers) + 1, h.shape[1], h.shape[2])
+                self._positions = np.empty(rows, np.float32)  # (layers + 1, seq, hidden)
+            self._positions[len(self.hidden)] = h[0].float().cpu().numpy()
+            h = h[:, -1:].clone()
+        self.hidden.append(h)
 
     def _on_attn(self, _module: Any, _inputs: Any, output: Any) -> None:
         out = output[0] if isinstance(output, tuple) else output
@@ -73,4 +91,14 @@ class Capture:
 
     def all_positions(self) -> Any:
         """(layers + 1, seq, hidden) residual stream at every position."""
+        if self._positions is not None:
+            return torch.from_numpy(self._positions)
         return torch.stack([h[0] for h in self.hidden])
+
+    def take_positions(self) -> np.ndarray:
+        """:meth:`all_positions` as a read-only float32 array, not copied (585 MB at 8,192
+        tokens); runs that share one prefill share it."""
+        if self._positions is None:
+            self._positions = torch.stack([h[0] for h in self.hidden]).float().cpu().numpy()
+        self._positions.setflags(write=False)
+        return self._positions

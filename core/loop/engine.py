@@ -303,12 +303,12 @@ class Run:
         return cap, logits, None
 
     def _keep_prefill(self, cap: Capture) -> None:
-        hidden = cap.all_positions().float().cpu().numpy()  # (layers + 1, T, hidden)
+        hidden = cap.take_positions()  # (layers + 1, T, hidden), read-only, ours
         first = len(self.prompt) - hidden.shape[1]  # > 0 when a start's cache held a prefix
         self.prefill = PrefillCapture(
             run_id=self.run_id,
             prompt=self.prompt,
-            hidden=frozen(hidden),
+            hidden=hidden,
             positions=frozen(np.arange(first, len(self.prompt)), np.int64),
         )
 
