@@ -3,9 +3,9 @@ model thread spends off the CPU (waiting for the GIL) is told apart from its own
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
-import os
 import time
 
 import pytest
