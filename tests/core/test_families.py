@@ -124,11 +124,13 @@ def test_long_prompt_rows_and_maps_equal_the_eager_maps(loaded: Any, name: str) 
 def test_one_head_map_of_a_long_prompt_skips_the_earlier_layers(
     loaded: Any, name: str, monkeypatch: Any
 ) -> None:
-    """When maps do not fit the memo, one head's map is computed alone (its key/value head
-    picked as ``repeat_kv`` groups them), the layers before are passed over, and the map still
-    equals the model's own eager weights."""
+    """Past EVERY_HEAD_SCORES one head's map is computed alone (its key/value head picked as
+    ``repeat_kv`` groups them), the layers before are passed over, and the map still equals the
+    model's own eager weights; another head of the same layer reuses the layer's kept queries
+    and keys (no attention module runs again) and equals the eager weights too."""
     engine, run = _run(name, loaded.tokenizer, long=True)
     monkeypatch.setattr(attention, "MAP_MEMO_BYTES", 0)
+    monkeypatch.setattr(attention, "EVERY_HEAD_SCORES", 0)
     ref = _reference(engine.model, list(run.prompt.ids))
     layer = engine.info.num_layers - 1
     called: list[int] = []
@@ -136,17 +138,25 @@ def test_one_head_map_of_a_long_prompt_skips_the_earlier_layers(
         engine.anatomy.attn[n].register_forward_pre_hook(lambda *_a, n=n: called.append(n))
         for n in range(engine.info.num_layers)
     ]
+    hidden = run.prefill.hidden
     try:
         for head in (0, engine.info.num_heads - 1):
             engine.map_memo.clear()
-            amap = attention.attention_map(engine, run.cache, run.prefill.hidden, layer, head, 1024)
+            amap = attention.attention_map(engine, run.cache, hidden, layer, head, 1024)
             assert amap is not None
             want = ref.attentions[layer][0, head].float().numpy()
             np.testing.assert_allclose(amap.weights, want, atol=1e-5)
+        assert called == [layer, layer]  # no earlier layer's attention ran
+        for head in range(engine.info.num_heads - 1):  # the kept queries and keys: no rerun
+            amap = attention.attention_map(engine, run.cache, hidden, layer, head, 1024)
+            want = ref.attentions[layer][0, head].float().numpy()
+            np.testing.assert_allclose(amap.weights, want, atol=1e-5)
+        assert called == [layer, layer]
+        attention.attention_map(engine, run.cache, hidden, 0, 0, 1024)  # another layer: runs
+        assert called == [layer, layer, 0]
     finally:
         for hook in hooks:
             hook.remove()
-    assert called == [layer, layer]  # no earlier layer's attention ran
 
 
 @pytest.mark.parametrize("name", WINDOWED)
