@@ -338,8 +338,8 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     worker_idle(win)  # the panes' analyses of the long prompt, deferred to the run's end
     deferred = time.perf_counter() - t0
     run = ctl.worker.store.runs[ctl.run_id]
-    windows = []
-    for layer, head in ((12, 4), (29, 0), (0, 8)):  # each a new layer: nothing memoised
+    windows = []  # a new layer (its queries and keys computed), then another head of it
+    for layer, head in ((12, 4), (12, 5), (29, 0), (29, 8), (1, 0), (1, 3)):
         t0 = time.perf_counter()
         attention.attention_map(engine, run.cache, run.prefill.hidden, layer, head, max_size=256)
         windows.append((time.perf_counter() - t0) * 1e3)
@@ -349,8 +349,9 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
         f"TTFT {got['ttft'] / 1e3:.1f} s, ITL {got['itl']:.0f} ms, GUI longest gap "
         f"{got['gap']:.0f} ms; RSS {rss_run:+.0f} MB over the loaded model after the run, "
         f"{_rss_mb() - rss0:+.0f} MB after the panes' analyses ({deferred:.0f} s); peak RSS "
-        f"{peak:.0f} MB; one head's pooled 256² attention window (layers 12, 29, 0): "
-        + ", ".join(f"{ms:.0f}" for ms in windows)
+        f"{peak:.0f} MB; one head's pooled 256² attention window, a new layer / another head "
+        "of it (layers 12, 29, 1): "
+        + ", ".join(f"{a:.0f} / {b:.0f}" for a, b in zip(windows[::2], windows[1::2], strict=True))
         + f" ms; {load()}",
         flush=True,
     )

@@ -362,7 +362,9 @@ class SamplingPane(Pane):
     def clear(self) -> None:
         self._step, self._key, self.views = None, None, []
         self._staged.clear()  # (run id, index) is unique within one shown run only
-        self._place(("raw",))
+        # the settings' stages stay placed: placing them again when the next step renders
+        # re-laid out the plots, the longest unit at a run's end
+        self._place(("raw", *self.params.active_stages()))
         zeros = np.zeros(SHOW)
         for bars in self.bars.values():
             bars.setOpts(x0=zeros, y=np.arange(SHOW), width=zeros)

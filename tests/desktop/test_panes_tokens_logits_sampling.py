@@ -173,6 +173,10 @@ def test_logits_and_sampling_panes(qtbot, ran, tmp_path):
     summary = restage(step.logits.copy(), step.context_ids.copy(), params)
     assert [v.name for v in pane.views] == ["raw", "temperature", "top_k", "top_p"]
     assert pane._placed == ("raw", "temperature", "top_k", "top_p")
+    pane.clear()  # as a run starts: the settings' stages stay placed (no relayout at its end)
+    assert pane._placed == ("raw", "temperature", "top_k", "top_p")
+    assert not pane.bars["top_p"].opts["width"].any()
+    pane.render(step)
     ids = torch.from_numpy(step.top_ids[:15].copy())
     for view, stage, summ in zip(pane.views, expected, summary, strict=True):
         assert np.allclose(pane.bars[view.name].opts["width"], stage.probs[0, ids], atol=1e-7)
