@@ -100,6 +100,37 @@ def draw_at(step: StepRecord, params: SamplingParams) -> Draw:
     return Draw(token, params.is_greedy, params.seed, probs)
 
 
+def recorded_probs(step: StepRecord, params: SamplingParams, token: int) -> list[StageProb] | None:
+    """``token``'s way through the stages as the loop recorded them (``step.stages``: each
+    stage's top-n and kept count), with no re-staging of the logits. ``params`` must be the
+    settings the run used. None when the recorded stages are not ``params``'s, or when
+    ``token`` is missing from a stage's top-n while that stage kept more tokens than it
+    recorded (its probability there is unknown): re-stage then."""
+    if [s.name for s in step.stages] != ["raw", *params.active_stages()]:
+        return None
+    out = []
+    for stage in step.stages:
+        hits = np.flatnonzero(stage.top_ids == token)
+        if not hits.size and stage.kept > len(stage.top_ids):
+            return None
+        prob = float(stage.top_probs[hits[0]]) if hits.size else 0.0
+        out.append(StageProb(stage.name, prob, stage.kept))
+    return out
+
+
+def recorded_draw(step: StepRecord, params: SamplingParams) -> Draw | None:
+    """:func:`draw_at` for the run's own settings, from its records: greedy or seeded, the
+    replay draws the recorded token (tested), so the draw is known without staging 49,152
+    logits on the GUI thread when a run ends. None with a fresh seed (each draw differs) or
+    when :func:`recorded_probs` is."""
+    if params.seed is None and not params.is_greedy:
+        return None
+    probs = recorded_probs(step, params, step.token.id)
+    if probs is None:
+        return None
+    return Draw(step.token.id, params.is_greedy, params.seed, tuple(probs))
+
+
 _ADVANCED: dict[tuple[int, int], tuple[int, Any]] = {}  # (seed, vocab) -> (draws, state)
 _CHUNK = 1 << 20  # random numbers generated at once while advancing
 

@@ -15,7 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from llm_lens.core.arithmetic import draw_at, head_pattern, softmax_steps, strongest_key
+from llm_lens.core.arithmetic import (
+    StageProb,
+    draw_at,
+    head_pattern,
+    recorded_draw,
+    recorded_probs,
+    softmax_steps,
+    strongest_key,
+)
 from llm_lens.core.records import ModelInfo, StepRecord
 from llm_lens.core.sampling import SamplingParams, staged
 
@@ -255,8 +263,9 @@ def experts_card(routing: Any, text: str | None, model: str = "This model") -> E
     return Explainer(headline, shows, numbers, (), "Click a token on the right to follow it.")
 
 
-def logits_card(step: StepRecord, params: SamplingParams) -> Explainer:
-    """From the chosen token's logit to its probability, and what the settings make of it."""
+def logits_card(step: StepRecord, params: SamplingParams, run_params: bool = False) -> Explainer:
+    """From the chosen token's logit to its probability, and what the settings make of it
+    (``run_params``: these are the run's own settings, whose stages the loop recorded)."""
     sm = softmax_steps(step, 5)
     tid = step.token.id
     z = float(np.asarray(step.logits)[tid])
@@ -265,16 +274,20 @@ def logits_card(step: StepRecord, params: SamplingParams) -> Explainer:
         "vocabulary, and their softmax: p = exp(z − max) / Σ exp(z − max)."
     )
     parts = [f"{q(step.token.text)} had logit {z:.1f}; softmax turns it into {pct(step.prob)}"]
-    stages = staged(step, params)
-    for s in stages[1:]:
-        if s.name == "temperature":
-            p = float(s.probs[0, tid])
-            parts.append(f"at temperature {params.temperature:g} it becomes {pct(p)}")
-        elif s.name in ("top_p", "top_k", "min_p"):
-            kept = int((s.probs[0] > 0).sum())
+    probs = recorded_probs(step, params, tid) if run_params else None
+    if probs is None:
+        probs = [
+            StageProb(s.name, float(s.probs[0, tid]), int((s.probs[0] > 0).sum()))
+            for s in staged(step, params)
+        ]
+    for s in probs[1:]:
+        if s.stage == "temperature":
+            parts.append(f"at temperature {params.temperature:g} it becomes {pct(s.prob)}")
+        elif s.stage in ("top_p", "top_k", "min_p"):
+            kept = s.kept
             value = {"top_p": params.top_p, "top_k": params.top_k, "min_p": params.min_p}
-            name = s.name.replace("_", "-")
-            parts.append(f"{name} {value[s.name]:g} keeps {kept:,} token{'s' * (kept != 1)}")
+            name = s.stage.replace("_", "-")
+            parts.append(f"{name} {value[s.stage]:g} keeps {kept:,} token{'s' * (kept != 1)}")
     numbers = tuple(
         f"{q(r.text)}: z = {r.logit:.2f}; z − max = {r.shifted:.2f}; exp = {r.exp:.4g}; "
         f"÷ {sm.total:.4g} = {pct(r.prob)}"
@@ -289,9 +302,12 @@ def logits_card(step: StepRecord, params: SamplingParams) -> Explainer:
     )
 
 
-def sampling_card(step: StepRecord, params: SamplingParams) -> tuple[Explainer, Any]:
-    """Which token these settings and this seed would draw at this step, stage by stage."""
-    draw = draw_at(step, params)
+def sampling_card(
+    step: StepRecord, params: SamplingParams, run_params: bool = False
+) -> tuple[Explainer, Any]:
+    """Which token these settings and this seed would draw at this step, stage by stage
+    (``run_params``: these are the run's own settings, whose stages the loop recorded)."""
+    draw = (recorded_draw(step, params) if run_params else None) or draw_at(step, params)
     text = _text_of(step, draw.token_id)
     how = "greedy picks the largest" if draw.greedy else f"seed {draw.seed} draws"
     trail = " → ".join(f"{s.stage} {pct(s.prob)}" for s in draw.stages)

@@ -155,14 +155,15 @@ def _kvcache(pane: Any, ctl: Any) -> ex.Explainer | None:
 def _logits(pane: Any, ctl: Any) -> ex.Explainer | None:
     step = ctl.current_step()
     params = ctl.run_params if ctl.busy else ctl.params  # no re-staging beside a streaming run
-    return None if step is None else ex.logits_card(step, params)
+    return None if step is None else ex.logits_card(step, params, params == ctl.run_params)
 
 
 def _sampling(pane: Any, ctl: Any) -> ex.Explainer | None:
     step = ctl.current_step()
     if step is None:
         return None
-    explainer, draw = ex.sampling_card(step, pane.shown_params)
+    params = pane.shown_params
+    explainer, draw = ex.sampling_card(step, params, params == ctl.run_params)
     pane.draw = draw
     return explainer
 

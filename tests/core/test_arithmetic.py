@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from llm_lens.core.arithmetic import draw_at, head_pattern, softmax_steps, top_links
+from llm_lens.core.arithmetic import (
+    draw_at,
+    head_pattern,
+    recorded_draw,
+    softmax_steps,
+    top_links,
+)
 from llm_lens.core.explain_text import logits_card, sampling_card
 from llm_lens.core.loop.engine import RunConfig
 from llm_lens.core.sampling import GREEDY, SamplingParams
@@ -64,6 +70,37 @@ def test_draw_stages_follow_the_processors(sampled_run):
     assert draw.stages[0].prob == pytest.approx(step.prob, rel=1e-5)
     greedy = draw_at(step, GREEDY)
     assert greedy.token_id == int(np.argmax(step.logits)) and greedy.greedy
+
+
+def test_the_recorded_draw_is_the_replayed_draw(engine, greedy_run):
+    """For the run's own settings (seeded or greedy) the cards read the loop's recorded stages
+    instead of re-staging the logits: the same token, stages, kept counts and probabilities,
+    and the same card texts. Where the drawn token is outside a stage's recorded top-n there is
+    nothing recorded to read (None: the cards re-stage)."""
+    params = SamplingParams(temperature=0.8, top_k=40, top_p=0.9, seed=5)
+    prompt = engine.tokenize("Explain transformers like I am 12")
+    seeded = engine.start(prompt, params, RunConfig(max_new_tokens=6))
+    seeded.run_all()
+    read = 0
+    for steps, p in ((seeded.steps, params), (greedy_run.steps, GREEDY)):
+        for step in steps:
+            got, want = recorded_draw(step, p), draw_at(step, p)
+            if got is None:
+                assert p is params and not all(step.token.id in s.top_ids for s in step.stages)
+                continue
+            read += 1
+            assert got.token_id == want.token_id == step.token.id
+            assert [(s.stage, s.kept) for s in got.stages] == [
+                (s.stage, s.kept) for s in want.stages
+            ]
+            np.testing.assert_allclose(
+                [s.prob for s in got.stages], [s.prob for s in want.stages], rtol=1e-5, atol=1e-7
+            )
+            assert sampling_card(step, p, True)[0] == sampling_card(step, p)[0]
+            assert logits_card(step, p, True) == logits_card(step, p)
+    assert read >= len(greedy_run.steps) + len(seeded.steps) // 2
+    assert recorded_draw(seeded.steps[1], params.with_(seed=None)) is None  # a fresh seed
+    assert recorded_draw(seeded.steps[1], params.with_(top_p=1.0)) is None  # other stages
 
 
 def test_head_pattern_names_a_sink_and_a_previous_token_head():
