@@ -5,6 +5,8 @@ in turn: headless (the window's own engine, run on the GUI thread while the even
 in the window with every pane on screen, in the window with no pane visible (every dock
 hidden), and headless again. Each window run is divided by the mean of the two headless runs
 around it, so a machine that gets busier or quieter during the benchmark moves both alike.
+Every run is greedy, and the window's sampling controls are set to greedy too, as a user's
+controls are the settings of the run the Run button starts.
 
 Figures are the model thread's own records: TTFT is step 0's time, the inter-token latency is
 each decode step's wall time (forward + sample + capture + the time between steps, when the
@@ -423,6 +425,9 @@ def main() -> int:
     gaps = GapClock()
     win.load(None)
     wait_for(win.controller.sig_model_loaded, 600)
+    from llm_lens.core.sampling import GREEDY
+
+    win.controller.request_params(GREEDY)  # the controls' settings are the runs', as for Run
     wait(3000)  # the vocabulary projection and first analyses
     engine = win.controller.worker.engine
     print(
