@@ -221,9 +221,10 @@ def top_links(weights: Any, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     w = np.nan_to_num(np.asarray(weights, np.float64), nan=0.0)
     q, k = np.nonzero(np.tril(w) > 0)
     values = w[q, k]
+    total = int(values.size)
     if values.size > limit:
         keep = np.argpartition(values, -limit)[-limit:]
         q, k, values = q[keep], k[keep], values[keep]
     order = np.argsort(values)  # weakest first: the strongest are drawn on top
-    hidden = int(np.count_nonzero(np.tril(w) > 0)) - int(values.size)
+    hidden = total - int(values.size)
     return q[order], k[order], values[order], hidden
