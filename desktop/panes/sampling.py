@@ -88,22 +88,22 @@ def recorded_views(step: StepRecord, params: SamplingParams) -> list[StageView] 
     """The stages the loop recorded for ``step``, as plotted, when they are those of ``params``.
 
     The loop staged the step on the model thread already (``StepRecord.stages``: each stage's
-    top-n). A shown token missing from a stage's top-n has probability 0 there when the stage
-    kept no more tokens than it recorded; otherwise (a repetition penalty pushed it far down)
-    None: re-stage the logits.
+    top-n); :func:`~llm_lens.core.arithmetic.recorded_probs` reads each shown token there, or
+    says None (a repetition penalty pushed it beyond what was recorded): re-stage the logits.
     """
-    names = ["raw", *params.active_stages()]
-    if [s.name for s in step.stages] != names:
-        return None
-    ids = [int(i) for i in step.top_ids[:SHOW]]
-    views = []
-    for stage in step.stages:
-        found = dict(zip(stage.top_ids.tolist(), stage.top_probs.tolist(), strict=True))
-        if stage.kept > len(stage.top_ids) and any(i not in found for i in ids):
+    from llm_lens.core.arithmetic import recorded_probs
+
+    shown = []  # per shown token, its probability after each stage
+    for token in step.top_ids[:SHOW]:
+        probs = recorded_probs(step, params, int(token))
+        if probs is None:
             return None
-        probs = np.array([found.get(i, 0.0) for i in ids], np.float64)
-        views.append(StageView(stage.name, probs, stage.kept, stage.removed_mass))
-    return views
+        shown.append([p.prob for p in probs])
+    table = np.array(shown, np.float64).reshape(len(shown), len(step.stages))
+    return [
+        StageView(stage.name, table[:, n].copy(), stage.kept, stage.removed_mass)
+        for n, stage in enumerate(step.stages)
+    ]
 
 
 def _double(low: float, high: float, step: float, decimals: int) -> QDoubleSpinBox:
