@@ -126,7 +126,8 @@ class AttentionLinesPane(Pane):
         layout.addLayout(row)
         layout.addWidget(self.status)
         layout.addWidget(scroll, 1)
-        self.matrix = np.zeros((0, 0))
+        self.matrix = np.zeros((0, 0), np.float32)
+        self.total = 0  # the map's non-zero causal cells: every line there is to draw
         self.shown = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
         self.hidden_count = 0
         self._scrolled_to = -1  # a redraw scrolls only when the selected token moved
@@ -165,17 +166,18 @@ class AttentionLinesPane(Pane):
             self.status.setText(f"the prompt is longer than {MAP_LIMIT} tokens: no per-token lines")
             return
         self.matrix = self.assemble(maps, step, layer, list(heads))
+        self.total = int(np.count_nonzero(np.tril(self.matrix) > 0))
         self._draw()
 
     def assemble(self, maps: list[Any], step: Any, layer: int, heads: list[int]) -> np.ndarray:
         """(T, T) weights over prompt + response up to ``step`` (mean over ``heads``)."""
         ctl = self.controller
         n = len(ctl.prompt) + step.index
-        out = np.zeros((n, n))
-        prompt = np.mean([np.asarray(m.weights, np.float64) for m in maps], axis=0)
+        out = np.zeros((n, n), np.float32)  # the maps' own precision: 4 MB at 1,000 tokens
+        prompt = maps[0].weights if len(maps) == 1 else np.mean([m.weights for m in maps], axis=0)
         out[: prompt.shape[0], : prompt.shape[1]] = prompt
         for record in ctl.steps[1 : step.index + 1]:
-            row = np.asarray(record.attention[layer], np.float64)[heads].mean(axis=0)
+            row = np.asarray(record.attention[layer], np.float32)[heads].mean(axis=0)
             out[record.position, : row.shape[0]] = row
         return out
 
@@ -186,11 +188,9 @@ class AttentionLinesPane(Pane):
         pos = self.controller.token
         tokens = context_tokens(self.controller)[: w.shape[0]]
         labels = [visible_text(t.text, 14) for t in tokens]
-        total = int(np.count_nonzero(np.tril(w) > 0))
+        total = self.total
         if 0 <= pos < w.shape[0]:
-            only = np.zeros_like(w)
-            only[pos] = w[pos]
-            q, k, v, hidden = top_links(only, LIMIT)
+            q, k, v, hidden = top_links(w, LIMIT, query=pos)
             what = f"what {labels[pos]!r} (position {pos}) reads"
         else:
             q, k, v, hidden = top_links(w, LIMIT)
@@ -212,7 +212,7 @@ class AttentionLinesPane(Pane):
             self.scroll.ensureVisible(COLUMN, int(4 + (pos + 0.5) * ROW), 10, margin)
 
     def clear(self) -> None:
-        self.matrix = np.zeros((0, 0))
+        self.matrix, self.total = np.zeros((0, 0), np.float32), 0
         self.shown = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
         self.hidden_count, self._scrolled_to = 0, -1
         self.view.set_data([], self.shown, -1)

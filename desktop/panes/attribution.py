@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.panes.base import Pane, steady_axes
 from llm_lens.desktop.panes.flow_view import FlowView
-from llm_lens.desktop.panes.tokens import Chip, ChipView, piece_label, tooltip_html
+from llm_lens.desktop.panes.tokens import Chip, ChipView, piece_label
 
 VS_CHOICES = 8  # the alternatives offered: the step's top tokens after the chosen one
 SETTLE_MS = 400  # a selection must rest this long before it is explained unasked (scrubbing
@@ -250,8 +250,8 @@ class AttributionPane(Pane):
     def _draw_inputs(self, inputs: Any) -> None:
         scale = float(np.abs(inputs.values).max()) or 1.0
         chips = [
-            Chip(piece_label(t, t.encode()), int(i), tooltip_html([f"token {n}", repr(t),
-                 f"{inputs.method}: {v:+.4f}"]), fill=diverging(float(v), scale))
+            Chip(piece_label(t, t.encode()), int(i), (f"token {n}", repr(t),
+                 f"{inputs.method}: {v:+.4f}"), fill=diverging(float(v), scale))
             for n, (i, t, v) in enumerate(zip(inputs.token_ids, inputs.texts, inputs.values,
                                               strict=True))
         ]  # fmt: skip

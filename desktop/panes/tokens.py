@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -57,7 +58,10 @@ def piece_label(text: str, raw: bytes, special: bool = False) -> str:
     (:func:`core.tokens.bytes_text`, the one place token bytes become label text)."""
     if special:
         return visible(text)
-    parts = re.split(r"(‹[0-9a-f ]+›)", bytes_text(raw))  # bytes keep their plain spaces
+    whole = bytes_text(raw)
+    if "‹" not in whole:  # the common case: whole characters, no byte runs to keep apart
+        return visible(whole)
+    parts = re.split(r"(‹[0-9a-f ]+›)", whole)  # bytes keep their plain spaces
     return "".join(p if p.startswith("‹") else visible(p) for p in parts if p) or "∅"
 
 
@@ -66,18 +70,22 @@ def prob_colour(p: float) -> QColor:
     return QColor.fromHsvF(max(0.0, min(1.0, p)) / 3.0, 0.5, 0.95)
 
 
-def tooltip_html(lines: list[str]) -> str:
+def tooltip_html(lines: Sequence[str]) -> str:
     """Rich-text tooltip of escaped lines (token texts such as <|im_start|> are not markup)."""
     return "<p style='white-space:pre'>" + "<br>".join(html.escape(s) for s in lines) + "</p>"
 
 
 @dataclass
 class Chip:
-    """One painted token: label, id, tooltip, fill (None: palette), and layout hints."""
+    """One painted token: label, id, its tooltip's lines, fill (None: palette), and layout hints.
+
+    The tooltip's rich text is built when it is shown: escaping every line of a thousand chips
+    took a third of a long prompt's chip build, on the GUI thread at the start of each run.
+    """
 
     label: str
     token_id: int
-    tooltip: str
+    tip: tuple[str, ...]
     fill: QColor | None = None
     special: bool = False
     from_user: bool = False  # a special token parsed out of the user's own text
@@ -85,6 +93,10 @@ class Chip:
     width: float = 0.0
     group: str = ""  # on the first chip of split-character pieces: the character they form
     joined: bool = False  # continues the previous chip's character group (no gap, one bracket)
+
+    @property
+    def tooltip(self) -> str:
+        return tooltip_html(self.tip)
 
 
 class ChipView(QWidget):
@@ -275,11 +287,11 @@ def token_chip(
     info: TokenInfo, where: str, more: tuple[str, ...] = (), fill: Any = None, chat: bool = True
 ) -> Chip:
     """A model token's chip; its tooltip always gives id, repr(text) and the bytes in hex."""
-    lines = [where, f"id {info.id}", f"text {info.text!r}", f"bytes {info.raw.hex(' ')}", *more]
+    lines = (where, f"id {info.id}", f"text {info.text!r}", f"bytes {info.raw.hex(' ')}", *more)
     if info.special:
-        lines.append(special_origin(info, chat))
+        lines += (special_origin(info, chat),)
     label = piece_label(info.text, info.raw, info.special)
-    chip = Chip(label, info.id, tooltip_html(lines), fill=fill, special=info.special)
+    chip = Chip(label, info.id, lines, fill=fill, special=info.special)
     chip.from_user = info.from_user
     return chip
 
@@ -306,10 +318,8 @@ def cl100k_chips(view: TiktokenView, start: int = 0) -> list[Chip]:
     pairs = zip(view.ids[start:], view.pieces[start:], strict=True)
     for i, (tid, raw) in enumerate(pairs, start):
         text = bytes_text(raw)
-        lines = [f"cl100k_base token {i}", f"id {tid}", f"text {text!r}", f"bytes {raw.hex(' ')}"]
-        chips.append(
-            Chip(piece_label(text, raw), tid, tooltip_html(lines), line_break=text.endswith("\n"))
-        )
+        lines = (f"cl100k_base token {i}", f"id {tid}", f"text {text!r}", f"bytes {raw.hex(' ')}")
+        chips.append(Chip(piece_label(text, raw), tid, lines, line_break=text.endswith("\n")))
     return chips
 
 
@@ -351,7 +361,6 @@ class TokensPane(Pane):
         self._cl100k: TiktokenView | None = None
         self._split = 0  # byte length of the rendered prompt inside the cl100k text
         self._build_layout()
-        controller.sig_run_started.connect(self.schedule)
 
     def _build_layout(self) -> None:
         top = QHBoxLayout()
@@ -389,13 +398,14 @@ class TokensPane(Pane):
         if prompt is None:
             return
         if prompt is not self._prompt or len(steps) < self._n_steps:
+            keep = self._kept_chips(prompt)
             chips = [
                 token_chip(t, f"prompt token {i}", chat=prompt.chat)
-                for i, t in enumerate(prompt.tokens)
+                for i, t in enumerate(prompt.tokens[keep:], keep)
             ]
             if chips:
                 chips[-1].line_break = True  # the response starts on its own line
-            self.model_view.set_chips(chips)
+            self.model_view.replace_tail(keep, chips)
             self._prompt, self._n_steps = prompt, 0
             self._update_cl100k()
         if len(steps) > self._n_steps:
@@ -405,6 +415,24 @@ class TokensPane(Pane):
         pieces = [t.raw for t in prompt.tokens] + [s.token.raw for s in steps[: self._n_steps]]
         self.model_view.set_groups(pieces)
         self._show_selection(ctl.selected)
+
+    def _kept_chips(self, prompt: PromptTokens) -> int:
+        """How many chips of the prompt shown now stay as they are for ``prompt``: its common
+        prefix with the shown one (all of it when a run repeats the prompt), short of either
+        prompt's last chip when their lengths differ (the last chip ends the prompt's line)."""
+        old = self._prompt
+        if old is None or old.chat != prompt.chat:
+            return 0
+        pairs = enumerate(zip(old.tokens, prompt.tokens, strict=False))
+        same = next((i for i, (a, b) in pairs if a != b), min(len(old), len(prompt)))
+        if same == len(old) == len(prompt):
+            return same
+        return min(same, len(old) - 1, len(prompt) - 1)
+
+    def _on_run_started(self, _prompt: object) -> None:
+        """A new run keeps the chips its prompt shares with the last one (rebuilt in
+        :meth:`render`): a thousand-token prompt run again costs no chip at all."""
+        self.schedule()
 
     def _show_selection(self, selected: int) -> None:
         n = len(self._prompt or ())

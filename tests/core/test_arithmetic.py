@@ -131,6 +131,27 @@ def test_top_links_keep_the_strongest_and_count_the_rest():
     assert np.all(k <= q)
 
 
+@pytest.mark.parametrize("n, limit", [(1000, 300), (50, 300), (300, 300), (6, 4)])
+def test_top_links_are_the_strongest_causal_cells(n, limit):
+    """The row-maximum shortcut finds exactly the cells a full sort of the causal cells finds,
+    whatever lies above the diagonal; one query's form keeps only its row."""
+    rng = np.random.default_rng(n)
+    w = rng.random((n, n)).astype(np.float32) ** 8  # most cells small, a few strong
+    w[rng.random((n, n)) < 0.2] = 0.0
+    w[3, 1] = np.nan
+    causal = np.nan_to_num(np.tril(w))
+    q, k, v, hidden = top_links(w, limit)  # the upper triangle is noise here: never counted
+    cells = np.argwhere(causal > 0)
+    strongest = np.sort(causal[causal > 0])[::-1][:limit]
+    assert np.array_equal(np.sort(v)[::-1], strongest.astype(np.float64))
+    assert np.all(k <= q) and np.array_equal(v, causal[q, k]) and np.all(np.diff(v) >= 0)
+    assert hidden == len(cells) - len(v) and len({*zip(q, k, strict=True)}) == len(v)
+    row = n // 2
+    q, k, v, hidden = top_links(w, 3, query=row)
+    read = np.sort(causal[row][causal[row] > 0])
+    assert np.all(q == row) and np.array_equal(v, read[-3:]) and hidden == len(read[:-3])
+
+
 def test_logits_card_numbers_are_the_records(sampled_run):
     run, params = sampled_run
     step = run.steps[0]

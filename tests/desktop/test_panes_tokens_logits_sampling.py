@@ -124,6 +124,43 @@ def test_tokens_pane(qtbot, ran, tmp_path):
     assert float(rows[len(prompt)][7]) == pytest.approx(full[0].prob)
 
 
+def test_a_new_run_keeps_the_chips_its_prompt_shares(qtbot, ran, monkeypatch):
+    """A run of the same prompt, or of one that shares its start, rebuilds only the chips that
+    differ, and the pane ends exactly as a fresh pane would show that prompt."""
+    from llm_lens.core.records import TokenInfo
+    from llm_lens.desktop.panes.tokens import TokensPane
+
+    def state(pane):
+        views = (pane.model_view, pane.cl100k_view)
+        return [[(c.label, c.tooltip, c.line_break, c.group, c.joined, r) for c, r in
+                 zip(v.chips, v.rects, strict=True)] for v in views]  # fmt: skip
+
+    pane = show(qtbot, TokensPane(ran))
+    prompt, n = ran.prompt, len(ran.prompt)
+    extra = TokenInfo(prompt.tokens[-2].id, prompt.tokens[-2].text, prompt.tokens[-2].raw)
+    changed = (*prompt.tokens[:3], extra, *prompt.tokens[4:])
+    for tokens, kept in (
+        (prompt.tokens, n),  # the same prompt again
+        ((*prompt.tokens, extra), n - 1),  # longer: the old last chip no longer ends the line
+        (prompt.tokens, n - 1),  # shorter again
+        (changed, 3),  # differs at token 3
+    ):
+        before = list(pane.model_view.chips)
+        monkeypatch.setattr(ran, "prompt", dataclasses.replace(prompt, tokens=tokens))
+        monkeypatch.setattr(ran, "steps", [])
+        pane._on_run_started(ran.prompt)
+        pane.render(None)
+        chips = pane.model_view.chips
+        same = [a is b for a, b in zip(chips, before, strict=False)]
+        assert same[:kept] == [True] * kept and not any(same[kept:]), (len(tokens), kept)
+        assert len(chips) == len(tokens) and chips[-1].line_break
+        fresh = show(qtbot, TokensPane(ran))
+        assert state(pane) == state(fresh)
+        assert chips[-1].tooltip.startswith(
+            f"<p style='white-space:pre'>prompt token {len(tokens) - 1}"
+        )
+
+
 def test_logits_and_sampling_panes(qtbot, ran, tmp_path):
     import torch
 
