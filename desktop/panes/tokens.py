@@ -9,9 +9,10 @@ incrementally after the last chip.
 
 from __future__ import annotations
 
+import bisect
 import html
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -194,8 +195,20 @@ class ChipView(QWidget):
             self.rects, self._cursor = [], QPointF(GAP, GAP)
             self._layout(0)
 
+    def _rows_from(self, top: float, bottom: float) -> Iterator[int]:
+        """Indices of the chips on the rows between ``top`` and ``bottom`` (chips are laid out
+        in reading order, so their rows' bottoms never decrease: no walk over 8,000 chips on
+        every repaint or hover)."""
+        start = bisect.bisect_left(self.rects, top, key=QRectF.bottom)
+        for i in range(start, min(len(self.rects), len(self.chips))):
+            if self.rects[i].top() > bottom:
+                return
+            yield i
+
     def chip_at(self, pos: QPointF) -> int:
-        return next((i for i, r in enumerate(self.rects) if r.contains(pos)), -1)
+        return next(
+            (i for i in self._rows_from(pos.y(), pos.y()) if self.rects[i].contains(pos)), -1
+        )
 
     def mousePressEvent(self, event: Any) -> None:
         index = self.chip_at(event.position())
@@ -217,9 +230,9 @@ class ChipView(QWidget):
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         exposed = QRectF(event.rect())
-        for i, (chip, rect) in enumerate(zip(self.chips, self.rects, strict=False)):
-            if rect.intersects(exposed):
-                self._paint_chip(painter, i, chip, rect)
+        for i in self._rows_from(exposed.top(), exposed.bottom()):
+            if self.rects[i].intersects(exposed):
+                self._paint_chip(painter, i, self.chips[i], self.rects[i])
         painter.end()
 
     def _paint_group(self, painter: QPainter, chip: Chip, rect: QRectF, text: QRectF) -> None:

@@ -53,6 +53,30 @@ def test_token_labels_show_whitespace_and_partial_bytes():
     assert np.allclose(ends, [math.log10(0.5), -2.0]) and base < -2.0
 
 
+def test_chip_view_finds_each_chip_among_many_rows(qtbot):
+    from PySide6.QtCore import QPointF
+
+    from llm_lens.core.records import TokenInfo
+    from llm_lens.desktop.panes.tokens import ChipView, token_chip
+
+    view = ChipView()
+    qtbot.addWidget(view)
+    view.resize(300, 200)
+    words = ["a", " word", " longer words", "\n", " x"] * 120
+    chips = [token_chip(TokenInfo(i, w, w.encode()), f"t {i}") for i, w in enumerate(words)]
+    chips[7].line_break = True
+    view.set_chips(chips)
+    rows = {r.top() for r in view.rects}
+    assert len(rows) > 50
+    assert [view.chip_at(r.center()) for r in view.rects] == list(range(len(chips)))
+    last = view.rects[-1]
+    assert view.chip_at(QPointF(last.right() + 2, last.center().y())) == -1  # between chips
+    assert view.chip_at(QPointF(5, last.bottom() + 20)) == -1  # below the last row
+    image = view.grab(last.toAlignedRect()).toImage()  # the last row is painted too
+    colours = {image.pixel(x, y) for x in range(image.width()) for y in range(image.height())}
+    assert len(colours) > 2  # outline, fill and the label's ink
+
+
 def test_tokens_pane(qtbot, ran, tmp_path):
     import tiktoken
 
