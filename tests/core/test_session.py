@@ -704,3 +704,19 @@ def test_explanations_are_kept_and_shown_without_the_model(tmp_path, tiny_engine
         again.get("explain", {"step": s, "vs": v}) is not None for s, v in [*live, (0, None)]
     )
     assert_same(live[(2, 7)], again.get("explain", {"step": 2, "vs": 7}), "kept")
+
+
+def test_half_precision_only_where_every_value_fits_and_members_hash_their_content():
+    from llm_lens.core.sessions.write import _half_or_full, _Pool
+
+    fits = np.array([[-65000.0, 3.0], [0.5, 65000.0]], np.float32)
+    assert _half_or_full([fits, np.zeros((0, 3), np.float32)]) == "float16"
+    for bad in (70000.0, -70000.0, np.nan):
+        assert _half_or_full([fits, np.array([1.0, bad], np.float32)]) == "float32"
+    pool = _Pool()
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    first = pool.add("a.npy", "other", "float32", base)
+    assert pool.add("b.npy", "other", "float32", base.copy()) == first  # equal content: shared
+    assert pool.add("c.npy", "other", "float32", base[:, ::2]) == "c.npy"  # a strided view
+    assert pool.add("d.npy", "other", "float32", np.ascontiguousarray(base[:, ::2])) == "c.npy"
+    assert pool.add("e.npy", "other", "float32", base + 1) == "e.npy"
