@@ -47,6 +47,7 @@ from llm_lens.desktop.panes.base import Pane
 _WHITESPACE = str.maketrans({" ": "·", "\n": "↵", "\t": "→"})
 HPAD, VPAD, GAP = 4.0, 2.0, 3.0
 USER_SPECIAL = "#c2185b"  # outline of a special token the user's own text produced
+CHUNK = 1024  # chips a view lays out in one scheduler turn (about 10 ms)
 
 
 def visible(text: str) -> str:
@@ -325,10 +326,10 @@ def response_chip(step: StepRecord) -> Chip:
     return token_chip(step.token, where, (stats,), prob_colour(step.prob))
 
 
-def cl100k_chips(view: TiktokenView, start: int = 0) -> list[Chip]:
-    """Chips of cl100k_base tokens start and later (a newline ends a line)."""
+def cl100k_chips(view: TiktokenView, start: int = 0, stop: int | None = None) -> list[Chip]:
+    """Chips of cl100k_base tokens ``start`` up to ``stop`` (a newline ends a line)."""
     chips = []
-    pairs = zip(view.ids[start:], view.pieces[start:], strict=True)
+    pairs = zip(view.ids[start:stop], view.pieces[start:stop], strict=True)
     for i, (tid, raw) in enumerate(pairs, start):
         text = bytes_text(raw)
         lines = (f"cl100k_base token {i}", f"id {tid}", f"text {text!r}", f"bytes {raw.hex(' ')}")
@@ -371,7 +372,9 @@ class TokensPane(Pane):
         self.model_view.customContextMenuRequested.connect(self._on_context_menu)
         self._prompt: PromptTokens | None = None
         self._n_steps = 0
+        self._placed = 0  # prompt chips laid out so far
         self._cl100k: TiktokenView | None = None
+        self._cl100k_text = ""  # the text it tokenized
         self._split = 0  # byte length of the rendered prompt inside the cl100k text
         self._build_layout()
 
@@ -406,28 +409,53 @@ class TokensPane(Pane):
 
     # ----------------------------------------------------------------- rendering
     def render(self, step: StepRecord | None) -> None:
+        """Chips of the prompt, then of the response, and the cl100k_base view, each laid out
+        :data:`CHUNK` chips a scheduler turn: a full context's 16,000 chips in one go held the
+        GUI thread for 0.2 s."""
         ctl = self.controller
         prompt, steps = ctl.prompt, ctl.steps
         if prompt is None:
             return
+        changed = False
         if prompt is not self._prompt or len(steps) < self._n_steps:
-            keep = self._kept_chips(prompt)
-            chips = [
-                token_chip(t, f"prompt token {i}", chat=prompt.chat)
-                for i, t in enumerate(prompt.tokens[keep:], keep)
-            ]
-            if chips:
-                chips[-1].line_break = True  # the response starts on its own line
-            self.model_view.replace_tail(keep, chips)
-            self._prompt, self._n_steps = prompt, 0
-            self._update_cl100k()
+            keep = min(self._kept_chips(prompt), self._placed)
+            self.model_view.replace_tail(keep, [])
+            self._prompt, self._n_steps, self._placed, changed = prompt, 0, keep, True
+        if self._placed < len(prompt):
+            self._place_prompt(prompt)
+            if self._placed < len(prompt):
+                self.schedule()  # the rest in the next turns; the response chips wait
+                return
+            changed = True
         if len(steps) > self._n_steps:
             self.model_view.append([response_chip(s) for s in steps[self._n_steps :]])
-            self._n_steps = len(steps)
+            self._n_steps, changed = len(steps), True
+        if changed or self.laying_out:
             self._update_cl100k()
-        pieces = [t.raw for t in prompt.tokens] + [s.token.raw for s in steps[: self._n_steps]]
-        self.model_view.set_groups(pieces)
+            pieces = [t.raw for t in prompt.tokens] + [s.token.raw for s in steps[: self._n_steps]]
+            self.model_view.set_groups(pieces)
+            if self.laying_out:
+                self.schedule()
         self._show_selection(ctl.selected)
+
+    @property
+    def laying_out(self) -> bool:
+        """True while chips of the shown tokens are still to be laid out (a turn at a time)."""
+        view = self._cl100k
+        behind = view is not None and len(self.cl100k_view.chips) < view.count
+        return self._prompt is not None and (self._placed < len(self._prompt) or behind)
+
+    def _place_prompt(self, prompt: PromptTokens) -> None:
+        """Lay out the next :data:`CHUNK` prompt chips (the last one ends the prompt's line)."""
+        stop = min(len(prompt), self._placed + CHUNK)
+        chips = [
+            token_chip(t, f"prompt token {i}", chat=prompt.chat)
+            for i, t in enumerate(prompt.tokens[self._placed : stop], self._placed)
+        ]
+        if chips and stop == len(prompt):
+            chips[-1].line_break = True  # the response starts on its own line
+        self.model_view.append(chips)
+        self._placed = stop
 
     def _kept_chips(self, prompt: PromptTokens) -> int:
         """How many chips of the prompt shown now stay as they are for ``prompt``: its common
@@ -466,12 +494,15 @@ class TokensPane(Pane):
         steps = self.controller.steps[: self._n_steps]
         response = b"".join(s.token.raw for s in steps if not s.token.special)
         # a split character at the end is not text yet: cl100k_base reads whole characters
-        old, new = self._cl100k, cl100k(user + response.decode("utf-8", errors="ignore"))
+        text = user + response.decode("utf-8", errors="ignore")
+        old = self._cl100k
+        new = old if old is not None and text == self._cl100k_text else cl100k(text)
         # streamed text only changes the tail: keep the chips of the common prefix
         pairs = enumerate(zip(old.ids if old else (), new.ids, strict=False))
         same = next((i for i, (a, b) in pairs if a != b), min(old.count if old else 0, new.count))
-        self._cl100k, self._split = new, len(user.encode("utf-8"))
-        self.cl100k_view.replace_tail(same, cl100k_chips(new, same))
+        same = min(same, len(self.cl100k_view.chips))  # (those laid out so far)
+        self._cl100k, self._cl100k_text, self._split = new, text, len(user.encode("utf-8"))
+        self.cl100k_view.replace_tail(same, cl100k_chips(new, same, same + CHUNK))
         self.cl100k_view.set_groups(list(new.pieces))
         user_tokens = sum(not prompt.tokens[i].special for i in user_token_range(prompt))
         self.counts.setText(self.counts_text(user_tokens, steps))
@@ -489,7 +520,7 @@ class TokensPane(Pane):
         return f"{text} · {special_mode_text(prompt)}"
 
     def clear(self) -> None:
-        self._prompt, self._n_steps, self._cl100k = None, 0, None
+        self._prompt, self._n_steps, self._placed, self._cl100k = None, 0, 0, None
         self.model_view.set_chips([])
         self.cl100k_view.set_chips([])
         self.model_view.set_selection(-1, -1)

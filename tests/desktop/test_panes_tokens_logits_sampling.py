@@ -25,6 +25,18 @@ def show(qtbot, pane):
     return pane
 
 
+def chip_state(pane):
+    """What a Tokens pane shows: every chip of both views, with its place."""
+    views = (pane.model_view, pane.cl100k_view)
+    return [
+        [
+            (c.label, c.tooltip, c.line_break, c.group, c.joined, r)
+            for c, r in zip(v.chips, v.rects, strict=True)
+        ]
+        for v in views
+    ]
+
+
 def check_exports(pane, tmp_path, rows: int, svg: bool = True) -> list[list[str]]:
     """CSV has the header and ``rows`` rows; PNG loads; SVG parses. Returns the CSV rows."""
     pane.export_csv(tmp_path / "t.csv")
@@ -154,11 +166,6 @@ def test_a_new_run_keeps_the_chips_its_prompt_shares(qtbot, ran, monkeypatch):
     from llm_lens.core.records import TokenInfo
     from llm_lens.desktop.panes.tokens import TokensPane
 
-    def state(pane):
-        views = (pane.model_view, pane.cl100k_view)
-        return [[(c.label, c.tooltip, c.line_break, c.group, c.joined, r) for c, r in
-                 zip(v.chips, v.rects, strict=True)] for v in views]  # fmt: skip
-
     pane = show(qtbot, TokensPane(ran))
     prompt, n = ran.prompt, len(ran.prompt)
     extra = TokenInfo(prompt.tokens[-2].id, prompt.tokens[-2].text, prompt.tokens[-2].raw)
@@ -179,10 +186,42 @@ def test_a_new_run_keeps_the_chips_its_prompt_shares(qtbot, ran, monkeypatch):
         assert same[:kept] == [True] * kept and not any(same[kept:]), (len(tokens), kept)
         assert len(chips) == len(tokens) and chips[-1].line_break
         fresh = show(qtbot, TokensPane(ran))
-        assert state(pane) == state(fresh)
+        assert chip_state(pane) == chip_state(fresh)
         assert chips[-1].tooltip.startswith(
             f"<p style='white-space:pre'>prompt token {len(tokens) - 1}"
         )
+
+
+def test_tokens_lay_out_a_chunk_a_turn_and_end_as_in_one_go(qtbot, ran, monkeypatch):
+    """A long prompt's chips come a chunk per scheduler turn (the pane asks for the next turn
+    itself); a new run met halfway keeps only chips laid out; the end is as one full render."""
+    from llm_lens.desktop.panes import tokens
+    from llm_lens.desktop.panes.tokens import TokensPane
+
+    whole = show(qtbot, TokensPane(ran))
+    monkeypatch.setattr(tokens, "CHUNK", 7)
+    pane = show(qtbot, TokensPane(ran))  # (its first render: one chunk)
+    asked = []
+    monkeypatch.setattr(pane, "schedule", lambda: asked.append(1))
+    sizes = [(len(pane.model_view.chips), len(pane.cl100k_view.chips))]
+    while pane.laying_out:
+        pane.render(ran.current_step())
+        sizes.append((len(pane.model_view.chips), len(pane.cl100k_view.chips)))
+    assert len(sizes) > 6 and len(asked) == len(sizes) - 2  # all but the last turn ask again
+    steps = np.diff(np.array(sizes), axis=0)
+    assert steps.max() <= 7 + len(ran.steps) and (steps >= 0).all()  # (the response at once)
+    assert chip_state(pane) == chip_state(whole)
+
+    half = show(qtbot, TokensPane(ran))  # a run of a shorter prompt starts halfway
+    monkeypatch.setattr(
+        ran, "prompt", dataclasses.replace(ran.prompt, tokens=ran.prompt.tokens[:-3])
+    )
+    monkeypatch.setattr(ran, "steps", [])
+    half._on_run_started(ran.prompt)
+    for _ in range(100):
+        half.render(None)
+    monkeypatch.setattr(tokens, "CHUNK", 1024)
+    assert chip_state(half) == chip_state(show(qtbot, TokensPane(ran)))
 
 
 def test_logits_and_sampling_panes(qtbot, ran, tmp_path):
