@@ -18,10 +18,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QAbstractEventDispatcher, QObject, QTimer, Signal, Slot
 
 ANALYSIS_SHARE = 0.03  # between steps of a run, analyses may take this share of the model's time
 RELEASE_AFTER_MS = 200.0  # analyses that took this long may have freed much: release_memory
+TRIM_DELAY_MS = 1500  # after a run, the freed heap goes back once the window has drawn its end
 READY_WAIT_S = 0.3  # the longest a live run's prefill waits for the window to clear its panes
 SUPERSEDED = ("lens", "attention_map", "neighbours")  # a newer request drops a pending older one
 
@@ -249,9 +250,19 @@ class Worker(QObject):
             what = "running" if where == "run" else "a comparison job"
             fail(_crash(f"{what} on {self._model_name()}", exc))
         finally:
-            from llm_lens.core.runtime import release_memory
+            # a long prompt's freed activations stay resident otherwise; not at once: glibc's
+            # trim holds the heap's lock (120-140 ms after a full context) just as the window
+            # renders the run's end, and the GUI thread stood still whenever it allocated
+            if QAbstractEventDispatcher.instance() is not None:
+                QTimer.singleShot(TRIM_DELAY_MS, self._release_memory)
+            else:  # a thread with no event loop (a script driving the worker): now
+                self._release_memory()
 
-            release_memory()  # a long prompt's freed activations stay resident otherwise
+    @Slot()
+    def _release_memory(self) -> None:
+        from llm_lens.core.runtime import release_memory
+
+        release_memory()
 
     def _model_name(self) -> str:
         return str(getattr(getattr(self.engine, "info", None), "name", "no model"))

@@ -133,3 +133,20 @@ def test_a_kind_never_timed_waits_for_the_run_end_and_a_memo_hit_does_not_make_i
     worker.submit("attention_map", ("map", 0, 0), lambda: None)  # a memo hit: no time at all
     worker.serve()
     assert worker.cost_ms["attention_map"] >= 100.0
+
+
+def test_the_heap_is_trimmed_after_the_windows_last_repaints(tiny_engine, qtbot, monkeypatch):
+    """glibc's trim holds the heap's lock: it waits until the run's end has been drawn."""
+    from llm_lens.core import runtime
+    from llm_lens.desktop import worker as worker_module
+
+    trims: list[float] = []
+    monkeypatch.setattr(runtime, "release_memory", lambda: trims.append(time.perf_counter()))
+    monkeypatch.setattr(worker_module, "TRIM_DELAY_MS", 200)
+    worker = Worker()
+    worker.engine = tiny_engine
+    worker.run(1, "the cat", False, GREEDY, RunConfig(max_new_tokens=2))
+    ended = time.perf_counter()
+    assert trims == []
+    qtbot.waitUntil(lambda: len(trims) == 1, timeout=3000)
+    assert trims[0] - ended >= 0.15
