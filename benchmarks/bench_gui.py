@@ -102,6 +102,13 @@ class GapClock:
         if self.on:
             self.gaps.append(float(self._clock.restart()))
 
+    def longest_at(self) -> float:
+        """Seconds from :meth:`start` to the beginning of the longest gap."""
+        if not self.gaps:
+            return 0.0
+        longest = max(range(len(self.gaps)), key=self.gaps.__getitem__)
+        return sum(self.gaps[:longest]) / 1e3
+
 
 def figures(steps: Any) -> dict[str, float]:
     """TTFT, mean inter-token wall time and its parts, from the records (ms).
@@ -204,6 +211,8 @@ def in_window(
     out.update(
         shown=first[0] if first else float("nan"),
         gap=max(gaps.gaps, default=0.0),
+        gap_at=gaps.longest_at(),
+        streamed=streamed_s,
         repaint=statistics.median(units) if units else 0.0,
         repaints=float(len(units)),
         gui_ms_per_s=live_ms / max(streamed_s, 1e-9),
@@ -340,23 +349,62 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     worker_idle(win)  # the panes' analyses of the long prompt, deferred to the run's end
     deferred = time.perf_counter() - t0
     run = ctl.worker.store.runs[ctl.run_id]
+    shown = win.panes["Attention"].layer_box.value()
+    layers = [n for n in (12, 29, 1, 20) if n != shown][:3]
+    gaps.start()
     windows = []  # a new layer (its queries and keys computed), then another head of it
-    for layer, head in ((12, 4), (12, 5), (29, 0), (29, 8), (1, 0), (1, 3)):
-        t0 = time.perf_counter()
-        attention.attention_map(engine, run.cache, run.prefill.hidden, layer, head, max_size=256)
-        windows.append((time.perf_counter() - t0) * 1e3)
+    for layer, head in [(n, h) for n in layers for h in (0, 5)]:
+        windows.append(window_ms(ctl, layer, head))
+    gaps.on = False
+    window_gap = max(gaps.gaps, default=0.0)
+    t0 = time.perf_counter()  # the same on the GUI thread, the process's default torch threads
+    attention.attention_map(engine, run.cache, run.prefill.hidden, 7, 0, max_size=256)
+    direct = (time.perf_counter() - t0) * 1e3
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         f"full context: {len(run.prompt)}-token prompt + {tokens} tokens in the window: "
         f"TTFT {got['ttft'] / 1e3:.1f} s, ITL {got['itl']:.0f} ms, GUI longest gap "
-        f"{got['gap']:.0f} ms; RSS {rss_run:+.0f} MB over the loaded model after the run, "
+        f"{got['gap']:.0f} ms ({_when(got)}); RSS {rss_run:+.0f} MB over the loaded model "
+        "after the run, "
         f"{_rss_mb() - rss0:+.0f} MB after the panes' analyses ({deferred:.0f} s); peak RSS "
-        f"{peak:.0f} MB; one head's pooled 256² attention window, a new layer / another head "
-        "of it (layers 12, 29, 1): "
+        f"{peak:.0f} MB; one head's pooled 256² attention window, asked of the worker as the "
+        f"Attention pane asks, a new layer / another head of it (layers "
+        f"{', '.join(map(str, layers))}): "
         + ", ".join(f"{a:.0f} / {b:.0f}" for a, b in zip(windows[::2], windows[1::2], strict=True))
-        + f" ms; {load()}",
+        + f" ms (GUI longest gap meanwhile {window_gap:.0f} ms; a new layer on the GUI thread "
+        f"with {_torch_threads()} torch thread(s): {direct:.0f} ms); {load()}",
         flush=True,
     )
+
+
+def window_ms(ctl: Any, layer: int, head: int) -> float:
+    """One attention window asked of the worker, as the Attention pane asks: from the request
+    to its result on the GUI thread (ms)."""
+    args = {"layer": layer, "head": head, "max_size": 256}
+    wanted = ("attention_map", ctl.run_id, *sorted(args.items()))
+    t0 = time.perf_counter()
+    if ctl.request_analysis("attention_map", **args) is None:
+        loop = QEventLoop()
+
+        def arrived(kind: str, key: Any, _result: Any) -> None:
+            if key == wanted:
+                loop.quit()
+
+        ctl.sig_result.connect(arrived)
+        QTimer.singleShot(60_000, loop.quit)
+        loop.exec()
+        ctl.sig_result.disconnect(arrived)
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _when(got: dict[str, float]) -> str:
+    """Where the longest gap began: against the first token's arrival and the run's end."""
+    at, first, end = got["gap_at"], got["shown"] / 1e3, got["streamed"]
+    if at < first:
+        return f"{first - at:.1f} s before the first token showed"
+    if at <= end:
+        return f"{at - first:.1f} s after the first token showed"
+    return f"{at - end:.2f} s after the run ended"
 
 
 def _schedule(text: str) -> tuple[float, float, float | None]:

@@ -7,6 +7,8 @@ and the GUI needs a core of its own: :func:`configure_threads` must run before t
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -36,6 +38,29 @@ def configure_threads(threads: int | None = None) -> int:
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     return n
+
+
+@contextmanager
+def every_core() -> Iterator[int]:
+    """Torch's intra-op threads on every core for the block, then as they were; yields the count.
+
+    For work a person waits on while no run streams (a new layer's attention window at 8,192
+    tokens: 0.3 s on one core of two, 0.2 s on both): the GUI's core is kept for the model's
+    decoding, which shares the machine with the window's rendering, not for an answer the
+    window is idle waiting for. ``LLM_LENS_THREADS`` fixes the count here too.
+    """
+    import torch
+
+    env = os.environ.get("LLM_LENS_THREADS")
+    before = torch.get_num_threads()
+    wanted = before if env and env.isdigit() and int(env) > 0 else os.cpu_count() or before
+    if wanted != before:
+        torch.set_num_threads(wanted)
+    try:
+        yield wanted
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def resolve_device(device: str = "auto") -> torch.device:

@@ -284,8 +284,13 @@ class Worker(QObject):
 
     @Slot()
     def serve(self) -> None:
-        """Run queued analysis jobs now (connected to a queued signal from the GUI)."""
-        self._serve_pending()
+        """Run queued analysis jobs now (connected to a queued signal from the GUI). This slot
+        runs only while no run streams (a run's items serve between steps, within budget), so
+        the jobs take every core: the window is waiting for them, not rendering a run."""
+        from llm_lens.core.runtime import every_core
+
+        with every_core():
+            self._serve_pending()
 
     def _next_job(self, budget_ms: float | None) -> tuple[str, Any, Callable[[], Any]] | None:
         """The oldest queued job, or the oldest whose last cost fits what is left of the budget

@@ -37,3 +37,18 @@ def test_freed_heap_blocks_go_back_to_the_system():
     after = rss_mb()
     del keep
     assert before - after > 100, (before, after)
+
+
+def test_every_core_for_a_block_then_the_model_count_again(monkeypatch):
+    import os
+
+    import torch
+
+    from llm_lens.core.runtime import every_core
+
+    monkeypatch.delenv("LLM_LENS_THREADS", raising=False)
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError), every_core() as n:
+        assert n == torch.get_num_threads() == os.cpu_count()
+        raise RuntimeError("a failing job still gives the cores back")
+    assert torch.get_num_threads() == before

@@ -150,3 +150,30 @@ def test_the_heap_is_trimmed_after_the_windows_last_repaints(tiny_engine, qtbot,
     assert trims == []
     qtbot.waitUntil(lambda: len(trims) == 1, timeout=3000)
     assert trims[0] - ended >= 0.15
+
+
+def test_jobs_served_while_no_run_streams_use_every_core(tiny_engine, monkeypatch):
+    """Between a run's steps a job keeps the model's thread count (the GUI's core stays free for
+    the window rendering the run); served once the run is over, while the window waits for
+    it, a job has every core, and the model's count comes back after."""
+    import os
+
+    import torch
+
+    monkeypatch.delenv("LLM_LENS_THREADS", raising=False)
+    model_threads = torch.get_num_threads()
+    worker = Worker()
+    worker.engine = tiny_engine
+    worker.cost_ms = {"lens": 0.0}  # cheap, as far as it knows: served between steps
+    threads: list[int] = []
+    worker.submit("lens", ("lens", 1), lambda: threads.append(torch.get_num_threads()))
+    worker.run(1, "the cat sat on the mat", False, GREEDY, RunConfig(max_new_tokens=3))
+    worker.submit("lens", ("lens", 2), lambda: threads.append(torch.get_num_threads()))
+    worker.serve()
+    assert threads == [model_threads, os.cpu_count()]
+    assert torch.get_num_threads() == model_threads
+
+    monkeypatch.setenv("LLM_LENS_THREADS", str(model_threads))  # the user's count holds
+    worker.submit("lens", ("lens", 3), lambda: threads.append(torch.get_num_threads()))
+    worker.serve()
+    assert threads[-1] == model_threads
