@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -101,8 +102,8 @@ class Tap:
             self.last_rows[layer] = weights[0, :, -1].float().clone()  # (heads, kv)
         if layer in self.maps:
             if self.keep:  # no value vectors: a map reads none
-                self.inputs[layer] = AttentionInputs(
-                    module, eager, (*qkvm[:2], value[..., :0], mask), kw
+                self.inputs[layer] = AttentionInputs(  # (a copy: a view would hold the values)
+                    module, eager, (*qkvm[:2], value[..., :0].clone(), mask), kw
                 )
             self.map_weights[layer] = _pooled_maps(module, eager, qkvm, self.block, self.head, kw)
             if layer == max(self.maps):
@@ -111,6 +112,23 @@ class Tap:
 
 class MapReady(Exception):
     """Raised inside the forward pass once the requested layer's maps are recorded."""
+
+
+class Halted(Exception):
+    """Raised between a map's row blocks once the :func:`halting` check of its thread says that
+    something else is wanted now (work done ahead of a request gives way to the request)."""
+
+
+@contextmanager
+def halting(wanted_else: Callable[[], bool]) -> Iterator[None]:
+    """Maps computed by this thread in the block stop (:class:`Halted`) between row blocks once
+    ``wanted_else()`` is true."""
+    previous = getattr(_local, "halt", None)
+    _local.halt = wanted_else
+    try:
+        yield
+    finally:
+        _local.halt = previous
 
 
 @contextmanager
@@ -204,7 +222,10 @@ def _pooled_maps(
     offset = total - queries  # keys before the first query (none in a prompt re-run)
     rows = max(block, ROWS_AT_ONCE // max(1, heads * total) // block * block)
     out = torch.zeros((heads, -(-queries // block), -(-total // block)), dtype=torch.float32)
+    halt = getattr(_local, "halt", None)
     for start in range(0, queries, rows):
+        if halt is not None and halt():
+            raise Halted
         stop = min(queries, start + rows)
         keys = offset + stop
         m = _block_mask(mask, start, stop, offset, keys, q.dtype, q.device)
@@ -316,6 +337,8 @@ def pool_rows(w: np.ndarray, block: int) -> np.ndarray:
 MAP_MEMO_BYTES = 64 << 20  # prompt maps kept for the next request (every layer when they fit)
 EVERY_HEAD_SCORES = 1 << 24  # a map request computes every head of its layer up to this many
 # scores (≈ 1,365 tokens for 9 heads), else the asked head's alone
+KEPT_LAYERS = 3  # layers whose queries and keys a long prompt's maps keep: the shown one and the
+# two beside it (25 MB each at 8,192 tokens on the bundled model)
 
 
 def layer_maps(
@@ -335,9 +358,13 @@ def layer_maps(
     maps = _memo(engine, hidden, block)
     if maps is None:
         return None
-    for got in (maps.get((layer, None)), None if head is None else maps.get((layer, head))):
+    got = maps.get((layer, None))
+    if got is None and head is not None:
+        got = maps.get((layer, head))  # (1, q, k): one head's, kept without the others' zeros
         if got is not None:
-            return got
+            return _as_every_head(engine, got, head)
+    if got is not None:
+        return got
     tokens = hidden.shape[1]
     every_head = head is None or engine.info.num_heads * tokens * tokens <= EVERY_HEAD_SCORES
     if head is not None and not every_head:
@@ -349,25 +376,34 @@ def layer_maps(
     if every_head or one.shape[0] > 1:  # (attention sinks compute every head at once)
         maps[(layer, None)] = one
         return one
+    maps[(layer, head)] = one
+    return _as_every_head(engine, one, head)
+
+
+def _as_every_head(engine: Any, one: np.ndarray, head: int) -> np.ndarray:
     whole = np.zeros((engine.info.num_heads, *one.shape[1:]), np.float32)
     whole[head] = one[0]
-    maps[(layer, head)] = whole
     return whole
 
 
 def _one_head_map(engine: Any, hidden: np.ndarray, layer: int, block: int, head: int) -> np.ndarray:
-    """One head's (1, T / block, T / block) map. The layer's queries and keys are kept (one
-    layer's at a time: 25 MB at 8,192 tokens on the bundled model), so another head of the same
-    layer costs its scores alone, not the layer's projections again (0.4 → 0.15 s at 8,192)."""
-    memo = engine.map_memo
-    kept = memo.get("inputs")
-    if kept is not None and kept[0] == layer:
-        maps: np.ndarray = kept[1].maps(block, head)
+    """One head's (1, T / block, T / block) map. The queries and keys of the last
+    :data:`KEPT_LAYERS` layers asked for are kept, so another head of one of them costs its
+    scores alone, not the layer's projections again (0.4 → 0.15 s at 8,192 tokens). They are
+    kept even when the map itself is :class:`Halted`."""
+    kept: OrderedDict[int, AttentionInputs] = engine.map_memo.setdefault("inputs", OrderedDict())
+    if layer in kept:
+        kept.move_to_end(layer)
+        maps: np.ndarray = kept[layer].maps(block, head)
         return maps
-    memo.pop("inputs", None)  # before the rerun: never two layers' queries and keys at once
-    tap = _rerun_for_maps(engine, hidden, (layer,), block, head, keep=True)
-    if layer in tap.inputs:
-        memo["inputs"] = (layer, tap.inputs[layer])
+    while len(kept) >= KEPT_LAYERS:  # before the rerun: never more layers' than that at once
+        kept.popitem(last=False)
+    tap = _tap(engine, (layer,), block, head, keep=True)
+    try:
+        _rerun(engine, hidden, tap)
+    finally:
+        if layer in tap.inputs:
+            kept[layer] = tap.inputs[layer]
     return tap.map_weights[layer]
 
 
@@ -404,17 +440,23 @@ def _memo(engine: Any, hidden: np.ndarray, block: int) -> dict[Any, np.ndarray] 
     return maps
 
 
-def _rerun_for_maps(
-    engine: Any,
-    hidden: np.ndarray,
-    layers: tuple[int, ...],
-    block: int,
-    head: int | None = None,
-    keep: bool = False,
+def _rerun_for_maps(engine: Any, hidden: np.ndarray, layers: tuple[int, ...], block: int) -> Tap:
+    """The tap of a pass over the prompt that records every head's maps of ``layers``."""
+    tap = _tap(engine, layers, block)
+    _rerun(engine, hidden, tap)
+    return tap
+
+
+def _tap(
+    engine: Any, layers: tuple[int, ...], block: int, head: int | None = None, keep: bool = False
 ) -> Tap:
-    """The tap of a pass over the prompt that records ``layers``' maps (and with ``keep``,
-    what their attention was handed)."""
-    tap = Tap(engine.anatomy.layer_of, fast=True, maps=layers, block=block, head=head, keep=keep)
+    return Tap(engine.anatomy.layer_of, fast=True, maps=layers, block=block, head=head, keep=keep)
+
+
+def _rerun(engine: Any, hidden: np.ndarray, tap: Tap) -> None:
+    """A pass over the prompt that fills ``tap`` with its layers' maps (and with ``keep``,
+    what their attention was handed); each layer's input is its recorded residual."""
+    layers = tap.maps
     dtype = param_dtype(engine.model)
     handles = []
     for layer in layers:
@@ -432,7 +474,6 @@ def _rerun_for_maps(
     finally:
         for handle in handles:
             handle.remove()
-    return tap
 
 
 @contextmanager

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict
+from functools import partial
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
@@ -132,6 +133,7 @@ class Controller(QObject):
         self, spec: str | None = None, device: str = "auto", dtype: str = "auto"
     ) -> None:
         self.worker.cancel.set()  # a running generation ends first; the load queues behind it
+        self.worker.wanted.set()
         self._set_busy(True)
         self._load_requested.emit(spec, device, dtype)
 
@@ -161,6 +163,7 @@ class Controller(QObject):
         self.run_params = params
         self.follow_live = True
         self._set_busy(True)
+        self.worker.wanted.set()
         self._run_requested.emit(self.run_id, text, chat, params, config, parse_special)
 
     def request_stop(self) -> None:
@@ -223,13 +226,19 @@ class Controller(QObject):
             self._asked.add(key)
             run_id, recorded = self.run_id, self.recorded
 
-            def job() -> Any:
+            def job(args: dict[str, Any] = args, ahead: bool = False) -> Any:
                 from llm_lens.core.loop.analyses import compute
 
+                if ahead and self.run_id != run_id:
+                    return None  # a guess for a run no longer shown
                 run = recorded.run if recorded is not None else self.worker.store.runs.get(run_id)
                 return compute(kind, self.worker.engine, run, args)
 
-            self.worker.submit(kind, key, job)
+            from llm_lens.core.loop.analyses import likely_next
+
+            layers = self.model_info.num_layers
+            ahead = tuple(partial(job, nxt, True) for nxt in likely_next(kind, args, layers))
+            self.worker.submit(kind, key, job, ahead)
             self._serve_requested.emit()
         return None
 
@@ -272,6 +281,7 @@ class Controller(QObject):
 
     def request_stream(self, job_id: int, job: Any) -> None:
         """Run a streaming job on the worker (see ``Worker.stream``)."""
+        self.worker.wanted.set()
         self._stream_requested.emit(job_id, job)
 
     def request_serve(self) -> None:

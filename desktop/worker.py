@@ -9,6 +9,10 @@ A job runs between steps only when its expected cost fits what is left: a kind n
 timed too dear, waits for the end rather than stall one step.
 A pending request of a per-step kind (the lens of step 5 while the pane now shows step 9) is
 dropped when a newer one of that kind arrives.
+An analysis that took long enough to be felt (a new layer's attention window at 8,192 tokens)
+may name the requests likely to follow it (the layers beside it); the worker computes them
+while it has nothing else to do, into the engine's memo, and gives way to anything asked of it
+between their row blocks.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ RELEASE_AFTER_MS = 200.0  # analyses that took this long may have freed much: re
 TRIM_DELAY_MS = 1500  # after a run, the freed heap goes back once the window has drawn its end
 READY_WAIT_S = 0.3  # the longest a live run's prefill waits for the window to clear its panes
 SUPERSEDED = ("lens", "attention_map", "neighbours")  # a newer request drops a pending older one
+AHEAD_AFTER_MS = 50.0  # an analysis that took this long has its likely successors computed ahead
+AHEAD_DELAY_MS = 100  # ... starting this long after its answer left, once the window drew it
 
 
 class Worker(QObject):
@@ -86,6 +92,12 @@ class Worker(QObject):
         # set by a window: a live run's prefill starts once the panes have cleared for it (at
         # most READY_WAIT_S later), so the GUI's work does not land inside the model's TTFT
         self.panes_ready: threading.Event | None = None
+        # set by the window when it asks for a run, a load or a streaming job: work done ahead
+        # of requests stops for it (a queued analysis is seen in ``pending``)
+        self.wanted = threading.Event()
+        self.ahead: list[tuple[str, Callable[[], Any]]] = []  # (kind, job) likely to come next
+        self.slow: set[str] = set()  # kinds that took AHEAD_AFTER_MS or more on this run
+        self._ahead_of: dict[Any, tuple[Callable[[], Any], ...]] = {}  # a pending job's
 
     @Slot(object, str, str)
     def load(self, spec: object, device: str, dtype: str) -> None:
@@ -94,6 +106,9 @@ class Worker(QObject):
         from llm_lens.core.loop.engine import Engine
 
         self.load_cancel.clear()
+        self.wanted.clear()
+        self.ahead.clear()
+        self.slow.clear()
         try:
             loaded = load_model(
                 spec if isinstance(spec, str) else None, device, dtype, self._progress
@@ -210,6 +225,10 @@ class Worker(QObject):
         ``where`` is None to ``sig_stream_item(job_id, "error", …)``."""
         import torch
 
+        self.wanted.clear()
+        self.ahead.clear()  # their run is no longer the one shown
+        self.slow.clear()
+
         from llm_lens.core.errors import LensError
 
         def fail(message: str) -> None:
@@ -267,8 +286,13 @@ class Worker(QObject):
     def _model_name(self) -> str:
         return str(getattr(getattr(self.engine, "info", None), "name", "no model"))
 
-    def submit(self, kind: str, key: Any, job: Callable[[], Any]) -> None:
-        """Queue an analysis job (any thread); it runs between steps or when idle.
+    def submit(
+        self, kind: str, key: Any, job: Callable[[], Any], ahead: tuple[Callable[[], Any], ...] = ()
+    ) -> None:
+        """Queue an analysis job (any thread); it runs between steps or when idle. ``ahead``:
+        jobs for the requests likely to follow it, run while idle if a job of this kind took
+        long on this run (:data:`AHEAD_AFTER_MS`: stepping from one guessed answer to the next
+        goes on guessing); their results stay in the engine's memo, nothing is sent.
 
         A pending job of the same per-step kind is dropped and answered with a None result
         (which asks nothing to be cached: the request can be made again)."""
@@ -278,8 +302,12 @@ class Worker(QObject):
                 dropped = [item for item in self.pending.queue if item[0] == kind]
                 for item in dropped:
                     self.pending.queue.remove(item)
+                    self._ahead_of.pop(item[1], None)
         for old_kind, old_key, _ in dropped:
             self.sig_result.emit(old_kind, old_key, None)
+        with self.pending.mutex:
+            if ahead:
+                self._ahead_of[key] = ahead
         self.pending.put((kind, key, job))
 
     @Slot()
@@ -291,6 +319,40 @@ class Worker(QObject):
 
         with every_core():
             self._serve_pending()
+        if self.ahead and QAbstractEventDispatcher.instance() is not None:
+            QTimer.singleShot(AHEAD_DELAY_MS, self.work_ahead)
+
+    def _wanted_else(self) -> bool:
+        return self.wanted.is_set() or self.closing.is_set() or not self.pending.empty()
+
+    @Slot()
+    def work_ahead(self) -> None:
+        """Compute the requests likely to come next (:attr:`ahead`, nearest first) while nothing
+        is asked; a map gives way between its row blocks (``Halted``) to anything asked, and
+        what it had done is dropped (the queries and keys it computed are kept). A job that
+        fails here is dropped silently: asked for, it runs again and reports its error."""
+        import time
+
+        import torch
+
+        from llm_lens.core.attention import Halted, halting
+        from llm_lens.core.runtime import every_core
+
+        with every_core(), halting(self._wanted_else):
+            while self.ahead and not self._wanted_else():
+                kind, job = first = self.ahead[0]
+                t0 = time.perf_counter()
+                try:
+                    with torch.inference_mode():
+                        job()
+                except Halted:
+                    return  # it stays first: the next request's serve schedules it again
+                except Exception:  # noqa: BLE001 - a guess, not a request: see the docstring
+                    pass
+                if (time.perf_counter() - t0) * 1e3 >= AHEAD_AFTER_MS:
+                    self.slow.add(kind)
+                if self.ahead and self.ahead[0] is first:
+                    self.ahead.pop(0)
 
     def _next_job(self, budget_ms: float | None) -> tuple[str, Any, Callable[[], Any]] | None:
         """The oldest queued job, or the oldest whose last cost fits what is left of the budget
@@ -345,6 +407,8 @@ class Worker(QObject):
                     release_memory()  # what the analyses freed (between steps: not worth it)
                 return
             kind, key, job = item
+            with self.pending.mutex:
+                ahead = self._ahead_of.pop(key, ())
             t0 = time.perf_counter()
             try:
                 with torch.inference_mode():
@@ -361,6 +425,10 @@ class Worker(QObject):
                 self._timed(kind, took)
                 spent += took
             self.sig_result.emit(kind, key, result)
+            if took >= AHEAD_AFTER_MS:
+                self.slow.add(kind)
+            if ahead and kind in self.slow and budget_ms is None:  # (a run's steps keep theirs)
+                self.ahead = [(kind, job) for job in ahead]
 
 
 def _decode_ms(record: Any) -> float:

@@ -49,3 +49,13 @@ def compute(kind: str, engine: Any, run: Any, args: dict[str, Any]) -> Any:
     if kind == "attention_overview":
         return attention_overview(engine, cache, prefill.hidden)
     raise ValueError(f"unknown analysis {kind!r}")
+
+
+def likely_next(kind: str, args: dict[str, Any], num_layers: int) -> list[dict[str, Any]]:
+    """The requests a person probably makes after ``kind`` with ``args``, nearest first, for
+    the worker to compute while it waits: after a layer's attention map, the same head's in
+    the layer after and the layer before (a spin box's steps). None for other kinds."""
+    if kind != "attention_map":
+        return []
+    layer = args["layer"]
+    return [{**args, "layer": n} for n in (layer + 1, layer - 1) if 0 <= n < num_layers]

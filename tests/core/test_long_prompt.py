@@ -69,3 +69,53 @@ def test_on_demand_window_is_bounded_and_equals_the_full_map(long_run):
 def _causal(t):
     mask = torch.full((t, t), float("-inf")).triu(1)
     return mask[None, None]
+
+
+def test_a_halted_window_keeps_its_queries_and_keys_and_no_half_map(long_run, monkeypatch):
+    """A map computed ahead of a request stops between row blocks once something else is
+    wanted: no map of it is kept, the layer's queries and keys are, and asking for the map
+    afterwards runs no attention module again and gives the same map as computing it fresh."""
+    engine, run = long_run
+    hidden = run.prefill.hidden
+    engine.map_memo.clear()
+    fresh = attention.attention_map(engine, run.cache, hidden, 1, 2, max_size=256)
+    engine.map_memo.clear()
+    calls: list[int] = []
+    hooks = [a.register_forward_pre_hook(lambda *_a, n=n: calls.append(n))
+             for n, a in enumerate(engine.anatomy.attn)]  # fmt: skip
+    checks = iter([False, True])  # wanted elsewhere at the second row block
+    try:
+        with attention.halting(lambda: next(checks)), pytest.raises(attention.Halted):
+            attention.attention_map(engine, run.cache, hidden, 1, 2, max_size=256)
+        assert calls == [1]
+        assert not engine.map_memo["maps"] and list(engine.map_memo["inputs"]) == [1]
+        again = attention.attention_map(engine, run.cache, hidden, 1, 2, max_size=256)
+        assert calls == [1]  # the kept queries and keys, not the layer again
+        np.testing.assert_array_equal(again.weights, fresh.weights)
+        np.testing.assert_array_equal(again.q_positions, fresh.q_positions)
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def test_the_last_layers_asked_keep_their_queries_and_keys(long_run, monkeypatch):
+    """At most KEPT_LAYERS layers' queries and keys are kept, the least recently asked dropped
+    first; a kept layer's other head runs no attention module."""
+    engine, run = long_run
+    hidden = run.prefill.hidden
+    monkeypatch.setattr(attention, "KEPT_LAYERS", 1)
+    engine.map_memo.clear()
+    calls: list[int] = []
+    hooks = [a.register_forward_pre_hook(lambda *_a, n=n: calls.append(n))
+             for n, a in enumerate(engine.anatomy.attn)]  # fmt: skip
+    try:
+        for layer, head in ((0, 0), (0, 1), (1, 0), (1, 3), (0, 2)):
+            attention.attention_map(engine, run.cache, hidden, layer, head, max_size=256)
+        assert calls == [0, 1, 0] and list(engine.map_memo["inputs"]) == [0]
+        monkeypatch.setattr(attention, "KEPT_LAYERS", 2)
+        for layer, head in ((1, 1), (0, 3), (1, 2)):
+            attention.attention_map(engine, run.cache, hidden, layer, head, max_size=256)
+        assert calls == [0, 1, 0, 1] and list(engine.map_memo["inputs"]) == [0, 1]
+    finally:
+        for hook in hooks:
+            hook.remove()

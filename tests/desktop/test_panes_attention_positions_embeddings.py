@@ -239,3 +239,29 @@ def test_pooling_helpers():
     np.testing.assert_array_equal(strip(np.array([1.0, 5, 2, 0]), 8), [1, 1, 5, 5, 2, 2, 0, 0])
     np.testing.assert_array_equal(strip(np.arange(64.0), 32), np.arange(1.0, 64, 2))
     assert visible_text(" a\n") == "·a↵" and visible_text("") == "∅"
+
+
+def test_the_layers_beside_an_asked_map_are_computed_ahead(qtbot, ran, monkeypatch):
+    """After one head's map of layer 5 (taking long enough: here any time), the worker computes
+    the same head's maps of layers 6 and 4 while idle, into the model's memo; asking for layer
+    6 then runs no attention module and gives what a fresh computation gives."""
+    from llm_lens.core import attention
+    from llm_lens.desktop import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "AHEAD_AFTER_MS", 0.0)
+    engine = ran.worker.engine
+    wait_result(qtbot, ran, "attention_map", layer=5, head=2, max_size=512)
+    qtbot.waitUntil(
+        lambda: {(6, None), (4, None)} <= set(engine.map_memo.get("maps", {})), timeout=30_000
+    )
+    calls: list[int] = []
+    hook = engine.anatomy.attn[6].register_forward_pre_hook(lambda *_a: calls.append(6))
+    try:
+        got = wait_result(qtbot, ran, "attention_map", layer=6, head=2, max_size=512)
+    finally:
+        hook.remove()
+    assert calls == []
+    run = ran.worker.store.runs[ran.run_id]
+    engine.map_memo.clear()
+    fresh = attention.attention_map(engine, run.cache, run.prefill.hidden, 6, 2, 512)
+    np.testing.assert_array_equal(got.weights, fresh.weights)

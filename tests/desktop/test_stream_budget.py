@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QTabWidget
@@ -80,7 +81,10 @@ def test_requests_while_streaming_are_coalesced_to_the_live_rate(qtbot):
     assert 2 <= len(pane.units) <= streamed / (sched.LIVE_MS / 1e3) + 2 < 50
     starts = [s for s, _ in pane.units]
     gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
-    assert min(gaps) >= sched.LIVE_MS / 1e3 - 0.005
+    # never early as a coarse timer is (up to 5 %, every time); a unit's own clock starts a
+    # little after the scheduler's, later still when the machine is busy
+    assert np.median(gaps) >= sched.LIVE_MS / 1e3 - 0.001
+    assert min(gaps) >= sched.LIVE_MS / 1e3 - 0.010
 
 
 def test_wake_renders_a_pane_waiting_for_its_live_slot_at_once(qtbot):

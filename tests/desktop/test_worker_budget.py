@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from llm_lens.core.loop.engine import RunConfig
 from llm_lens.core.sampling import GREEDY
 from llm_lens.desktop.worker import ANALYSIS_SHARE, Worker
@@ -177,3 +179,64 @@ def test_jobs_served_while_no_run_streams_use_every_core(tiny_engine, monkeypatc
     worker.submit("lens", ("lens", 3), lambda: threads.append(torch.get_num_threads()))
     worker.serve()
     assert threads[-1] == model_threads
+
+
+def test_likely_next_requests_run_ahead_while_idle_and_give_way(tiny_engine, qtbot, monkeypatch):
+    """After an analysis that took long enough to be felt, the requests it names as likely next
+    run on the worker once nothing else is asked; a map among them stops between its row
+    blocks for a request that arrives (served first), then goes on. A run drops them; the
+    guesses of a kind that took no long time on this run do not run."""
+    from PySide6.QtCore import QTimer
+
+    from llm_lens.core import attention
+    from llm_lens.desktop import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "AHEAD_DELAY_MS", 0)
+    monkeypatch.setattr(attention, "EVERY_HEAD_SCORES", 0)  # one head's map, in row blocks
+    monkeypatch.setattr(attention, "ROWS_AT_ONCE", 16)
+    worker = Worker()
+    worker.engine = tiny_engine
+    run = tiny_engine.start(tiny_engine.tokenize("the cat sat on the mat " * 6, chat=False),
+                            GREEDY, RunConfig(max_new_tokens=2))  # fmt: skip
+    run.run_all()
+    hidden = run.prefill.hidden
+    results: list[object] = []
+    worker.sig_result.connect(lambda kind, key, result: results.append(key))
+    log: list[str] = []
+
+    def slow() -> str:
+        time.sleep(0.06)
+        return "asked"
+
+    def ahead_map() -> None:
+        log.append("map")
+        if log.count("map") == 1:  # something is asked while it computes (as a window asks)
+            worker.submit("lens", ("lens", 1), lambda: log.append("lens"))
+            QTimer.singleShot(0, worker.serve)
+        attention.attention_map(tiny_engine, run.cache, hidden, 1, 3, max_size=512)
+        log.append("map done")
+
+    tiny_engine.map_memo.clear()
+    worker.submit("attention_map", ("asked",), slow, (ahead_map, lambda: log.append("second")))
+    worker.serve()
+    qtbot.waitUntil(lambda: "second" in log, timeout=5000)
+    assert log == ["map", "lens", "map", "map done", "second"]
+    assert results == [("asked",), ("lens", 1)]  # guesses answer nobody
+    kept = tiny_engine.map_memo["maps"][(1, 3)][0]
+    tiny_engine.map_memo.clear()
+    fresh = attention.attention_map(tiny_engine, run.cache, hidden, 1, 3, max_size=512)
+    np.testing.assert_array_equal(kept, fresh.weights)
+
+    log.clear()  # a kind that took long on this run: a quick answer (a guess) guesses on
+    worker.submit("attention_map", ("hit",), lambda: None, (lambda: log.append("next"),))
+    worker.serve()
+    qtbot.waitUntil(lambda: log == ["next"], timeout=5000)
+    worker.submit("attention_map", ("slow",), slow, (lambda: log.append("guess"),))
+    worker.serve()
+    worker.run(2, "the cat", False, GREEDY, RunConfig(max_new_tokens=1))  # queued before it
+    qtbot.wait(50)
+    assert log == ["next"] and worker.ahead == []
+    worker.submit("attention_map", ("quick",), lambda: None, (lambda: log.append("guess"),))
+    worker.serve()  # a new run: nothing of this kind took long yet
+    qtbot.wait(50)
+    assert log == ["next"]
