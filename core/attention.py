@@ -373,7 +373,7 @@ def layer_maps(
         one = _rerun_for_maps(engine, hidden, (layer,), block).map_weights[layer]
     if sum(m.nbytes for m in maps.values()) + one.nbytes > MAP_MEMO_BYTES:
         maps.clear()
-    if every_head or one.shape[0] > 1:  # (attention sinks compute every head at once)
+    if head is None or every_head or one.shape[0] > 1:  # (sinks compute every head at once)
         maps[(layer, None)] = one
         return one
     maps[(layer, head)] = one
