@@ -355,10 +355,19 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     windows = []  # a new layer (its queries and keys computed), then another head of it
     for layer, head in [(n, h) for n in layers for h in (0, 5)]:
         windows.append(window_ms(ctl, layer, head))
+    steps = [n for n in range(5, 10) if n not in layers][:3]
+    stepped = [window_ms(ctl, steps[0], 0)]  # a person stepping through layers, reading each
+    for layer in (*steps[1:], steps[1]):
+        pause(STEP_PAUSE_S)
+        stepped.append(window_ms(ctl, layer, 0))
     gaps.on = False
     window_gap = max(gaps.gaps, default=0.0)
+    near = {n + d for n in (shown, *layers, *steps) for d in (-1, 0, 1)}  # asked or guessed
+    fresh = next(n for n in range(engine.info.num_layers) if n not in near)
+    ctl.worker.ahead.clear()  # no guess computing beside it
+    pause(0.5)
     t0 = time.perf_counter()  # the same on the GUI thread, the process's default torch threads
-    attention.attention_map(engine, run.cache, run.prefill.hidden, 7, 0, max_size=256)
+    attention.attention_map(engine, run.cache, run.prefill.hidden, fresh, 0, max_size=256)
     direct = (time.perf_counter() - t0) * 1e3
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
@@ -371,10 +380,24 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
         f"Attention pane asks, a new layer / another head of it (layers "
         f"{', '.join(map(str, layers))}): "
         + ", ".join(f"{a:.0f} / {b:.0f}" for a, b in zip(windows[::2], windows[1::2], strict=True))
-        + f" ms (GUI longest gap meanwhile {window_gap:.0f} ms; a new layer on the GUI thread "
-        f"with {_torch_threads()} torch thread(s): {direct:.0f} ms); {load()}",
+        + f" ms; stepping layers {steps[0]}, {steps[1]}, {steps[2]}, {steps[1]} with "
+        f"{STEP_PAUSE_S:.1f} s between (the worker computes the layers beside the one shown "
+        "meanwhile): "
+        + " / ".join(f"{ms:.0f}" for ms in stepped)
+        + f" ms (GUI longest gap meanwhile {window_gap:.0f} ms; a new layer ({fresh}) on the GUI "
+        f"thread with {_torch_threads()} torch thread(s): {direct:.0f} ms); {load()}",
         flush=True,
     )
+
+
+STEP_PAUSE_S = 1.0  # a person reading one layer's map before stepping to the next
+
+
+def pause(seconds: float) -> None:
+    """Let the window's event loop run for ``seconds`` (a person looking)."""
+    loop = QEventLoop()
+    QTimer.singleShot(int(seconds * 1e3), loop.quit)
+    loop.exec()
 
 
 def window_ms(ctl: Any, layer: int, head: int) -> float:
