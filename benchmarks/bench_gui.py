@@ -135,8 +135,9 @@ def figures(steps: Any) -> dict[str, float]:
 
 
 def worker_idle(win: Any) -> None:
-    """Wait until the worker has served every analysis queued so far and runs none: the
-    headless run shares its engine (and its capture hooks) and would share the cores.
+    """Wait until the worker has served every analysis queued so far and runs none, nor any
+    guess (``Worker.ahead``): the headless run shares its engine (and its capture hooks) and
+    would share the cores.
 
     A marker job queued last has run; then one more is waited for *without* processing events,
     so no pane can ask for anything between it and the caller's next step."""
@@ -151,6 +152,7 @@ def worker_idle(win: Any) -> None:
         return done
 
     wait(500)  # the panes render and ask for their analyses
+    worker.wanted.set()  # no guess computed ahead starts (one running stops) until the next run
     first = marker()
     for _ in range(12000):  # a long prompt's deferred analyses take long on a busy machine
         if first.is_set():
@@ -349,6 +351,7 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     worker_idle(win)  # the panes' analyses of the long prompt, deferred to the run's end
     deferred = time.perf_counter() - t0
     run = ctl.worker.store.runs[ctl.run_id]
+    ctl.worker.wanted.clear()  # guesses may run again (worker_idle stopped them)
     shown = win.panes["Attention"].layer_box.value()
     layers = [n for n in (12, 29, 1, 20) if n != shown][:3]
     gaps.start()
