@@ -473,6 +473,9 @@ def parse() -> argparse.Namespace:
         "(e.g. 1/0,0.1/150,0.1/150/1; 1/0: no budget; default: the app's)",
     )
     parser.add_argument("--full-context", action="store_true", help="the 8,192-token prompt")
+    parser.add_argument(
+        "--no-ahead", action="store_true", help="the worker computes nothing ahead of requests"
+    )
     return parser.parse_args()
 
 
@@ -509,6 +512,10 @@ def main() -> int:
         f"{os.cpu_count()} cores, torch threads {_torch_threads()}, {load()}",
         flush=True,
     )
+    if args.no_ahead:
+        from llm_lens.desktop import worker
+
+        worker.AHEAD_AFTER_MS = float("inf")
     if args.full_context:
         full_context(win, args.tokens, gaps)
         win.close()

@@ -30,7 +30,8 @@ TRIM_DELAY_MS = 1500  # after a run, the freed heap goes back once the window ha
 READY_WAIT_S = 0.3  # the longest a live run's prefill waits for the window to clear its panes
 SUPERSEDED = ("lens", "attention_map", "neighbours")  # a newer request drops a pending older one
 AHEAD_AFTER_MS = 50.0  # an analysis that took this long has its likely successors computed ahead
-AHEAD_DELAY_MS = 100  # ... starting this long after its answer left, once the window drew it
+AHEAD_DELAY_MS = 250  # ... starting this long after the last answer left: the window has drawn
+# it, and a person stepping by holding a key down (a request every ~30-100 ms) is not guessed for
 
 
 class Worker(QObject):
@@ -98,6 +99,7 @@ class Worker(QObject):
         self.ahead: list[tuple[str, Callable[[], Any]]] = []  # (kind, job) likely to come next
         self.slow: set[str] = set()  # kinds that took AHEAD_AFTER_MS or more on this run
         self._ahead_of: dict[Any, tuple[Callable[[], Any], ...]] = {}  # a pending job's
+        self._ahead_timer: QTimer | None = None
 
     @Slot(object, str, str)
     def load(self, spec: object, device: str, dtype: str) -> None:
@@ -320,7 +322,10 @@ class Worker(QObject):
         with every_core():
             self._serve_pending()
         if self.ahead and QAbstractEventDispatcher.instance() is not None:
-            QTimer.singleShot(AHEAD_DELAY_MS, self.work_ahead)
+            if self._ahead_timer is None:  # made here: a timer belongs to its thread
+                self._ahead_timer = QTimer(self, singleShot=True)
+                self._ahead_timer.timeout.connect(self.work_ahead)
+            self._ahead_timer.start(AHEAD_DELAY_MS)  # counted from the last answer, not the first
 
     def _wanted_else(self) -> bool:
         return self.wanted.is_set() or self.closing.is_set() or not self.pending.empty()
