@@ -355,17 +355,23 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     shown = win.panes["Attention"].layer_box.value()
     layers = [n for n in (12, 29, 1, 20) if n != shown][:3]
     gaps.start()
-    windows = []  # a new layer (its queries and keys computed), then another head of it
+    # a person reading each map before the next (STEP_PAUSE_S): a new layer far from the last
+    # (its queries and keys computed), then another head of it
+    windows = []
     for layer, head in [(n, h) for n in layers for h in (0, 5)]:
+        pause(STEP_PAUSE_S)
         windows.append(window_ms(ctl, layer, head))
+    back_to_back = [window_ms(ctl, n, 3) for n in (layers[0] + 4, layers[1] - 4)]
     steps = [n for n in range(5, 10) if n not in layers][:3]
-    stepped = [window_ms(ctl, steps[0], 0)]  # a person stepping through layers, reading each
+    pause(STEP_PAUSE_S)
+    stepped = [window_ms(ctl, steps[0], 0)]  # stepping through layers, reading each
     for layer in (*steps[1:], steps[1]):
         pause(STEP_PAUSE_S)
         stepped.append(window_ms(ctl, layer, 0))
     gaps.on = False
     window_gap = max(gaps.gaps, default=0.0)
     near = {n + d for n in (shown, *layers, *steps) for d in (-1, 0, 1)}  # asked or guessed
+    near |= {layers[0] + 4 + d for d in (-1, 0, 1)} | {layers[1] - 4 + d for d in (-1, 0, 1)}
     fresh = next(n for n in range(engine.info.num_layers) if n not in near)
     ctl.worker.ahead.clear()  # no guess computing beside it
     pause(0.5)
@@ -380,9 +386,12 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
         "after the run, "
         f"{_rss_mb() - rss0:+.0f} MB after the panes' analyses ({deferred:.0f} s); peak RSS "
         f"{peak:.0f} MB; one head's pooled 256² attention window, asked of the worker as the "
-        f"Attention pane asks, a new layer / another head of it (layers "
-        f"{', '.join(map(str, layers))}): "
+        f"Attention pane asks, {STEP_PAUSE_S:.1f} s apart, a new layer / another head of it "
+        f"(layers {', '.join(map(str, layers))}): "
         + ", ".join(f"{a:.0f} / {b:.0f}" for a, b in zip(windows[::2], windows[1::2], strict=True))
+        + " ms; two new layers asked as soon as the last answer came (the window drawing it "
+        "meanwhile): "
+        + " / ".join(f"{ms:.0f}" for ms in back_to_back)
         + f" ms; stepping layers {steps[0]}, {steps[1]}, {steps[2]}, {steps[1]} with "
         f"{STEP_PAUSE_S:.1f} s between (the worker computes the layers beside the one shown "
         "meanwhile): "
