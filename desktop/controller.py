@@ -236,8 +236,8 @@ class Controller(QObject):
 
             from llm_lens.core.loop.analyses import likely_next
 
-            layers = self.model_info.num_layers
-            ahead = tuple(partial(job, nxt, True) for nxt in likely_next(kind, args, layers))
+            guesses = likely_next(kind, args, self.model_info)
+            ahead = tuple(partial(job, nxt, True) for nxt in guesses)
             self.worker.submit(kind, key, job, ahead)
             self._serve_requested.emit()
         return None

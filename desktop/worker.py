@@ -99,7 +99,7 @@ class Worker(QObject):
         self.ahead: list[tuple[str, Callable[[], Any]]] = []  # (kind, job) likely to come next
         self.slow: set[str] = set()  # kinds that took AHEAD_AFTER_MS or more on this run
         self._ahead_of: dict[Any, tuple[Callable[[], Any], ...]] = {}  # a pending job's
-        self._ahead_timer: QTimer | None = None
+        self._ahead_asked = self._ahead_fired = 0  # the delays started and over
 
     @Slot(object, str, str)
     def load(self, spec: object, device: str, dtype: str) -> None:
@@ -322,10 +322,16 @@ class Worker(QObject):
         with every_core():
             self._serve_pending()
         if self.ahead and QAbstractEventDispatcher.instance() is not None:
-            if self._ahead_timer is None:  # made here: a timer belongs to its thread
-                self._ahead_timer = QTimer(self, singleShot=True)
-                self._ahead_timer.timeout.connect(self.work_ahead)
-            self._ahead_timer.start(AHEAD_DELAY_MS)  # counted from the last answer, not the first
+            self._ahead_asked += 1  # counted from the last answer, not the first
+            QTimer.singleShot(AHEAD_DELAY_MS, self._ahead_due)
+
+    @Slot()
+    def _ahead_due(self) -> None:
+        """The delay after an answer is over: work ahead if no answer came since (one-shot
+        timers, not one restarted timer object: that one would outlive the thread)."""
+        self._ahead_fired += 1
+        if self._ahead_fired == self._ahead_asked:
+            self.work_ahead()
 
     def _wanted_else(self) -> bool:
         return self.wanted.is_set() or self.closing.is_set() or not self.pending.empty()

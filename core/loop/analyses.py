@@ -51,11 +51,17 @@ def compute(kind: str, engine: Any, run: Any, args: dict[str, Any]) -> Any:
     raise ValueError(f"unknown analysis {kind!r}")
 
 
-def likely_next(kind: str, args: dict[str, Any], num_layers: int) -> list[dict[str, Any]]:
-    """The requests a person probably makes after ``kind`` with ``args``, nearest first, for
-    the worker to compute while it waits: after a layer's attention map, the same head's in
-    the layer after and the layer before (a spin box's steps). None for other kinds."""
+def likely_next(kind: str, args: dict[str, Any], info: Any) -> list[dict[str, Any]]:
+    """The requests a person probably makes after ``kind`` with ``args``, likeliest first, for
+    the worker to compute while it waits: after one head's attention map, a spin box's steps
+    from it (the next layer, the next head, the previous layer, the previous head). None for
+    other kinds."""
     if kind != "attention_map":
         return []
-    layer = args["layer"]
-    return [{**args, "layer": n} for n in (layer + 1, layer - 1) if 0 <= n < num_layers]
+    layer, head = args["layer"], args["head"]
+    steps = ((layer + 1, head), (layer, head + 1), (layer - 1, head), (layer, head - 1))
+    return [
+        {**args, "layer": n, "head": h}
+        for n, h in steps
+        if 0 <= n < info.num_layers and 0 <= h < info.num_heads
+    ]

@@ -119,3 +119,18 @@ def test_the_last_layers_asked_keep_their_queries_and_keys(long_run, monkeypatch
     finally:
         for hook in hooks:
             hook.remove()
+
+
+def test_the_likely_next_maps_are_a_spin_box_step_away_inside_the_model():
+    from types import SimpleNamespace
+
+    from llm_lens.core.loop.analyses import likely_next
+
+    info = SimpleNamespace(num_layers=30, num_heads=9)
+    args = {"layer": 5, "head": 2, "max_size": 512}
+    assert [(a["layer"], a["head"], a["max_size"]) for a in likely_next("attention_map", args, info)
+            ] == [(6, 2, 512), (5, 3, 512), (4, 2, 512), (5, 1, 512)]  # fmt: skip
+    corner = {"layer": 29, "head": 0, "max_size": 256}
+    assert [(a["layer"], a["head"]) for a in likely_next("attention_map", corner, info)] == [
+        (29, 1), (28, 0)]  # fmt: skip
+    assert likely_next("lens", {"step": 3}, info) == []

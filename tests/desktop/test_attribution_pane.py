@@ -114,7 +114,7 @@ def test_the_pane_asks_once_per_step_and_vs_and_reuses_the_result(qtbot, window_
     asked, threads, drawn = [], [], []
     submit, draw = ctl.worker.submit, pane._draw
 
-    def counting(kind, key, job):
+    def counting(kind, key, job, ahead=()):
         if kind == "explain":
             asked.append(key)
 
@@ -122,8 +122,8 @@ def test_the_pane_asks_once_per_step_and_vs_and_reuses_the_result(qtbot, window_
                 threads.append(threading.current_thread())
                 return job()
 
-            return submit(kind, key, run)
-        return submit(kind, key, job)
+            return submit(kind, key, run, ahead)
+        return submit(kind, key, job, ahead)
 
     ctl.worker.submit = counting
     pane._draw = lambda x: (drawn.append(x), draw(x))
@@ -183,10 +183,10 @@ def test_a_long_context_is_explained_only_when_asked(qtbot, window_ran, monkeypa
     asked: list[object] = []
     submit = ctl.worker.submit
 
-    def counting(kind, key, job):
+    def counting(kind, key, job, ahead=()):
         if kind == "explain":
             asked.append(key)
-        return submit(kind, key, job)
+        return submit(kind, key, job, ahead)
 
     monkeypatch.setattr(ctl.worker, "submit", counting)
     ctl.request_select(3)

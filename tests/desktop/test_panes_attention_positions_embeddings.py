@@ -241,27 +241,32 @@ def test_pooling_helpers():
     assert visible_text(" a\n") == "·a↵" and visible_text("") == "∅"
 
 
-def test_the_layers_beside_an_asked_map_are_computed_ahead(qtbot, ran, monkeypatch):
-    """After one head's map of layer 5 (taking long enough: here any time), the worker computes
-    the same head's maps of layers 6 and 4 while idle, into the model's memo; asking for layer
-    6 then runs no attention module and gives what a fresh computation gives."""
+def test_the_maps_beside_an_asked_map_are_computed_ahead(qtbot, ran, monkeypatch):
+    """After one head's map of layer 5 (taking long enough: here any time; one head's alone, as
+    for a long prompt), the worker computes the maps a spin box's step away while idle, into
+    the model's memo: layers 6 and 4, heads 3 and 1. Asking for one of them then runs no
+    attention module and gives what a fresh computation gives."""
     from llm_lens.core import attention
     from llm_lens.desktop import worker as worker_module
 
     monkeypatch.setattr(worker_module, "AHEAD_AFTER_MS", 0.0)
+    monkeypatch.setattr(attention, "EVERY_HEAD_SCORES", 0)
     engine = ran.worker.engine
     wait_result(qtbot, ran, "attention_map", layer=5, head=2, max_size=512)
-    qtbot.waitUntil(
-        lambda: {(6, None), (4, None)} <= set(engine.map_memo.get("maps", {})), timeout=30_000
-    )
+    guessed = {(6, 2), (5, 3), (4, 2), (5, 1)}
+    qtbot.waitUntil(lambda: guessed <= set(engine.map_memo.get("maps", {})), timeout=30_000)
     calls: list[int] = []
-    hook = engine.anatomy.attn[6].register_forward_pre_hook(lambda *_a: calls.append(6))
+    hooks = [engine.anatomy.attn[n].register_forward_pre_hook(lambda *_a: calls.append(1))
+             for n in (4, 5, 6)]  # fmt: skip
     try:
         got = wait_result(qtbot, ran, "attention_map", layer=6, head=2, max_size=512)
+        other = wait_result(qtbot, ran, "attention_map", layer=5, head=3, max_size=512)
     finally:
-        hook.remove()
+        for hook in hooks:
+            hook.remove()
     assert calls == []
     run = ran.worker.store.runs[ran.run_id]
-    engine.map_memo.clear()
-    fresh = attention.attention_map(engine, run.cache, run.prefill.hidden, 6, 2, 512)
-    np.testing.assert_array_equal(got.weights, fresh.weights)
+    for amap, (layer, head) in ((got, (6, 2)), (other, (5, 3))):
+        engine.map_memo.clear()
+        fresh = attention.attention_map(engine, run.cache, run.prefill.hidden, layer, head, 512)
+        np.testing.assert_array_equal(amap.weights, fresh.weights)
