@@ -365,9 +365,9 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     steps = [n for n in range(5, 10) if n not in layers][:3]
     pause(STEP_PAUSE_S)
     stepped = [window_ms(ctl, steps[0], 0)]  # stepping through layers, reading each
-    for layer in (*steps[1:], steps[1]):
+    for layer, head in ((steps[1], 0), (steps[2], 0), (steps[1], 0), (steps[1], 1)):
         pause(STEP_PAUSE_S)
-        stepped.append(window_ms(ctl, layer, 0))
+        stepped.append(window_ms(ctl, layer, head))
     gaps.on = False
     window_gap = max(gaps.gaps, default=0.0)
     near = {n + d for n in (shown, *layers, *steps) for d in (-1, 0, 1)}  # asked or guessed
@@ -392,9 +392,9 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
         + " ms; two new layers asked as soon as the last answer came (the window drawing it "
         "meanwhile): "
         + " / ".join(f"{ms:.0f}" for ms in back_to_back)
-        + f" ms; stepping layers {steps[0]}, {steps[1]}, {steps[2]}, {steps[1]} with "
-        f"{STEP_PAUSE_S:.1f} s between (the worker computes the layers beside the one shown "
-        "meanwhile): "
+        + f" ms; stepping layers {steps[0]}, {steps[1]}, {steps[2]}, {steps[1]}, then head 1, "
+        f"{STEP_PAUSE_S:.1f} s apart (the worker computes the maps a step away from the one "
+        "shown meanwhile): "
         + " / ".join(f"{ms:.0f}" for ms in stepped)
         + f" ms (GUI longest gap meanwhile {window_gap:.0f} ms; a new layer ({fresh}) on the GUI "
         f"thread with {_torch_threads()} torch thread(s): {direct:.0f} ms); {load()}",
