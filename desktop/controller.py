@@ -323,6 +323,13 @@ class Controller(QObject):
 
     # ----------------------------------------------------------------- worker events
     def _on_loaded(self, info: Any) -> None:
+        from llm_lens.core.runtime import configure_threads
+
+        # this thread's torch work (the Sampling pane's stages) on the model's thread count,
+        # fixed now: a thread keeps the count torch had when it first ran, and at that moment
+        # the worker may be serving an analysis on every core (then: two threads for good,
+        # beside the model's)
+        configure_threads()
         self._collector.settle()
         self.sessions.forget_origin()  # its runs belong to another model
         self.info = self.model_info = info

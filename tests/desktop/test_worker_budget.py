@@ -240,3 +240,67 @@ def test_likely_next_requests_run_ahead_while_idle_and_give_way(tiny_engine, qtb
     worker.serve()  # a new run: nothing of this kind took long yet
     qtbot.wait(50)
     assert log == ["next"]
+
+
+def test_the_gui_thread_keeps_the_models_thread_count_whatever_the_worker_serves(
+    qtbot, monkeypatch
+):
+    """A thread keeps the torch thread count of the moment it first ran torch: one that first
+    runs it while the worker serves on every core would use every core for good, beside the
+    model. The window fixes its own count when a model has loaded (before any analysis)."""
+    import os
+    import threading
+
+    import torch
+
+    from llm_lens.core import runtime
+    from llm_lens.desktop.controller import Controller
+
+    monkeypatch.delenv("LLM_LENS_THREADS", raising=False)
+    model = runtime.default_threads()
+    holding, release = threading.Event(), threading.Event()
+
+    def serving() -> None:  # the worker, serving an analysis on every core
+        with runtime.every_core():
+            holding.set()
+            release.wait()
+
+    def first_torch(pin: bool, out: list[int], ran: threading.Event) -> None:  # new to torch
+        if pin:
+            runtime.configure_threads()
+        torch.randn(49152).softmax(-1)  # e.g. the Sampling pane's stages
+        ran.set()
+        release.wait()
+        out.append(torch.get_num_threads())
+
+    counts: dict[bool, list[int]] = {False: [], True: []}
+    worker = threading.Thread(target=serving)
+    worker.start()
+    holding.wait()
+    threads = []
+    for pin in (False, True):  # one after the other: a pin sets torch's count for new threads
+        ran = threading.Event()
+        threads.append(threading.Thread(target=first_torch, args=(pin, counts[pin], ran)))
+        threads[-1].start()
+        ran.wait()
+    release.set()
+    for t in (worker, *threads):
+        t.join()
+    assert counts[False] == [os.cpu_count()] != [model]  # the hazard is real here
+    assert counts[True] == [model]
+
+    pinned: list[str] = []
+    configure = runtime.configure_threads
+
+    def spy(*args):
+        pinned.append(threading.current_thread().name)
+        return configure(*args)
+
+    monkeypatch.setattr(runtime, "configure_threads", spy)
+    ctl = Controller()
+    try:
+        with qtbot.waitSignal(ctl.sig_model_loaded, timeout=120_000):
+            ctl.request_load()
+        assert threading.current_thread().name in pinned
+    finally:
+        ctl.shutdown()
