@@ -10,7 +10,7 @@ timed too dear, waits for the end rather than stall one step.
 A pending request of a per-step kind (the lens of step 5 while the pane now shows step 9) is
 dropped when a newer one of that kind arrives.
 An analysis that took long enough to be felt (a new layer's attention window at 8,192 tokens)
-may name the requests likely to follow it (the layers beside it); the worker computes them
+may name the requests likely to follow it (the maps a step away); the worker computes them
 while it has nothing else to do, into the engine's memo, and gives way to anything asked of it
 between their row blocks.
 """
@@ -227,11 +227,11 @@ class Worker(QObject):
         ``where`` is None to ``sig_stream_item(job_id, "error", …)``."""
         import torch
 
+        from llm_lens.core.errors import LensError
+
         self.wanted.clear()
         self.ahead.clear()  # their run is no longer the one shown
         self.slow.clear()
-
-        from llm_lens.core.errors import LensError
 
         def fail(message: str) -> None:
             if where is None:
