@@ -361,7 +361,8 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     for layer, head in [(n, h) for n in layers for h in (0, 5)]:
         pause(STEP_PAUSE_S)
         windows.append(window_ms(ctl, layer, head))
-    back_to_back = [window_ms(ctl, n, 3) for n in (layers[0] + 4, layers[1] - 4)]
+    far = (layers[0] + 4, layers[1] - 4)
+    back_to_back = [window_ms(ctl, n, 3) for n in far]
     steps = [n for n in range(5, 10) if n not in layers][:3]
     pause(STEP_PAUSE_S)
     stepped = [window_ms(ctl, steps[0], 0)]  # stepping through layers, reading each
@@ -370,8 +371,7 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
         stepped.append(window_ms(ctl, layer, head))
     gaps.on = False
     window_gap = max(gaps.gaps, default=0.0)
-    near = {n + d for n in (shown, *layers, *steps) for d in (-1, 0, 1)}  # asked or guessed
-    near |= {layers[0] + 4 + d for d in (-1, 0, 1)} | {layers[1] - 4 + d for d in (-1, 0, 1)}
+    near = {n + d for n in (shown, *layers, *far, *steps) for d in (-1, 0, 1)}  # asked, guessed
     fresh = next(n for n in range(engine.info.num_layers) if n not in near)
     ctl.worker.ahead.clear()  # no guess computing beside it
     pause(0.5)

@@ -358,13 +358,12 @@ def layer_maps(
     maps = _memo(engine, hidden, block)
     if maps is None:
         return None
-    got = maps.get((layer, None))
-    if got is None and head is not None:
-        got = maps.get((layer, head))  # (1, q, k): one head's, kept without the others' zeros
-        if got is not None:
-            return _as_every_head(engine, got, head)
-    if got is not None:
-        return got
+    every = maps.get((layer, None))
+    if every is not None:
+        return every
+    kept = None if head is None else maps.get((layer, head))  # (1, q, k): one head's alone
+    if kept is not None and head is not None:
+        return _as_every_head(engine, kept, head)
     tokens = hidden.shape[1]
     every_head = head is None or engine.info.num_heads * tokens * tokens <= EVERY_HEAD_SCORES
     if head is not None and not every_head:

@@ -24,6 +24,12 @@ def default_threads(cores: int | None = None) -> int:
     return max(1, cores - 1) if cores > 2 else 1
 
 
+def _threads_from_env() -> int | None:
+    """``LLM_LENS_THREADS`` when it is a positive whole number, else None."""
+    env = os.environ.get("LLM_LENS_THREADS", "")
+    return int(env) if env.isdigit() and int(env) > 0 else None
+
+
 def configure_threads(threads: int | None = None) -> int:
     """Set OpenMP to passive waiting and fix torch's intra-op thread count; returns the count.
 
@@ -31,8 +37,7 @@ def configure_threads(threads: int | None = None) -> int:
     only takes effect if torch has not been imported yet.
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    env = os.environ.get("LLM_LENS_THREADS")
-    n = threads or (int(env) if env and env.isdigit() and int(env) > 0 else default_threads())
+    n = threads or _threads_from_env() or default_threads()
     import torch
 
     if torch.get_num_threads() != n:
@@ -51,9 +56,8 @@ def every_core() -> Iterator[int]:
     """
     import torch
 
-    env = os.environ.get("LLM_LENS_THREADS")
     before = torch.get_num_threads()
-    wanted = before if env and env.isdigit() and int(env) > 0 else os.cpu_count() or before
+    wanted = before if _threads_from_env() else os.cpu_count() or before
     if wanted != before:
         torch.set_num_threads(wanted)
     try:

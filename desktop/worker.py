@@ -307,8 +307,8 @@ class Worker(QObject):
                     self._ahead_of.pop(item[1], None)
         for old_kind, old_key, _ in dropped:
             self.sig_result.emit(old_kind, old_key, None)
-        with self.pending.mutex:
-            if ahead:
+        if ahead:
+            with self.pending.mutex:
                 self._ahead_of[key] = ahead
         self.pending.put((kind, key, job))
 
