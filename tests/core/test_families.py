@@ -139,6 +139,7 @@ def test_one_head_map_of_a_long_prompt_skips_the_earlier_layers(
         for n in range(engine.info.num_layers)
     ]
     hidden = run.prefill.hidden
+    alone = name in ONE_HEAD_ALONE
     try:
         for head in (0, engine.info.num_heads - 1):
             engine.map_memo.clear()
@@ -146,17 +147,64 @@ def test_one_head_map_of_a_long_prompt_skips_the_earlier_layers(
             assert amap is not None
             want = ref.attentions[layer][0, head].float().numpy()
             np.testing.assert_allclose(amap.weights, want, atol=1e-5)
-        assert called == [layer, layer]  # no earlier layer's attention ran
-        for head in range(engine.info.num_heads - 1):  # the kept queries and keys: no rerun
+        assert set(called) == {layer}  # no earlier layer's attention ran
+        ran = len(called)
+        for head in range(engine.info.num_heads - 1):
             amap = attention.attention_map(engine, run.cache, hidden, layer, head, 1024)
             want = ref.attentions[layer][0, head].float().numpy()
             np.testing.assert_allclose(amap.weights, want, atol=1e-5)
-        assert called == [layer, layer]
+        # every head's kept queries and keys: no rerun; one head's alone: the layer runs again
+        assert called == [layer] * (ran + (engine.info.num_heads - 1 if alone else 0))
         attention.attention_map(engine, run.cache, hidden, 0, 0, 1024)  # another layer: runs
-        assert called == [layer, layer, 0]
+        assert called[-1] == 0 and set(called) == {layer, 0}
     finally:
         for hook in hooks:
             hook.remove()
+
+
+# families whose attention projects a head's queries and keys alone (separate linears, heads in
+# order, nothing mixing heads after them); the others project every head (fused projections, or
+# OLMo 2's query/key norms over every head)
+ONE_HEAD_ALONE = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral", "mixtral", "stablelm", "granite",
+                  "llama3", "opt"}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_a_heads_map_projected_alone_equals_the_models_own(
+    loaded: Any, name: str, monkeypatch: Any
+) -> None:
+    """A one-head map (what long prompts ask) projects only that head's queries and its
+    key/value head's keys where the layout allows it, checked against the whole projections;
+    each head's map equals the model's own eager weights either way."""
+    engine, run = _run(name, loaded.tokenizer)
+    monkeypatch.setattr(attention, "EVERY_HEAD_SCORES", 0)  # the long prompt's one-head path
+    monkeypatch.setattr(attention, "MAP_MEMO_BYTES", 0)
+    t, layer, heads = len(run.prompt), engine.info.num_layers - 1, engine.info.num_heads
+    ref = _reference(engine.model, list(run.prompt.ids))
+    hidden = run.prefill.hidden
+    engine.map_memo.clear()
+    for head in range(heads):
+        amap = attention.attention_map(engine, run.cache, hidden, layer, head)
+        assert amap is not None
+        want = ref.attentions[layer][0, head, :t, :t].float().numpy()
+        np.testing.assert_allclose(amap.weights, want, atol=1e-5)
+    module = engine.anatomy.attn[layer]
+    assert attention._ALONE[module] == (name in ONE_HEAD_ALONE)
+    if not hasattr(module, "q_proj"):
+        return
+    seen: dict[str, Any] = {}
+    hooks = [getattr(module, n).register_forward_hook(lambda _m, _a, o, n=n: seen.update({n: o}))
+             for n in ("q_proj", "v_proj")]  # fmt: skip
+    try:
+        engine.map_memo.clear()
+        attention.attention_map(engine, run.cache, hidden, layer, 1)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    width = seen["q_proj"].shape[-1] // heads
+    columns = seen["q_proj"][0].abs().amax(dim=0).reshape(heads, width).amax(dim=1) > 0
+    assert columns.tolist() == [name not in ONE_HEAD_ALONE or h == 1 for h in range(heads)]
+    assert bool(seen["v_proj"].abs().max() == 0) == (name in ONE_HEAD_ALONE)
 
 
 @pytest.mark.parametrize("name", WINDOWED)

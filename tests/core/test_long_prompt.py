@@ -84,6 +84,7 @@ def test_a_halted_window_keeps_its_queries_and_keys_and_no_half_map(long_run, mo
     hooks = [a.register_forward_pre_hook(lambda *_a, n=n: calls.append(n))
              for n, a in enumerate(engine.anatomy.attn)]  # fmt: skip
     checks = iter([False, True])  # wanted elsewhere at the second row block
+    monkeypatch.setattr(attention, "_check_halt", lambda *_a: None)  # row blocks' checks only
     try:
         with attention.halting(lambda: next(checks)), pytest.raises(attention.Halted):
             attention.attention_map(engine, run.cache, hidden, 1, 2, max_size=256)
@@ -98,12 +99,48 @@ def test_a_halted_window_keeps_its_queries_and_keys_and_no_half_map(long_run, mo
             hook.remove()
 
 
+def test_work_ahead_gives_way_inside_the_attention_module_and_projects_every_head(long_run):
+    """Work ahead of a request stops before the next part of the attention module runs once
+    something else is wanted (no map, nothing kept); when it completes it kept every head's
+    queries and keys, so any head of that layer then runs no attention module."""
+    engine, run = long_run
+    hidden = run.prefill.hidden
+    engine.map_memo.clear()
+    ran: list[str] = []
+    attn = engine.anatomy.attn[1]
+    parts = attn.named_children()  # each recorded once it ran to its end
+    hooks = [m.register_forward_hook(lambda *_a, n=n: ran.append(n)) for n, m in parts]
+    checks = iter([False, False, True])  # wanted elsewhere before the module's second part
+    try:
+        with attention.halting(lambda: next(checks)), pytest.raises(attention.Halted):
+            attention.attention_map(engine, run.cache, hidden, 1, 2, max_size=256)
+        assert ran == ["q_proj"] and not engine.map_memo["maps"]
+        assert not engine.map_memo["inputs"]
+        with attention.halting(lambda: False):
+            ahead = attention.attention_map(engine, run.cache, hidden, 1, 2, max_size=256)
+        assert engine.map_memo["inputs"][1].head is None  # every head's
+        ran.clear()
+        other = attention.attention_map(engine, run.cache, hidden, 1, 0, max_size=256)
+        assert ran == []
+    finally:
+        for hook in hooks:
+            hook.remove()
+    engine.map_memo.clear()
+    np.testing.assert_allclose(
+        attention.attention_map(engine, run.cache, hidden, 1, 2, max_size=256).weights,
+        ahead.weights, atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        attention.attention_map(engine, run.cache, hidden, 1, 0, max_size=256).weights,
+        other.weights, atol=1e-6)  # fmt: skip
+
+
 def test_the_last_layers_asked_keep_their_queries_and_keys(long_run, monkeypatch):
     """At most KEPT_LAYERS layers' queries and keys are kept, the least recently asked dropped
-    first; a kept layer's other head runs no attention module."""
+    first; where every head was projected a kept layer's other head runs no attention module."""
     engine, run = long_run
     hidden = run.prefill.hidden
     monkeypatch.setattr(attention, "KEPT_LAYERS", 1)
+    monkeypatch.setattr(attention, "_projects_one_head", lambda *_a: False)
     engine.map_memo.clear()
     calls: list[int] = []
     hooks = [a.register_forward_pre_hook(lambda *_a, n=n: calls.append(n))
@@ -119,6 +156,35 @@ def test_the_last_layers_asked_keep_their_queries_and_keys(long_run, monkeypatch
     finally:
         for hook in hooks:
             hook.remove()
+
+
+def test_a_layer_projected_for_one_head_keeps_that_heads_queries_alone(long_run, monkeypatch):
+    """The bundled model's layout (Llama): one head's map projects that head alone; the kept
+    queries serve that head again (its map dropped), another head runs the layer again."""
+    engine, run = long_run
+    hidden = run.prefill.hidden
+    monkeypatch.setattr(attention, "MAP_MEMO_BYTES", 0)  # the memo holds the last map only
+    engine.map_memo.clear()
+    assert attention._projects_one_head(engine, hidden, 1, 0)
+    calls: list[int] = []
+    hooks = [a.register_forward_pre_hook(lambda *_a, n=n: calls.append(n))
+             for n, a in enumerate(engine.anatomy.attn)]  # fmt: skip
+    try:
+        maps = [attention.attention_map(engine, run.cache, hidden, 1, head, max_size=256).weights
+                for head in (0, 1, 0)]  # fmt: skip
+        assert calls == [1, 1, 1]  # the kept queries of head 1 cannot serve head 0
+        engine.map_memo["maps"].clear()
+        again = attention.attention_map(engine, run.cache, hidden, 1, 0, max_size=256).weights
+        assert calls == [1, 1, 1]  # those of head 0 serve it
+    finally:
+        for hook in hooks:
+            hook.remove()
+    np.testing.assert_array_equal(maps[0], maps[2])
+    np.testing.assert_array_equal(maps[0], again)
+    monkeypatch.setattr(attention, "_projects_one_head", lambda *_a: False)
+    engine.map_memo.clear()
+    every = attention.attention_map(engine, run.cache, hidden, 1, 1, max_size=256).weights
+    np.testing.assert_allclose(maps[1], every, atol=1e-6)
 
 
 def test_the_likely_next_maps_are_a_spin_box_step_away_inside_the_model():
