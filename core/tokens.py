@@ -43,20 +43,25 @@ class CharGroup:
     text: str  # the character(s) they form
 
 
-def char_groups(pieces: Sequence[bytes]) -> list[CharGroup]:
+GROUP_REACH = 8  # pieces a group may span: how far :func:`char_groups` looks from its first
+
+
+def char_groups(pieces: Sequence[bytes], start: int = 0) -> list[CharGroup]:
     """Groups of split-character pieces (emoji, Chinese) in a token sequence, in order.
 
     A group starts at a piece that does not decode on its own and grows until the joined bytes
-    decode; pieces that never complete a character are left ungrouped.
+    decode; pieces that never complete a character are left ungrouped. ``start``: scan from
+    that piece on (one the scan from 0 reaches, i.e. not inside a group: the groups found are
+    then those of the whole sequence from there, see :func:`regroup_from`).
     """
     groups: list[CharGroup] = []
-    i = 0
+    i = start
     while i < len(pieces):
         if not _undecodable(pieces[i]):
             i += 1
             continue
         joined = pieces[i]
-        for j in range(i + 1, min(len(pieces), i + 8)):
+        for j in range(i + 1, min(len(pieces), i + GROUP_REACH)):
             joined += pieces[j]
             if not _undecodable(joined):
                 groups.append(CharGroup(i, j - i + 1, joined.decode("utf-8")))
@@ -64,6 +69,19 @@ def char_groups(pieces: Sequence[bytes]) -> list[CharGroup]:
                 break
         i += 1
     return groups
+
+
+def regroup_from(groups: Sequence[CharGroup], changed: int) -> int:
+    """Where to scan again when the pieces from ``changed`` on are new (appended or replaced),
+    given the ``groups`` found before: a group's decision reads at most :data:`GROUP_REACH`
+    pieces from its first, so every decision at a piece ``GROUP_REACH`` or more before
+    ``changed`` stands, and the scan resumes at the first piece after them that the scan
+    reaches (past a group it was inside of)."""
+    resume = max(0, changed - GROUP_REACH)
+    for g in reversed(groups):
+        if g.first < resume:
+            return max(resume, g.first + g.count)
+    return resume
 
 
 def _undecodable(raw: bytes) -> bool:

@@ -40,7 +40,15 @@ from PySide6.QtWidgets import (
 )
 
 from llm_lens.core.records import PromptTokens, StepRecord, TokenInfo
-from llm_lens.core.tokens import TiktokenView, bytes_text, char_groups, cl100k, user_token_range
+from llm_lens.core.tokens import (
+    CharGroup,
+    TiktokenView,
+    bytes_text,
+    char_groups,
+    cl100k,
+    regroup_from,
+    user_token_range,
+)
 from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.panes.base import Pane
 
@@ -121,6 +129,8 @@ class ChipView(QWidget):
         self._small = QFont(self.font())
         self._small.setPointSizeF(max(6.0, self.font().pointSizeF() * 0.75))
         self._laid_width = -1
+        self._pieces: list[bytes] = []  # what the chips' groups were found in (a prefix stays)
+        self._groups: list[CharGroup] = []
 
     def set_chips(self, chips: list[Chip]) -> None:
         self.replace_tail(0, chips)
@@ -128,6 +138,7 @@ class ChipView(QWidget):
     def replace_tail(self, start: int, chips: list[Chip]) -> None:
         """Keep chips[:start], replace the rest by ``chips`` and lay out only those."""
         self.chips, self.rects = self.chips[:start], self.rects[:start]
+        del self._pieces[start:]  # the new chips' group marks are their own until set_groups
         self._cursor = QPointF(GAP, GAP)
         if start > 0:
             last = self.rects[-1]
@@ -178,17 +189,29 @@ class ChipView(QWidget):
 
     def set_groups(self, pieces: list[bytes]) -> None:
         """Mark runs of chips whose bytes form a character together (``pieces``: each chip's
-        bytes); lays out again from the first chip whose grouping changed."""
-        marks = [("", False)] * len(self.chips)
-        for g in char_groups(pieces[: len(self.chips)]):
-            marks[g.first] = (g.text, False)
-            for k in range(g.first + 1, g.first + g.count):
-                marks[k] = ("", True)
-        changed = [i for i, c in enumerate(self.chips) if (c.group, c.joined) != marks[i]]
+        bytes); lays out again from the first chip whose grouping changed. Only the pieces
+        after those of the last call that stayed the same are scanned again (a streamed step
+        adds one chip to thousands)."""
+        pieces = pieces[: len(self.chips)]
+        old = self._pieces
+        same = _common_prefix(old, pieces)
+        resume = regroup_from(self._groups, same)
+        groups = [g for g in self._groups if g.first < resume] + char_groups(pieces, resume)
+        marks = [("", False)] * (len(self.chips) - resume)
+        for g in groups:
+            if g.first >= resume:
+                marks[g.first - resume] = (g.text, False)
+                for k in range(g.first + 1, g.first + g.count):
+                    marks[k - resume] = ("", True)
+        tail = self.chips[resume:]
+        changed = [
+            i for i, c in enumerate(tail, resume) if (c.group, c.joined) != marks[i - resume]
+        ]
+        for i in changed:
+            self.chips[i].group, self.chips[i].joined = marks[i - resume]
         if changed:
-            for i in changed:
-                self.chips[i].group, self.chips[i].joined = marks[i]
             self.replace_tail(changed[0], self.chips[changed[0] :])
+        self._pieces, self._groups = pieces, groups
 
     def resizeEvent(self, event: Any) -> None:
         super().resizeEvent(event)
@@ -290,6 +313,21 @@ class ChipView(QWidget):
             )
 
 
+def _common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items ``a`` and ``b`` share (halving: a few C-level list compares, not
+    a Python loop over thousands of tokens)."""
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while hi - lo > 1:  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def special_origin(info: TokenInfo, chat: bool = True) -> str:
     """Who put a special token in the sequence: the user's text, the template or the tokenizer."""
     if info.from_user:
@@ -376,6 +414,7 @@ class TokensPane(Pane):
         self._cl100k: TiktokenView | None = None
         self._cl100k_text = ""  # the text it tokenized
         self._split = 0  # byte length of the rendered prompt inside the cl100k text
+        self._user_tokens: tuple[PromptTokens | None, int] = (None, 0)  # the user's own tokens
         self._build_layout()
 
     def _build_layout(self) -> None:
@@ -498,14 +537,15 @@ class TokensPane(Pane):
         old = self._cl100k
         new = old if old is not None and text == self._cl100k_text else cl100k(text)
         # streamed text only changes the tail: keep the chips of the common prefix
-        pairs = enumerate(zip(old.ids if old else (), new.ids, strict=False))
-        same = next((i for i, (a, b) in pairs if a != b), min(old.count if old else 0, new.count))
+        same = _common_prefix(old.ids if old else (), new.ids)
         same = min(same, len(self.cl100k_view.chips))  # (those laid out so far)
         self._cl100k, self._cl100k_text, self._split = new, text, len(user.encode("utf-8"))
         self.cl100k_view.replace_tail(same, cl100k_chips(new, same, same + CHUNK))
         self.cl100k_view.set_groups(list(new.pieces))
-        user_tokens = sum(not prompt.tokens[i].special for i in user_token_range(prompt))
-        self.counts.setText(self.counts_text(user_tokens, steps))
+        if self._user_tokens[0] is not prompt:
+            users = sum(not prompt.tokens[i].special for i in user_token_range(prompt))
+            self._user_tokens = (prompt, users)
+        self.counts.setText(self.counts_text(self._user_tokens[1], steps))
 
     def counts_text(self, user_tokens: int, steps: list[StepRecord]) -> str:
         """Like for like: the user's text + response in both tokenizers; the template apart."""

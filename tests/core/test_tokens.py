@@ -210,3 +210,38 @@ def test_chat_template_ids_equal_apply_chat_template(loaded, engine, text, syste
     enc = loaded.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     expected = list(enc["input_ids"] if hasattr(enc, "keys") else enc)
     assert engine.tokenize(text, chat=True, system=system).ids == expected
+
+
+def _split_pieces(seed: int, n: int) -> list[bytes]:
+    """``n`` token pieces of mixed text cut at random byte offsets (split characters of 2-4
+    bytes, whole words, and bytes that never complete a character)."""
+    import random
+
+    rng = random.Random(seed)
+    alphabet = ["a", " the", "é", "中文", "🙂", "👩‍💻", "\n", "ß"]
+    out: list[bytes] = []
+    while len(out) < n:
+        raw = rng.choice(alphabet).encode()
+        if rng.random() < 0.05:
+            out.append(b"\xff")  # never decodes
+        cuts = sorted(rng.sample(range(1, len(raw)), k=min(len(raw) - 1, rng.randint(0, 3))))
+        out.extend(raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True))
+    return out[:n]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_groups_scanned_again_from_a_change_equal_a_scan_of_the_whole(seed):
+    """A streamed step appends a piece, a new prompt replaces a tail: scanning again from
+    regroup_from(...) and keeping the groups before it gives the whole sequence's groups."""
+    from llm_lens.core.tokens import char_groups, regroup_from
+
+    whole = _split_pieces(seed, 300)
+    other = _split_pieces(seed + 100, 300)
+    for changed in range(0, 300, 7):
+        old = whole[:changed] + other[changed:]  # the same up to ``changed``, then not
+        for new in (whole[: changed + 1], whole):  # one piece appended, or a new tail
+            before = char_groups(old[: len(new)] if new is whole else old[:changed])
+            resume = regroup_from(before, changed)
+            again = [g for g in before if g.first < resume] + char_groups(new, resume)
+            assert again == char_groups(new), (seed, changed)
+    assert char_groups(whole)  # the pieces do split characters

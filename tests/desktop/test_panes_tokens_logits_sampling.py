@@ -89,6 +89,43 @@ def test_chip_view_finds_each_chip_among_many_rows(qtbot):
     assert len(colours) > 2  # outline, fill and the label's ink
 
 
+def test_chip_groups_found_again_only_from_a_change_equal_those_of_a_fresh_view(qtbot):
+    """ChipView.set_groups scans only the pieces after the unchanged ones of its last call;
+    growing a view a chip at a time and replacing its tail gives the chips, marks and places
+    a fresh view gets in one call."""
+    from llm_lens.core.records import TokenInfo
+    from llm_lens.desktop.panes.tokens import ChipView, token_chip
+    from tests.core.test_tokens import _split_pieces
+
+    def chips(pieces):
+        return [token_chip(TokenInfo(i, "x", raw), f"t {i}") for i, raw in enumerate(pieces)]
+
+    def state(view):
+        return [(c.group, c.joined, r) for c, r in zip(view.chips, view.rects, strict=True)]
+
+    def fresh(pieces):
+        view = ChipView()
+        qtbot.addWidget(view)
+        view.resize(300, 200)
+        view.set_chips(chips(pieces))
+        view.set_groups(pieces)
+        return state(view)
+
+    pieces, other = _split_pieces(1, 120), _split_pieces(2, 120)
+    view = ChipView()
+    qtbot.addWidget(view)
+    view.resize(300, 200)
+    for n in range(0, 120, 3):  # streamed: a few chips at a time
+        view.append(chips(pieces[n : n + 3]))
+        view.set_groups(pieces[: n + 3])
+        assert state(view) == fresh(pieces[: n + 3])
+    for keep in (100, 61, 0):  # a new prompt: the tail replaced, then grouped again
+        view.replace_tail(keep, chips(other)[keep:])
+        view.set_groups(pieces[:keep] + other[keep:])
+        assert state(view) == fresh(pieces[:keep] + other[keep:])
+    assert any(g for g, _j, _r in state(view))
+
+
 def test_tokens_pane(qtbot, ran, tmp_path):
     import tiktoken
 
