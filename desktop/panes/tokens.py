@@ -46,6 +46,7 @@ from llm_lens.core.tokens import (
     bytes_text,
     char_groups,
     cl100k,
+    common_prefix,
     regroup_from,
     user_token_range,
 )
@@ -194,7 +195,7 @@ class ChipView(QWidget):
         adds one chip to thousands)."""
         pieces = pieces[: len(self.chips)]
         old = self._pieces
-        same = _common_prefix(old, pieces)
+        same = common_prefix(old, pieces)
         resume = regroup_from(self._groups, same)
         groups = [g for g in self._groups if g.first < resume] + char_groups(pieces, resume)
         marks = [("", False)] * (len(self.chips) - resume)
@@ -313,21 +314,6 @@ class ChipView(QWidget):
             )
 
 
-def _common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
-    """How many leading items ``a`` and ``b`` share (halving: a few C-level list compares, not
-    a Python loop over thousands of tokens)."""
-    lo, hi = 0, min(len(a), len(b))
-    if a[:hi] == b[:hi]:
-        return hi
-    while hi - lo > 1:  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
 def special_origin(info: TokenInfo, chat: bool = True) -> str:
     """Who put a special token in the sequence: the user's text, the template or the tokenizer."""
     if info.from_user:
@@ -415,6 +401,7 @@ class TokensPane(Pane):
         self._cl100k_text = ""  # the text it tokenized
         self._split = 0  # byte length of the rendered prompt inside the cl100k text
         self._user_tokens: tuple[PromptTokens | None, int] = (None, 0)  # the user's own tokens
+        self._due = False  # chips changed since the cl100k_base view and the groups were made
         self._build_layout()
 
     def _build_layout(self) -> None:
@@ -450,26 +437,29 @@ class TokensPane(Pane):
     def render(self, step: StepRecord | None) -> None:
         """Chips of the prompt, then of the response, and the cl100k_base view, each laid out
         :data:`CHUNK` chips a scheduler turn: a full context's 16,000 chips in one go held the
-        GUI thread for 0.2 s."""
+        GUI thread for 0.2 s. A turn that laid out more than a quarter chunk of prompt chips
+        leaves the response and the cl100k_base view to the next (a full context's last prompt
+        chunk and first cl100k_base view in one turn took 40 ms)."""
         ctl = self.controller
         prompt, steps = ctl.prompt, ctl.steps
         if prompt is None:
             return
-        changed = False
         if prompt is not self._prompt or len(steps) < self._n_steps:
             keep = min(self._kept_chips(prompt), self._placed)
             self.model_view.replace_tail(keep, [])
-            self._prompt, self._n_steps, self._placed, changed = prompt, 0, keep, True
+            self._prompt, self._n_steps, self._placed, self._due = prompt, 0, keep, True
         if self._placed < len(prompt):
+            before = self._placed
             self._place_prompt(prompt)
-            if self._placed < len(prompt):
+            self._due = True
+            if self._placed < len(prompt) or self._placed - before > CHUNK // 4:
                 self.schedule()  # the rest in the next turns; the response chips wait
                 return
-            changed = True
         if len(steps) > self._n_steps:
             self.model_view.append([response_chip(s) for s in steps[self._n_steps :]])
-            self._n_steps, changed = len(steps), True
-        if changed or self.laying_out:
+            self._n_steps, self._due = len(steps), True
+        if self._due or self.laying_out:
+            self._due = False
             self._update_cl100k()
             pieces = [t.raw for t in prompt.tokens] + [s.token.raw for s in steps[: self._n_steps]]
             self.model_view.set_groups(pieces)
@@ -482,7 +472,8 @@ class TokensPane(Pane):
         """True while chips of the shown tokens are still to be laid out (a turn at a time)."""
         view = self._cl100k
         behind = view is not None and len(self.cl100k_view.chips) < view.count
-        return self._prompt is not None and (self._placed < len(self._prompt) or behind)
+        placing = self._placed < len(self._prompt or ()) or behind or self._due
+        return self._prompt is not None and placing
 
     def _place_prompt(self, prompt: PromptTokens) -> None:
         """Lay out the next :data:`CHUNK` prompt chips (the last one ends the prompt's line)."""
@@ -535,9 +526,9 @@ class TokensPane(Pane):
         # a split character at the end is not text yet: cl100k_base reads whole characters
         text = user + response.decode("utf-8", errors="ignore")
         old = self._cl100k
-        new = old if old is not None and text == self._cl100k_text else cl100k(text)
+        new = old if old is not None and text == self._cl100k_text else cl100k(text, old)
         # streamed text only changes the tail: keep the chips of the common prefix
-        same = _common_prefix(old.ids if old else (), new.ids)
+        same = common_prefix(old.ids if old else (), new.ids)
         same = min(same, len(self.cl100k_view.chips))  # (those laid out so far)
         self._cl100k, self._cl100k_text, self._split = new, text, len(user.encode("utf-8"))
         self.cl100k_view.replace_tail(same, cl100k_chips(new, same, same + CHUNK))

@@ -245,3 +245,19 @@ def test_groups_scanned_again_from_a_change_equal_a_scan_of_the_whole(seed):
             again = [g for g in before if g.first < resume] + char_groups(new, resume)
             assert again == char_groups(new), (seed, changed)
     assert char_groups(whole)  # the pieces do split characters
+
+
+def test_cl100k_reusing_an_earlier_views_pieces_equals_a_fresh_tokenization():
+    """A streamed response re-tokenizes the whole text; the pieces of the ids it shares at the
+    start with the last view are reused, and the view equals a fresh one."""
+    from llm_lens.core.tokens import cl100k, common_prefix
+
+    text = "Explain transformers like I am 12. 中文 🙂 " * 40
+    before = cl100k(text)
+    for new in (text + " They", text + "🙂", text[:-3], "Another text", text):
+        assert cl100k(new, before) == cl100k(new)
+    for n in range(0, 12):
+        a, b = tuple(range(10)), tuple(range(n)) + (99,) * 3
+        pairs = enumerate(zip(a, b, strict=False))
+        naive = next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
+        assert common_prefix(a, b) == naive == common_prefix(b, a)

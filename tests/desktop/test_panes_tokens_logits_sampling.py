@@ -247,6 +247,8 @@ def test_tokens_lay_out_a_chunk_a_turn_and_end_as_in_one_go(qtbot, ran, monkeypa
     assert len(sizes) > 6 and len(asked) == len(sizes) - 2  # all but the last turn ask again
     steps = np.diff(np.array(sizes), axis=0)
     assert steps.max() <= 7 + len(ran.steps) and (steps >= 0).all()  # (the response at once)
+    turns = zip(sizes, sizes[1:], strict=False)  # a turn placing prompt chips makes no cl100k
+    assert all(b[1] == a[1] for a, b in turns if a[0] < len(ran.prompt))  # chip: one chunk
     assert chip_state(pane) == chip_state(whole)
 
     half = show(qtbot, TokensPane(ran))  # a run of a shorter prompt starts halfway
