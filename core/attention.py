@@ -557,7 +557,7 @@ def _rerun(engine: Any, hidden: np.ndarray, tap: Tap) -> None:
     what their attention was handed); each layer's input is its recorded residual."""
     layers = tap.maps
     dtype = param_dtype(engine.model)
-    handles = []
+    handles: list[Any] = []
     halt = getattr(_local, "halt", None)
     if halt is not None:  # work ahead gives way before each projection, norm or rotation too
         check = partial(_check_halt, halt)
