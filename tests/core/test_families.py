@@ -15,6 +15,7 @@ import torch
 
 from llm_lens.core import attention, layers
 from llm_lens.core.anatomy import Anatomy
+from llm_lens.core.attention import prompt_maps
 from llm_lens.core.errors import ModelLoadError
 from llm_lens.core.loop.engine import EAGER_PREFILL_LIMIT, Engine, RunConfig
 from llm_lens.core.records import PromptTokens
@@ -129,8 +130,8 @@ def test_one_head_map_of_a_long_prompt_skips_the_earlier_layers(
     model's own eager weights; another head of the same layer reuses the layer's kept queries
     and keys (no attention module runs again) and equals the eager weights too."""
     engine, run = _run(name, loaded.tokenizer, long=True)
-    monkeypatch.setattr(attention, "MAP_MEMO_BYTES", 0)
-    monkeypatch.setattr(attention, "EVERY_HEAD_SCORES", 0)
+    monkeypatch.setattr(prompt_maps, "MAP_MEMO_BYTES", 0)
+    monkeypatch.setattr(prompt_maps, "EVERY_HEAD_SCORES", 0)
     ref = _reference(engine.model, list(run.prompt.ids))
     layer = engine.info.num_layers - 1
     called: list[int] = []
@@ -177,8 +178,8 @@ def test_a_heads_map_projected_alone_equals_the_models_own(
     key/value head's keys where the layout allows it, checked against the whole projections;
     each head's map equals the model's own eager weights either way."""
     engine, run = _run(name, loaded.tokenizer)
-    monkeypatch.setattr(attention, "EVERY_HEAD_SCORES", 0)  # the long prompt's one-head path
-    monkeypatch.setattr(attention, "MAP_MEMO_BYTES", 0)
+    monkeypatch.setattr(prompt_maps, "EVERY_HEAD_SCORES", 0)  # the long prompt's one-head path
+    monkeypatch.setattr(prompt_maps, "MAP_MEMO_BYTES", 0)
     t, layer, heads = len(run.prompt), engine.info.num_layers - 1, engine.info.num_heads
     ref = _reference(engine.model, list(run.prompt.ids))
     hidden = run.prefill.hidden
@@ -189,7 +190,7 @@ def test_a_heads_map_projected_alone_equals_the_models_own(
         want = ref.attentions[layer][0, head, :t, :t].float().numpy()
         np.testing.assert_allclose(amap.weights, want, atol=1e-5)
     module = engine.anatomy.attn[layer]
-    assert attention._ALONE[module] == (name in ONE_HEAD_ALONE)
+    assert prompt_maps._ALONE[module] == (name in ONE_HEAD_ALONE)
     if not hasattr(module, "q_proj"):
         return
     seen: dict[str, Any] = {}

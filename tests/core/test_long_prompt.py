@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from llm_lens.core import attention, kvcache
+from llm_lens.core.attention import prompt_maps
 from llm_lens.core.loop.engine import EAGER_PREFILL_LIMIT, Engine, RunConfig
 from llm_lens.core.records import PromptTokens
 from llm_lens.core.sampling import GREEDY
@@ -84,7 +85,7 @@ def test_a_halted_window_keeps_its_queries_and_keys_and_no_half_map(long_run, mo
     hooks = [a.register_forward_pre_hook(lambda *_a, n=n: calls.append(n))
              for n, a in enumerate(engine.anatomy.attn)]  # fmt: skip
     checks = iter([False, True])  # wanted elsewhere at the second row block
-    monkeypatch.setattr(attention, "_check_halt", lambda *_a: None)  # row blocks' checks only
+    monkeypatch.setattr(prompt_maps, "_check_halt", lambda *_a: None)  # row blocks' checks only
     try:
         with attention.halting(lambda: next(checks)), pytest.raises(attention.Halted):
             attention.attention_map(engine, run.cache, hidden, 1, 2, max_size=256)
@@ -139,8 +140,8 @@ def test_the_last_layers_asked_keep_their_queries_and_keys(long_run, monkeypatch
     first; where every head was projected a kept layer's other head runs no attention module."""
     engine, run = long_run
     hidden = run.prefill.hidden
-    monkeypatch.setattr(attention, "KEPT_LAYERS", 1)
-    monkeypatch.setattr(attention, "_projects_one_head", lambda *_a: False)
+    monkeypatch.setattr(prompt_maps, "KEPT_LAYERS", 1)
+    monkeypatch.setattr(prompt_maps, "_projects_one_head", lambda *_a: False)
     engine.map_memo.clear()
     calls: list[int] = []
     hooks = [a.register_forward_pre_hook(lambda *_a, n=n: calls.append(n))
@@ -149,7 +150,7 @@ def test_the_last_layers_asked_keep_their_queries_and_keys(long_run, monkeypatch
         for layer, head in ((0, 0), (0, 1), (1, 0), (1, 3), (0, 2)):
             attention.attention_map(engine, run.cache, hidden, layer, head, max_size=256)
         assert calls == [0, 1, 0] and list(engine.map_memo["inputs"]) == [0]
-        monkeypatch.setattr(attention, "KEPT_LAYERS", 2)
+        monkeypatch.setattr(prompt_maps, "KEPT_LAYERS", 2)
         for layer, head in ((1, 1), (0, 3), (1, 2)):
             attention.attention_map(engine, run.cache, hidden, layer, head, max_size=256)
         assert calls == [0, 1, 0, 1] and list(engine.map_memo["inputs"]) == [0, 1]
@@ -163,9 +164,9 @@ def test_a_layer_projected_for_one_head_keeps_that_heads_queries_alone(long_run,
     queries serve that head again (its map dropped), another head runs the layer again."""
     engine, run = long_run
     hidden = run.prefill.hidden
-    monkeypatch.setattr(attention, "MAP_MEMO_BYTES", 0)  # the memo holds the last map only
+    monkeypatch.setattr(prompt_maps, "MAP_MEMO_BYTES", 0)  # the memo holds the last map only
     engine.map_memo.clear()
-    assert attention._projects_one_head(engine, hidden, 1, 0)
+    assert prompt_maps._projects_one_head(engine, hidden, 1, 0)
     calls: list[int] = []
     hooks = [a.register_forward_pre_hook(lambda *_a, n=n: calls.append(n))
              for n, a in enumerate(engine.anatomy.attn)]  # fmt: skip
@@ -181,7 +182,7 @@ def test_a_layer_projected_for_one_head_keeps_that_heads_queries_alone(long_run,
             hook.remove()
     np.testing.assert_array_equal(maps[0], maps[2])
     np.testing.assert_array_equal(maps[0], again)
-    monkeypatch.setattr(attention, "_projects_one_head", lambda *_a: False)
+    monkeypatch.setattr(prompt_maps, "_projects_one_head", lambda *_a: False)
     engine.map_memo.clear()
     every = attention.attention_map(engine, run.cache, hidden, 1, 1, max_size=256).weights
     np.testing.assert_allclose(maps[1], every, atol=1e-6)

@@ -247,10 +247,11 @@ def test_the_maps_beside_an_asked_map_are_computed_ahead(qtbot, ran, monkeypatch
     the model's memo: layers 6 and 4, heads 3 and 1. Asking for one of them then runs no
     attention module and gives what a fresh computation gives."""
     from llm_lens.core import attention
+    from llm_lens.core.attention import prompt_maps
     from llm_lens.desktop import worker as worker_module
 
     monkeypatch.setattr(worker_module, "AHEAD_AFTER_MS", 0.0)
-    monkeypatch.setattr(attention, "EVERY_HEAD_SCORES", 0)
+    monkeypatch.setattr(prompt_maps, "EVERY_HEAD_SCORES", 0)
     engine = ran.worker.engine
     wait_result(qtbot, ran, "attention_map", layer=5, head=2, max_size=512)
     guessed = {(6, 2), (5, 3), (4, 2), (5, 1)}

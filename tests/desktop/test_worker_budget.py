@@ -189,10 +189,11 @@ def test_likely_next_requests_run_ahead_while_idle_and_give_way(tiny_engine, qtb
     from PySide6.QtCore import QTimer
 
     from llm_lens.core import attention
+    from llm_lens.core.attention import prompt_maps
     from llm_lens.desktop import worker as worker_module
 
     monkeypatch.setattr(worker_module, "AHEAD_DELAY_MS", 0)
-    monkeypatch.setattr(attention, "EVERY_HEAD_SCORES", 0)  # one head's map, in row blocks
+    monkeypatch.setattr(prompt_maps, "EVERY_HEAD_SCORES", 0)  # one head's map, in row blocks
     monkeypatch.setattr(attention, "ROWS_AT_ONCE", 16)
     worker = Worker()
     worker.engine = tiny_engine
