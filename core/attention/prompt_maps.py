@@ -4,9 +4,9 @@ The model runs over the prompt again with no cache, the recorded residual put ba
 requested layer's input, the layers before it passed over (their output is replaced anyway),
 and the pass stops once that layer's attention is read through the registered attention
 function (:mod:`llm_lens.core.attention`): exact by construction, about one layer's work. A
-long prompt computes one head's map alone, where the layout allows from that head's own
-queries and keys; work done ahead of a request (:func:`~llm_lens.core.attention.halting`) gives
-way as soon as anything is asked.
+long prompt computes one head's map alone (where the layout allows it, from that head's own
+queries and keys only); work done ahead of a request (:func:`~llm_lens.core.attention.halting`)
+gives way as soon as anything is asked.
 """
 
 from __future__ import annotations
