@@ -297,11 +297,17 @@ class _OneGroup:
         return getattr(self._module, name)
 
 
+def kv_head(head: int, heads: int, kv_heads: int) -> int:
+    """The key/value head query head ``head`` reads: heads are grouped in order, as
+    transformers' ``repeat_kv`` expands them."""
+    return head * kv_heads // heads
+
+
 def _one_head(module: Any, qkvm: tuple[Any, ...], head: int) -> tuple[Any, tuple[Any, ...]]:
     """Query head ``head`` with the key/value head it reads (heads are grouped in order, as
     transformers' ``repeat_kv`` expands them), and its slice of a per-head mask (ALiBi)."""
     q, k, v, mask = qkvm
-    kv = head * k.shape[1] // q.shape[1]
+    kv = kv_head(head, q.shape[1], k.shape[1])
     if mask is not None and mask.dim() == 4 and mask.shape[1] == q.shape[1] > 1:
         mask = mask[:, head : head + 1]
     one = (q[:, head : head + 1], k[:, kv : kv + 1], v[:, kv : kv + 1], mask)

@@ -28,6 +28,7 @@ from llm_lens.core.attention import (
     MapReady,
     Tap,
     halt_check,
+    kv_head,
     tapping,
     use_lens_attention,
 )
@@ -60,9 +61,8 @@ def layer_maps(
     every = maps.get((layer, None))
     if every is not None:
         return every
-    kept = None if head is None else maps.get((layer, head))  # (1, q, k): one head's alone
-    if kept is not None and head is not None:
-        return _as_every_head(engine, kept, head)
+    if head is not None and (layer, head) in maps:  # (1, q, k): one head's, kept alone
+        return _as_every_head(engine, maps[(layer, head)], head)
     tokens = hidden.shape[1]
     every_head = head is None or engine.info.num_heads * tokens * tokens <= EVERY_HEAD_SCORES
     if head is not None and not every_head:
@@ -154,7 +154,7 @@ def _check_one_head(engine: Any, probe: np.ndarray, layer: int, head: int) -> bo
     q, k = whole.inputs[layer].qkvm[:2]
     tol = max(1e-5, 4 * torch.finfo(q.dtype).eps)
     for h, tap in alone.items():
-        kv = h * info.num_kv_heads // info.num_heads
+        kv = kv_head(h, info.num_heads, info.num_kv_heads)
         got_q, got_k = tap.inputs[layer].qkvm[:2]
         for want, got in ((q[:, h], got_q[:, h]), (k[:, kv], got_k[:, kv])):
             atol = tol * float(want.abs().max()) + 1e-12
@@ -170,7 +170,7 @@ def _one_head_projections(engine: Any, layer: int, head: int) -> Iterator[None]:
     are zeros), and its value projection nothing (zeros: a map reads no value)."""
     module, info = engine.anatomy.attn[layer], engine.info
     q, k, v = module.q_proj, module.k_proj, module.v_proj
-    kv = head * info.num_kv_heads // info.num_heads
+    kv = kv_head(head, info.num_heads, info.num_kv_heads)
     q.forward = _columns(q, head, q.out_features // info.num_heads)
     k.forward = _columns(k, kv, k.out_features // info.num_kv_heads)
     v.forward = partial(_zeros, v.out_features)

@@ -76,9 +76,8 @@ class Engine:
         # attention through transformers' interface, recorded by our function: False for a
         # family whose attention bypasses it (no maps; every other pane still works)
         self.attention_maps = use_lens_attention(self.model)
-        self.map_memo: dict[
-            str, Any
-        ] = {}  # the last layer's prompt maps (attention.prompt_maps.layer_maps)
+        # the last layer's prompt maps (attention.prompt_maps.layer_maps)
+        self.map_memo: dict[str, Any] = {}
         self.texts = TokenText(self.tokenizer)
         self.device = next(self.model.parameters()).device
         params = inspect.signature(self.model.forward).parameters
