@@ -509,8 +509,13 @@ def main() -> int:
     win.show()
     show_every_pane(win)
     gaps = GapClock()
+    errors: list[str] = []
+    win.controller.sig_error.connect(errors.append)
     win.load(None)
-    wait_for(win.controller.sig_model_loaded, 600)
+    wait_for(win.controller.sig_model_loaded, 600, win.controller.sig_error)
+    if win.controller.worker.engine is None:
+        print(f"the model did not load: {'; '.join(errors) or 'no answer in 600 s'}", flush=True)
+        return 1
     from llm_lens.core.sampling import GREEDY
 
     win.controller.request_params(GREEDY)  # the controls' settings are the runs', as for Run

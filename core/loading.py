@@ -170,7 +170,11 @@ def _convert(gguf: Path, out: Path, report: Progress) -> None:
     )
     report(0.25, "dequantizing GGUF tensors to float32")
     model = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype="float32", trust_remote_code=False
+        str(gguf.parent),
+        gguf_file=gguf.name,
+        dtype="float32",
+        trust_remote_code=False,
+        use_kernels=False,
     )
     # transformers keeps the GGUF quantizer attached and then refuses to save, although the
     # weights are plain float32 by now: detach that state (tests prove identical logits).
@@ -189,6 +193,8 @@ def _from_pretrained(folder: str, spec: str, dtype: Any, dev: Any, local: bool) 
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     _refuse_custom_code(folder, spec)
+    # use_kernels=False: transformers (5.2x) otherwise "kernelizes" the model on load, swapping
+    # modules' forwards for kernels fetched from the Hub on CUDA (code from outside, other numbers)
     no_code: dict[str, Any] = {"local_files_only": local, "trust_remote_code": False}
     try:
         config = AutoConfig.from_pretrained(folder, **no_code)
@@ -196,7 +202,7 @@ def _from_pretrained(folder: str, spec: str, dtype: Any, dev: Any, local: bool) 
         _refuse_custom_code_config(config, spec)
         tokenizer = AutoTokenizer.from_pretrained(folder, **no_code)
         model = AutoModelForCausalLM.from_pretrained(
-            folder, dtype=dtype, attn_implementation="eager", **no_code
+            folder, dtype=dtype, attn_implementation="eager", use_kernels=False, **no_code
         )
     except ModelLoadError:
         raise

@@ -111,6 +111,7 @@ def test_local_hf_folder_loads_and_generates(tiny, tiny_folder):
     assert lm.info.source == str(tiny_folder) and lm.info.num_layers == 2
     assert lm.info.weights_id == folder_identity(tiny_folder) != "unknown"
     assert lm.model.config._attn_implementation == "eager"
+    assert lm.model.use_kernels is False  # the model's own modules, no kernels from the Hub
     ids = torch.tensor([[1, 9690, 198, 2683, 359]])
     with torch.inference_mode():
         assert torch.equal(lm.model(ids).logits, tiny.model(ids).logits)
@@ -171,6 +172,7 @@ def test_conversion_detaches_the_quantizer(converted, loaded):
     # the session model was converted by the same code into the user cache
     session_config = json.loads((Path(loaded.model.name_or_path) / "config.json").read_text())
     assert "quantization_config" not in session_config
+    assert loaded.model.use_kernels is False
 
 
 def test_converted_logits_equal_transformers_gguf_loader(converted, loaded):
