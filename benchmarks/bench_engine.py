@@ -17,10 +17,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from llm_lens.core.loading import bundled_gguf, load_model  # noqa: E402  # noqa: E402
-from llm_lens.core.loop.engine import EAGER_PREFILL_LIMIT, Engine, RunConfig  # noqa: E402  # noqa: E402
-from llm_lens.core.runtime import configure_threads, synchronize  # noqa: E402  # noqa: E402
-from llm_lens.core.sampling import GREEDY  # noqa: E402  # noqa: E402
+from llm_lens.core.loading import bundled_gguf, load_model  # noqa: E402
+from llm_lens.core.loop.engine import EAGER_PREFILL_LIMIT, Engine, RunConfig  # noqa: E402
+from llm_lens.core.runtime import configure_threads, synchronize  # noqa: E402
+from llm_lens.core.sampling import GREEDY  # noqa: E402
 
 
 def time_loads() -> dict[str, float]:

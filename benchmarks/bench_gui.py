@@ -134,13 +134,14 @@ def figures(steps: Any) -> dict[str, float]:
     }
 
 
-def worker_idle(win: Any) -> None:
+def worker_idle(win: Any, gaps: GapClock | None = None) -> None:
     """Wait until the worker has served every analysis queued so far and runs none, nor any
     guess (``Worker.ahead``): the headless run shares its engine (and its capture hooks) and
     would share the cores.
 
     A marker job queued last has run; then one more is waited for *without* processing events,
-    so no pane can ask for anything between it and the caller's next step."""
+    so no pane can ask for anything between it and the caller's next step. ``gaps`` measures the
+    GUI thread until then (not that last wait, which blocks it on purpose)."""
     import threading
 
     worker = win.controller.worker
@@ -151,6 +152,8 @@ def worker_idle(win: Any) -> None:
         win.controller.request_serve()
         return done
 
+    if gaps is not None:
+        gaps.start()
     wait(500)  # the panes render and ask for their analyses
     worker.wanted.set()  # no guess computed ahead starts (one running stops) until the next run
     first = marker()
@@ -158,6 +161,8 @@ def worker_idle(win: Any) -> None:
         if first.is_set():
             break
         wait(50)
+    if gaps is not None:
+        gaps.on = False
     marker().wait(600)
 
 
@@ -348,8 +353,9 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
         return
     rss_run = _rss_mb() - rss0
     t0 = time.perf_counter()
-    worker_idle(win)  # the panes' analyses of the long prompt, deferred to the run's end
+    worker_idle(win, gaps)  # the panes' analyses of the long prompt, deferred to the run's end
     deferred = time.perf_counter() - t0
+    analyses_gap = max(gaps.gaps, default=0.0)
     run = ctl.worker.store.runs[ctl.run_id]
     ctl.worker.wanted.clear()  # guesses may run again (worker_idle stopped them)
     shown = win.panes["Attention"].layer_box.value()
@@ -384,7 +390,8 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
         f"TTFT {got['ttft'] / 1e3:.1f} s, ITL {got['itl']:.0f} ms, GUI longest gap "
         f"{got['gap']:.0f} ms ({_when(got)}); RSS {rss_run:+.0f} MB over the loaded model "
         "after the run, "
-        f"{_rss_mb() - rss0:+.0f} MB after the panes' analyses ({deferred:.0f} s); peak RSS "
+        f"{_rss_mb() - rss0:+.0f} MB after the panes' analyses ({deferred:.0f} s, GUI longest "
+        f"gap meanwhile {analyses_gap:.0f} ms); peak RSS "
         f"{peak:.0f} MB; one head's pooled 256² attention window, asked of the worker as the "
         f"Attention pane asks, {STEP_PAUSE_S:.1f} s apart, a new layer / another head of it "
         f"(layers {', '.join(map(str, layers))}): "
