@@ -193,14 +193,15 @@ def _from_pretrained(folder: str, spec: str, dtype: Any, dev: Any, local: bool) 
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     _refuse_custom_code(folder, spec)
-    # use_kernels=False: transformers (5.2x) otherwise "kernelizes" the model on load, swapping
-    # modules' forwards for kernels fetched from the Hub on CUDA (code from outside, other numbers)
     no_code: dict[str, Any] = {"local_files_only": local, "trust_remote_code": False}
     try:
         config = AutoConfig.from_pretrained(folder, **no_code)
         _check_causal(config, spec)
         _refuse_custom_code_config(config, spec)
         tokenizer = AutoTokenizer.from_pretrained(folder, **no_code)
+        # use_kernels=False: transformers (5.2x) otherwise "kernelizes" the model on load,
+        # swapping modules' forwards for kernels fetched from the Hub on CUDA (code from
+        # outside, numbers other than the model's own modules')
         model = AutoModelForCausalLM.from_pretrained(
             folder, dtype=dtype, attn_implementation="eager", use_kernels=False, **no_code
         )
