@@ -231,7 +231,7 @@ def _pooled_maps(
     offset = total - queries  # keys before the first query (none in a prompt re-run)
     rows = max(block, ROWS_AT_ONCE // max(1, heads * total) // block * block)
     out = torch.zeros((heads, -(-queries // block), -(-total // block)), dtype=torch.float32)
-    halt = getattr(_local, "halt", None)
+    halt = halt_check()
     for start in range(0, queries, rows):
         if halt is not None and halt():
             raise Halted

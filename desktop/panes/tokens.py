@@ -197,13 +197,12 @@ class ChipView(QWidget):
         old = self._pieces
         same = common_prefix(old, pieces)
         resume = regroup_from(self._groups, same)
-        groups = [g for g in self._groups if g.first < resume] + char_groups(pieces, resume)
+        found = char_groups(pieces, resume)  # the groups before resume stand
         marks = [("", False)] * (len(self.chips) - resume)
-        for g in groups:
-            if g.first >= resume:
-                marks[g.first - resume] = (g.text, False)
-                for k in range(g.first + 1, g.first + g.count):
-                    marks[k - resume] = ("", True)
+        for g in found:
+            marks[g.first - resume] = (g.text, False)
+            for k in range(g.first + 1, g.first + g.count):
+                marks[k - resume] = ("", True)
         tail = self.chips[resume:]
         changed = [
             i for i, c in enumerate(tail, resume) if (c.group, c.joined) != marks[i - resume]
@@ -212,7 +211,8 @@ class ChipView(QWidget):
             self.chips[i].group, self.chips[i].joined = marks[i - resume]
         if changed:
             self.replace_tail(changed[0], self.chips[changed[0] :])
-        self._pieces, self._groups = pieces, groups
+        self._pieces = pieces
+        self._groups = [g for g in self._groups if g.first < resume] + found
 
     def resizeEvent(self, event: Any) -> None:
         super().resizeEvent(event)
