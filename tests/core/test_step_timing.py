@@ -62,10 +62,12 @@ def test_parts_add_up_to_the_wall_time_between_steps(tiny_engine, one_thread):
     assert steps[0].timing.between_ms == 0.0
     for step in steps[1:]:
         assert 24.0 <= step.timing.between_ms < 200.0
+    # The tolerances stay under the 25 ms pause each check would miss, and above a preemption
+    # between the loop's last mark and the consumer's clock read: CI once saw 3.4 ms on one step.
     walls = sum(s.timing.wall_ms for s in steps)
-    assert walls == pytest.approx(total, abs=10.0)  # 5 × 25 ms missing if between were lost
+    assert walls == pytest.approx(total, abs=15.0)  # 5 × 25 ms missing if between were lost
     for step, a, b in zip(steps[1:], yields, yields[1:], strict=False):
-        assert step.timing.wall_ms == pytest.approx((b - a) * 1e3, abs=3.0)
+        assert step.timing.wall_ms == pytest.approx((b - a) * 1e3, abs=10.0)
     for step in steps:
         t = step.timing
         assert t.own_ms + t.wait_ms == pytest.approx(t.total_ms)
