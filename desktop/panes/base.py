@@ -58,6 +58,7 @@ class Pane(QWidget):
         self._stale = False  # a run started: clear before the next render
         self.after_render: list[Any] = []  # callables run after each render (desktop.linking)
         self._deferred = False  # a render skipped while hidden during a run: due when shown
+        self._held = False  # the minimum size is fixed (at the first show)
         controller.sig_selection_changed.connect(self.schedule)
         controller.sig_steps_changed.connect(self.schedule)
         controller.sig_run_started.connect(self._on_run_started)
@@ -107,9 +108,23 @@ class Pane(QWidget):
     def showEvent(self, event: Any) -> None:  # noqa: N802 (Qt name)
         super().showEvent(event)
         plain_axes(self)
+        self.hold_minimum()
         if self._deferred:
             self._deferred = False
             self.schedule()
+
+    def hold_minimum(self) -> None:
+        """Fix this pane's minimum size at what it needs when first shown.
+
+        Left to its layout, the minimum follows the content: a label that wraps to one more
+        line, a card's headline, grow it by a few pixels, and when that passes the dock's
+        height the window lays out every dock again and repaints every pane in one turn (a
+        50 ms pause at a run's end, measured). Held, the pane's plots give up those pixels
+        instead, and what a run writes never moves the docks.
+        """
+        if not self._held:
+            self._held = True
+            self.setMinimumSize(self.minimumSizeHint())
 
     def _on_busy_changed(self, busy: bool) -> None:
         if busy:

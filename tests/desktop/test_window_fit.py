@@ -41,14 +41,22 @@ def test_every_pane_fits_at_laptop_and_desktop_sizes(qtbot, loaded_window):
 
 
 def test_fit_check_finds_a_control_outside_the_window(qtbot, loaded_window):
-    """The check can fail: a row that cannot shrink pushes the window past the size asked."""
+    """The check can fail: a row of the prompt strip that cannot shrink pushes the window past
+    the size asked; in a pane (whose minimum is held), the control is cut off instead."""
     from PySide6.QtWidgets import QPushButton
 
     from llm_lens.desktop.fit_check import fit_problems
 
     win = loaded_window
-    win.panes["Logits"].layout().addWidget(QPushButton("a very wide button " * 20))
+    wide = QPushButton("a very wide button " * 20)
+    win.panes["Logits"].layout().addWidget(wide)
     win.resize_to(1280, 720)
+    _settle(qtbot)
+    problems = fit_problems(win, (1280, 720))
+    assert (win.width(), win.height()) == (1280, 720)
+    assert any(p.startswith("Logits: QPushButton 'a very wide button") for p in problems)
+    wide.setParent(None)
+    win.prompt_panel.layout().addWidget(QPushButton("a very wide button " * 20))
     _settle(qtbot)
     problems = fit_problems(win, (1280, 720))
     assert problems and "larger than the 1280×720 asked for" in problems[0]
@@ -219,3 +227,19 @@ def test_beam_search_last_step_shows_the_finished_beams_best_first(qtbot, loaded
     assert not stopped & set(live)
     view.slider.setValue(0)  # an earlier step lists the live beams again
     assert view.live_title.text().startswith("Live beams")
+
+
+def test_what_a_run_writes_never_moves_the_docks(qtbot, loaded_window):
+    """A run's labels, cards and axes change what the panes' contents would like; the docks stay
+    where they are. A pane whose minimum followed its content (a label wrapping to one more
+    line) re-laid out the whole window at a run's end and repainted every pane in one turn."""
+    win = loaded_window
+    for width, height in ((1366, 768), (1920, 1080)):
+        win.resize_to(width, height)
+        _settle(qtbot)
+        before = {t: (d.minimumSizeHint(), d.geometry()) for t, d in win.docks.items()}
+        with qtbot.waitSignal(win.controller.sig_run_finished, timeout=120_000):
+            win.controller.request_run(PROMPT, True, GREEDY, 6)
+        _settle(qtbot, 500)
+        after = {t: (d.minimumSizeHint(), d.geometry()) for t, d in win.docks.items()}
+        assert after == before
