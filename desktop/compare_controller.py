@@ -376,7 +376,11 @@ class CompareController(QObject):
             self._session_runs = {r.run_id: where[r.run_id] for r in kept}
         self.nodes = nodes
         alive = {n.run_id for n in nodes}
+        gone = [v for k, v in self.shown.items() if k not in alive]
         self.shown = {k: v for k, v in self.shown.items() if k in alive}
+        if gone:  # the last hold on their arrays: freed on the model thread, not this one
+            self.ctl.worker.let_go(gone)
+            self.ctl.request_serve()
         self.sig_tree_changed.emit(nodes)
 
     def _on_revived(self, item: tuple[float, float, bool]) -> None:

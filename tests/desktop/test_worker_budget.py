@@ -305,3 +305,35 @@ def test_the_gui_thread_keeps_the_models_thread_count_whatever_the_worker_serves
         assert threading.current_thread().name in pinned
     finally:
         ctl.shutdown()
+
+
+def test_a_run_the_history_lets_go_is_freed_on_the_model_thread(qtbot, tiny_engine, monkeypatch):
+    """The window's hold on a run the history let go is the last one: dropped on the GUI thread,
+    its arrays (half a gigabyte at the full context) were freed there, and the window stood
+    still for it at the run's end. The model thread frees them instead."""
+    import threading
+    import weakref
+
+    from llm_lens.core.runs import history
+    from llm_lens.desktop.controller import Controller
+
+    monkeypatch.setattr(history, "MAX_ROOTS", 1)  # each run lets the one before go
+    ctl = Controller()
+    ctl.worker.engine = tiny_engine
+    ctl.info = ctl.model_info = tiny_engine.info
+    try:
+        with qtbot.waitSignal(ctl.sig_run_finished, timeout=60_000):
+            ctl.request_run("the cat sat on the mat", False, GREEDY, 3)
+        qtbot.waitUntil(lambda: ctl.run_id in ctl.compare.shown, timeout=5000)
+        first = ctl.run_id
+        freed_on: list[str] = []
+        logits = ctl.compare.shown[first].steps[-1].logits
+        weakref.finalize(logits, lambda: freed_on.append(threading.current_thread().name))
+        del logits
+        with qtbot.waitSignal(ctl.sig_run_finished, timeout=60_000):
+            ctl.request_run("a dog ran in the park", False, GREEDY, 3)
+        qtbot.waitUntil(lambda: first not in ctl.compare.shown and bool(freed_on), timeout=5000)
+        assert freed_on != [threading.main_thread().name]
+        assert ctl.compare.shown.keys() == {ctl.run_id}
+    finally:
+        ctl.shutdown()
