@@ -231,17 +231,40 @@ def _pooled_maps(
     offset = total - queries  # keys before the first query (none in a prompt re-run)
     rows = max(block, ROWS_AT_ONCE // max(1, heads * total) // block * block)
     out = torch.zeros((heads, -(-queries // block), -(-total // block)), dtype=torch.float32)
+    causal = (
+        None if mask is not None else _CausalMasks(min(rows, queries), total, q.dtype, q.device)
+    )
     halt = halt_check()
     for start in range(0, queries, rows):
         if halt is not None and halt():
             raise Halted
         stop = min(queries, start + rows)
         keys = offset + stop
-        m = _block_mask(mask, start, stop, offset, keys, q.dtype, q.device)
+        if causal is not None:
+            m = causal.rows(offset + start, stop - start)
+        else:
+            m = _block_mask(mask, start, stop, offset, keys, q.dtype, q.device)
         w = eager(module, q[:, :, start:stop], k[:, :, :keys], v[:, :, :keys, :0], m, **kw)[1]
         w = _pool(w[0].float(), block)  # (heads, rows / block, keys / block)
         out[:, start // block : start // block + w.shape[1], : w.shape[2]] = w
     return out.cpu().numpy()
+
+
+class _CausalMasks:
+    """The additive causal masks of a prompt's row blocks, as :func:`_block_mask` makes them, as
+    views of one buffer: zeros for every key before the block's first query, then the same
+    ``rows`` × ``rows`` triangle for each block. A fresh mask per block (16 MB at 8,192 tokens)
+    cost a tenth of a head's window, and its fresh pages slowed the scores' pass too."""
+
+    def __init__(self, rows: int, total: int, dtype: Any, device: Any) -> None:
+        self.total = total
+        self.buffer = torch.zeros((1, 1, rows, total + rows), dtype=dtype, device=device)
+        band = torch.full((rows, rows), torch.finfo(dtype).min, dtype=dtype, device=device)
+        self.buffer[0, 0, :, total:] = band.triu(1)
+
+    def rows(self, first: int, n: int) -> Any:
+        """The mask of ``n`` queries from position ``first`` on, over keys 0 … first + n − 1."""
+        return self.buffer[:, :, :n, self.total - first : self.total + n]
 
 
 def _pool(w: Any, block: int) -> Any:

@@ -120,3 +120,21 @@ def max_pool(w: np.ndarray, block: int) -> np.ndarray:
     """Independent block max-pool: every output cell is the max of its (block, block) window."""
     starts = np.arange(0, w.shape[0], block)
     return np.maximum.reduceat(np.maximum.reduceat(w, starts, axis=0), starts, axis=1)
+
+
+@pytest.mark.parametrize("rows, offset, queries", [(4, 0, 10), (4, 3, 12), (5, 0, 5), (1, 2, 3)])
+def test_the_row_blocks_causal_masks_are_the_eager_masks(rows, offset, queries):
+    """A prompt map's row blocks read their causal masks as views of one buffer; each is the
+    mask :func:`_block_mask` builds as transformers' eager mask has it, partial last block too."""
+    from llm_lens.core.attention import _block_mask, _CausalMasks
+
+    total = offset + queries
+    masks = _CausalMasks(rows, total, torch.float32, None)
+    for start in range(0, queries, rows):
+        stop = min(queries, start + rows)
+        keys = offset + stop
+        made = masks.rows(offset + start, stop - start)
+        expected = _block_mask(None, start, stop, offset, keys, torch.float32)
+        if expected is None:  # one query reading every key: nothing masked
+            expected = torch.zeros((1, 1, 1, keys))
+        assert torch.equal(made, expected), (start, stop)
