@@ -27,6 +27,7 @@ from PySide6.QtCore import QAbstractEventDispatcher, QObject, QTimer, Signal, Sl
 ANALYSIS_SHARE = 0.03  # between steps of a run, analyses may take this share of the model's time
 RELEASE_AFTER_MS = 200.0  # analyses that took this long may have freed much: release_memory
 TRIM_DELAY_MS = 1500  # after a run, the freed heap goes back once the window has drawn its end
+TRIM_AFTER_ANSWER_MS = 200  # ... and after long analyses once the window has drawn the answer
 READY_WAIT_S = 0.3  # the longest a live run's prefill waits for the window to clear its panes
 SUPERSEDED = ("lens", "attention_map", "neighbours")  # a newer request drops a pending older one
 AHEAD_AFTER_MS = 50.0  # an analysis that took this long has its likely successors computed ahead
@@ -100,6 +101,8 @@ class Worker(QObject):
         self.slow: set[str] = set()  # kinds that took AHEAD_AFTER_MS or more on this run
         self._ahead_of: dict[Any, tuple[Callable[[], Any], ...]] = {}  # a pending job's
         self._ahead_asked = self._ahead_fired = 0  # the delays started and over
+        self._trims_asked = self._trims_due = 0  # the same for the trim after analyses
+        self._trim_owed = False  # analyses freed much and the heap has not gone back since
 
     @Slot(object, str, str)
     def load(self, spec: object, device: str, dtype: str) -> None:
@@ -274,10 +277,7 @@ class Worker(QObject):
             # a long prompt's freed activations stay resident otherwise; not at once: glibc's
             # trim holds the heap's lock (120-140 ms after a full context) just as the window
             # renders the run's end, and the GUI thread stood still whenever it allocated
-            if QAbstractEventDispatcher.instance() is not None:
-                QTimer.singleShot(TRIM_DELAY_MS, self._release_memory)
-            else:  # a thread with no event loop (a script driving the worker): now
-                self._release_memory()
+            self._trim_later(TRIM_DELAY_MS)
 
     def let_go(self, held: list[Any]) -> None:
         """Free what ``held`` holds on this thread (any thread may call it; ``held`` is emptied
@@ -289,10 +289,36 @@ class Worker(QObject):
         if held:
             self.submit("let_go", ("let_go", id(held)), held.clear)
 
+    def _trim_later(self, delay_ms: int) -> None:
+        """Give the freed heap back ``delay_ms`` after now, unless this thread answers anything
+        meanwhile (then that answer's own delay counts), or at once on a thread with no event
+        loop (a script driving the worker).
+
+        A run's end asks for :data:`TRIM_DELAY_MS`, long analyses' last answer for
+        :data:`TRIM_AFTER_ANSWER_MS`: each time the window is drawing what it was just sent, and
+        the trim made it wait (a full context's map drawn in 72-85 ms instead of 40). A delay
+        ends only when this thread's event loop runs, so a run's end's was due the moment the
+        prompt's analyses were served, 4 s later: exactly when their answer was drawn."""
+        self._trim_owed = True
+        if QAbstractEventDispatcher.instance() is None:
+            self._release_memory()
+            return
+        self._trims_asked += 1
+        QTimer.singleShot(delay_ms, self._trim_due)
+
+    @Slot()
+    def _trim_due(self) -> None:
+        """The last delay asked for is over: trim, unless a request waits (its serve asks
+        again)."""
+        self._trims_due += 1
+        if self._trims_due == self._trims_asked and self.pending.empty():
+            self._release_memory()
+
     @Slot()
     def _release_memory(self) -> None:
         from llm_lens.core.runtime import release_memory
 
+        self._trim_owed = False
         release_memory()
 
     def _model_name(self) -> str:
@@ -423,14 +449,14 @@ class Worker(QObject):
         import torch
 
         from llm_lens.core.errors import LensError
-        from llm_lens.core.runtime import release_memory
 
         spent = 0.0
         while not self.closing.is_set():
             item = self._next_job(budget_ms)
             if item is None:
-                if budget_ms is None and spent > RELEASE_AFTER_MS:
-                    release_memory()  # what the analyses freed (between steps: not worth it)
+                # what they freed (between steps: not worth it)
+                if budget_ms is None and (spent > RELEASE_AFTER_MS or self._trim_owed):
+                    self._trim_later(TRIM_AFTER_ANSWER_MS)
                 return
             kind, key, job = item
             with self.pending.mutex:

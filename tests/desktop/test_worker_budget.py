@@ -154,6 +154,58 @@ def test_the_heap_is_trimmed_after_the_windows_last_repaints(tiny_engine, qtbot,
     assert trims[0] - ended >= 0.15
 
 
+def test_the_heap_goes_back_after_long_analyses_once_the_answer_is_drawn(
+    tiny_engine, qtbot, monkeypatch
+):
+    """The trim after long analyses waits until the window has drawn the answer (it ran while
+    the Attention pane drew a full context's map: 72 ms instead of 40); a request that came
+    meanwhile puts it off until after its own answer."""
+    from llm_lens.core import runtime
+    from llm_lens.desktop import worker as worker_module
+
+    trims: list[float] = []
+    monkeypatch.setattr(runtime, "release_memory", lambda: trims.append(time.perf_counter()))
+    monkeypatch.setattr(worker_module, "RELEASE_AFTER_MS", 5.0)  # the first job, not the second
+    worker = Worker()
+    worker.engine = tiny_engine
+    worker.submit("lens", ("lens", 0), lambda: time.sleep(0.01))
+    worker.serve()
+    answered = time.perf_counter()
+    assert trims == []
+    worker.submit("lens", ("lens", 1), lambda: None)  # asked before the delay was over
+    qtbot.wait(worker_module.TRIM_AFTER_ANSWER_MS + 100)
+    assert trims == []
+    worker.serve()
+    again = time.perf_counter()
+    qtbot.waitUntil(lambda: len(trims) == 1, timeout=3000)
+    assert trims[0] - again >= 0.8 * worker_module.TRIM_AFTER_ANSWER_MS / 1e3
+    assert trims[0] - answered > worker_module.TRIM_AFTER_ANSWER_MS / 1e3
+
+
+def test_a_runs_end_trim_overdue_after_long_analyses_waits_for_their_answer(
+    tiny_engine, qtbot, monkeypatch
+):
+    """A run's end's delayed trim falls due only when the worker's event loop runs again: after
+    the prompt's analyses (4 s at the full context), just as the window draws their answer. It
+    gives way to the answer's own delay."""
+    from llm_lens.core import runtime
+    from llm_lens.desktop import worker as worker_module
+
+    trims: list[float] = []
+    monkeypatch.setattr(runtime, "release_memory", lambda: trims.append(time.perf_counter()))
+    monkeypatch.setattr(worker_module, "TRIM_DELAY_MS", 100)
+    worker = Worker()
+    worker.engine = tiny_engine
+    worker.run(1, "the cat", False, GREEDY, RunConfig(max_new_tokens=2))
+    worker.submit("lens", ("lens", 0), lambda: time.sleep(0.3))  # the run end's delay passes
+    worker.serve()
+    answered = time.perf_counter()
+    qtbot.wait(50)  # the overdue timer fires
+    assert trims == []
+    qtbot.waitUntil(lambda: len(trims) == 1, timeout=3000)
+    assert trims[0] - answered >= 0.8 * worker_module.TRIM_AFTER_ANSWER_MS / 1e3
+
+
 def test_jobs_served_while_no_run_streams_use_every_core(tiny_engine, monkeypatch):
     """Between a run's steps a job keeps the model's thread count (the GUI's core stays free for
     the window rendering the run); served once the run is over, while the window waits for
