@@ -356,6 +356,10 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     worker_idle(win, gaps)  # the panes' analyses of the long prompt, deferred to the run's end
     deferred = time.perf_counter() - t0
     analyses_gap = max(gaps.gaps, default=0.0)
+    from llm_lens.desktop.worker import TRIM_AFTER_ANSWER_MS
+
+    wait(TRIM_AFTER_ANSWER_MS + 300)  # the worker gives the freed heap back after its answers
+    rss_settled = _rss_mb() - rss0
     run = ctl.worker.store.runs[ctl.run_id]
     ctl.worker.wanted.clear()  # guesses may run again (worker_idle stopped them)
     shown = win.panes["Attention"].layer_box.value()
@@ -390,8 +394,8 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
         f"TTFT {got['ttft'] / 1e3:.1f} s, ITL {got['itl']:.0f} ms, GUI longest gap "
         f"{got['gap']:.0f} ms ({_when(got)}); RSS {rss_run:+.0f} MB over the loaded model "
         "after the run, "
-        f"{_rss_mb() - rss0:+.0f} MB after the panes' analyses ({deferred:.0f} s, GUI longest "
-        f"gap meanwhile {analyses_gap:.0f} ms); peak RSS "
+        f"{rss_settled:+.0f} MB after the panes' analyses ({deferred:.0f} s, GUI longest "
+        f"gap meanwhile {analyses_gap:.0f} ms), {_rss_mb() - rss0:+.0f} MB at the end; peak RSS "
         f"{peak:.0f} MB; one head's pooled 256² attention window, asked of the worker as the "
         f"Attention pane asks, {STEP_PAUSE_S:.1f} s apart, a new layer / another head of it "
         f"(layers {', '.join(map(str, layers))}): "
