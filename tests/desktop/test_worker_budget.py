@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 
 from llm_lens.core.loop.engine import RunConfig
 from llm_lens.core.sampling import GREEDY
@@ -137,13 +138,22 @@ def test_a_kind_never_timed_waits_for_the_run_end_and_a_memo_hit_does_not_make_i
     assert worker.cost_ms["attention_map"] >= 100.0
 
 
-def test_the_heap_is_trimmed_after_the_windows_last_repaints(tiny_engine, qtbot, monkeypatch):
-    """glibc's trim holds the heap's lock: it waits until the run's end has been drawn."""
+@pytest.fixture
+def trims(monkeypatch) -> list[float]:
+    """When the worker gave the heap back (``release_memory`` recorded, not run)."""
     from llm_lens.core import runtime
+
+    made: list[float] = []
+    monkeypatch.setattr(runtime, "release_memory", lambda: made.append(time.perf_counter()))
+    return made
+
+
+def test_the_heap_is_trimmed_after_the_windows_last_repaints(
+    tiny_engine, qtbot, monkeypatch, trims
+):
+    """glibc's trim holds the heap's lock: it waits until the run's end has been drawn."""
     from llm_lens.desktop import worker as worker_module
 
-    trims: list[float] = []
-    monkeypatch.setattr(runtime, "release_memory", lambda: trims.append(time.perf_counter()))
     monkeypatch.setattr(worker_module, "TRIM_DELAY_MS", 200)
     worker = Worker()
     worker.engine = tiny_engine
@@ -155,16 +165,13 @@ def test_the_heap_is_trimmed_after_the_windows_last_repaints(tiny_engine, qtbot,
 
 
 def test_the_heap_goes_back_after_long_analyses_once_the_answer_is_drawn(
-    tiny_engine, qtbot, monkeypatch
+    tiny_engine, qtbot, monkeypatch, trims
 ):
     """The trim after long analyses waits until the window has drawn the answer (it ran while
     the Attention pane drew a full context's map: 72 ms instead of 40); a request that came
     meanwhile puts it off until after its own answer."""
-    from llm_lens.core import runtime
     from llm_lens.desktop import worker as worker_module
 
-    trims: list[float] = []
-    monkeypatch.setattr(runtime, "release_memory", lambda: trims.append(time.perf_counter()))
     monkeypatch.setattr(worker_module, "RELEASE_AFTER_MS", 5.0)  # the first job, not the second
     worker = Worker()
     worker.engine = tiny_engine
@@ -183,16 +190,13 @@ def test_the_heap_goes_back_after_long_analyses_once_the_answer_is_drawn(
 
 
 def test_a_runs_end_trim_overdue_after_long_analyses_waits_for_their_answer(
-    tiny_engine, qtbot, monkeypatch
+    tiny_engine, qtbot, monkeypatch, trims
 ):
     """A run's end's delayed trim falls due only when the worker's event loop runs again: after
     the prompt's analyses (4 s at the full context), just as the window draws their answer. It
     gives way to the answer's own delay."""
-    from llm_lens.core import runtime
     from llm_lens.desktop import worker as worker_module
 
-    trims: list[float] = []
-    monkeypatch.setattr(runtime, "release_memory", lambda: trims.append(time.perf_counter()))
     monkeypatch.setattr(worker_module, "TRIM_DELAY_MS", 100)
     worker = Worker()
     worker.engine = tiny_engine
