@@ -335,6 +335,7 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     import resource
 
     from llm_lens.core import attention
+    from llm_lens.desktop.worker import TRIM_AFTER_ANSWER_MS
 
     ctl = win.controller
     engine = ctl.worker.engine
@@ -356,8 +357,6 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     worker_idle(win, gaps)  # the panes' analyses of the long prompt, deferred to the run's end
     deferred = time.perf_counter() - t0
     analyses_gap = max(gaps.gaps, default=0.0)
-    from llm_lens.desktop.worker import TRIM_AFTER_ANSWER_MS
-
     wait(TRIM_AFTER_ANSWER_MS + 300)  # the worker gives the freed heap back after its answers
     rss_settled = _rss_mb() - rss0
     run = ctl.worker.store.runs[ctl.run_id]

@@ -454,7 +454,8 @@ class Worker(QObject):
         while not self.closing.is_set():
             item = self._next_job(budget_ms)
             if item is None:
-                # what they freed (between steps: not worth it)
+                # give back what the analyses freed once their answer is drawn (not between
+                # a run's steps: not worth it there)
                 if budget_ms is None and (spent > RELEASE_AFTER_MS or self._trim_owed):
                     self._trim_later(TRIM_AFTER_ANSWER_MS)
                 return
