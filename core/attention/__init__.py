@@ -328,13 +328,17 @@ def kv_head(head: int, heads: int, kv_heads: int) -> int:
 
 def _one_head(module: Any, qkvm: tuple[Any, ...], head: int) -> tuple[Any, tuple[Any, ...]]:
     """Query head ``head`` with the key/value head it reads (heads are grouped in order, as
-    transformers' ``repeat_kv`` expands them), and its slice of a per-head mask (ALiBi)."""
+    transformers' ``repeat_kv`` expands them), and its slice of a per-head mask (ALiBi).
+
+    Tensors of one query head and one key/value head are that head's already: a layer run on
+    one head's projections (``prompt_maps._one_head_projections``), or a model of one head."""
     q, k, v, mask = qkvm
-    kv = kv_head(head, q.shape[1], k.shape[1])
-    if mask is not None and mask.dim() == 4 and mask.shape[1] == q.shape[1] > 1:
+    if mask is not None and mask.dim() == 4 and mask.shape[1] > 1:
         mask = mask[:, head : head + 1]
-    one = (q[:, head : head + 1], k[:, kv : kv + 1], v[:, kv : kv + 1], mask)
-    return _OneGroup(module), one
+    if q.shape[1] > 1 or k.shape[1] > 1:
+        kv = kv_head(head, q.shape[1], k.shape[1])
+        q, k, v = q[:, head : head + 1], k[:, kv : kv + 1], v[:, kv : kv + 1]
+    return _OneGroup(module), (q, k, v, mask)
 
 
 def register() -> None:

@@ -163,20 +163,20 @@ def test_one_head_map_of_a_long_prompt_skips_the_earlier_layers(
             hook.remove()
 
 
-# families whose attention projects a head's queries and keys alone (separate linears, heads in
-# order, nothing mixing heads after them); the others project every head (fused projections, or
-# OLMo 2's query/key norms over every head)
-ONE_HEAD_ALONE = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral", "mixtral", "stablelm", "granite",
-                  "llama3", "opt"}  # fmt: skip
+# families whose attention runs on one head's queries and keys alone (separate linears, heads in
+# order, split by ``view(..., -1, head_dim)``, nothing mixing heads after them); the others
+# project every head (fused projections, OLMo 2's query/key norms over every head, OPT's and
+# StableLM's views naming their head counts)
+ONE_HEAD_ALONE = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral", "mixtral", "granite", "llama3"}
 
 
 @pytest.mark.parametrize("name", ALL)
 def test_a_heads_map_projected_alone_equals_the_models_own(
     loaded: Any, name: str, monkeypatch: Any
 ) -> None:
-    """A one-head map (what long prompts ask) projects only that head's queries and its
-    key/value head's keys where the layout allows it, checked against the whole projections;
-    each head's map equals the model's own eager weights either way."""
+    """A one-head map (what long prompts ask) runs the layer's attention on that head's queries
+    and its key/value head's keys alone where the layout allows it, checked against the whole
+    projections; each head's map equals the model's own eager weights either way."""
     engine, run = _run(name, loaded.tokenizer)
     monkeypatch.setattr(prompt_maps, "EVERY_HEAD_SCORES", 0)  # the long prompt's one-head path
     monkeypatch.setattr(prompt_maps, "MAP_MEMO_BYTES", 0)
@@ -193,19 +193,27 @@ def test_a_heads_map_projected_alone_equals_the_models_own(
     assert prompt_maps._ALONE[module] == (name in ONE_HEAD_ALONE)
     if not hasattr(module, "q_proj"):
         return
-    seen: dict[str, Any] = {}
-    hooks = [getattr(module, n).register_forward_hook(lambda _m, _a, o, n=n: seen.update({n: o}))
-             for n in ("q_proj", "v_proj")]  # fmt: skip
+    seen: dict[str, list[Any]] = {"q_proj": [], "v_proj": []}
+    hooks = [getattr(module, n).register_forward_hook(lambda _m, _a, o, n=n: seen[n].append(o))
+             for n in seen]  # fmt: skip
     try:
+        with monkeypatch.context() as every:  # every head's projections, then head 1's map
+            every.setattr(prompt_maps, "_projects_one_head", lambda *_a: False)
+            engine.map_memo.clear()
+            attention.attention_map(engine, run.cache, hidden, layer, 1)
         engine.map_memo.clear()
         attention.attention_map(engine, run.cache, hidden, layer, 1)
     finally:
         for hook in hooks:
             hook.remove()
-    width = seen["q_proj"].shape[-1] // heads
-    columns = seen["q_proj"][0].abs().amax(dim=0).reshape(heads, width).amax(dim=1) > 0
-    assert columns.tolist() == [name not in ONE_HEAD_ALONE or h == 1 for h in range(heads)]
-    assert bool(seen["v_proj"].abs().max() == 0) == (name in ONE_HEAD_ALONE)
+    (whole_q, got_q), (whole_v, got_v) = seen["q_proj"], seen["v_proj"]
+    if name not in ONE_HEAD_ALONE:
+        assert torch.equal(got_q, whole_q) and torch.equal(got_v, whole_v)
+        return
+    width = whole_q.shape[-1] // heads  # head 1's query columns alone, one head of zero values
+    torch.testing.assert_close(got_q, whole_q[..., width : 2 * width], rtol=0, atol=1e-5)
+    assert got_v.shape[-1] == whole_v.shape[-1] // engine.info.num_kv_heads
+    assert got_v.abs().max() == 0
 
 
 @pytest.mark.parametrize("name", WINDOWED)
