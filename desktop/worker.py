@@ -28,6 +28,7 @@ ANALYSIS_SHARE = 0.03  # between steps of a run, analyses may take this share of
 RELEASE_AFTER_MS = 200.0  # analyses that took this long may have freed much: release_memory
 TRIM_DELAY_MS = 1500  # after a run, the freed heap goes back once the window has drawn its end
 TRIM_AFTER_ANSWER_MS = 200  # ... and after long analyses once the window has drawn the answer
+TRIM_IDLE_MS = 2000  # ... and after work ahead once nothing was asked for this long
 READY_WAIT_S = 0.3  # the longest a live run's prefill waits for the window to clear its panes
 SUPERSEDED = ("lens", "attention_map", "neighbours")  # a newer request drops a pending older one
 AHEAD_AFTER_MS = 50.0  # an analysis that took this long has its likely successors computed ahead
@@ -290,15 +291,16 @@ class Worker(QObject):
             self.submit("let_go", ("let_go", id(held)), held.clear)
 
     def _trim_later(self, delay_ms: int) -> None:
-        """Give the freed heap back ``delay_ms`` after now, unless this thread answers anything
-        meanwhile (then that answer's own delay counts), or at once on a thread with no event
-        loop (a script driving the worker).
+        """Give the freed heap back ``delay_ms`` after now, or once every delay asked before is
+        over where one ends later (a request answered meanwhile asks its own), or at once on a
+        thread with no event loop (a script driving the worker).
 
         A run's end asks for :data:`TRIM_DELAY_MS`, long analyses' last answer for
         :data:`TRIM_AFTER_ANSWER_MS`: each time the window is drawing what it was just sent, and
         the trim made it wait (a full context's map drawn in 72-85 ms instead of 40). A delay
         ends only when this thread's event loop runs, so a run's end's was due the moment the
-        prompt's analyses were served, 4 s later: exactly when their answer was drawn."""
+        prompt's analyses were served, 4 s later: exactly when their answer was drawn. Work
+        ahead asks for :data:`TRIM_IDLE_MS`: the request it guessed reuses the heap first."""
         self._trim_owed = True
         if QAbstractEventDispatcher.instance() is None:
             self._release_memory()
@@ -383,7 +385,7 @@ class Worker(QObject):
         import torch
 
         from llm_lens.core.attention import Halted, halting
-        from llm_lens.core.runtime import every_core, release_memory
+        from llm_lens.core.runtime import every_core
 
         spent = 0.0
         with every_core(), halting(self._wanted_else):
@@ -404,7 +406,10 @@ class Worker(QObject):
                 if self.ahead and self.ahead[0] is first:
                     self.ahead.pop(0)
         if spent > RELEASE_AFTER_MS and not self._wanted_else():
-            release_memory()  # what they freed: 0.4 GB of heap after two at 8,192 tokens
+            # what they freed (0.4 GB of heap after two maps at 8,192 tokens) goes back once a
+            # person has stopped stepping: the next request reuses it meanwhile, where pages
+            # given back cost a new layer's window 25-30 ms of faults
+            self._trim_later(TRIM_IDLE_MS)
 
     def _next_job(self, budget_ms: float | None) -> tuple[str, Any, Callable[[], Any]] | None:
         """The oldest queued job, or the oldest whose last cost fits what is left of the budget

@@ -210,6 +210,33 @@ def test_a_runs_end_trim_overdue_after_long_analyses_waits_for_their_answer(
     assert trims[0] - answered >= 0.8 * worker_module.TRIM_AFTER_ANSWER_MS / 1e3
 
 
+def test_what_work_ahead_freed_goes_back_once_nothing_is_asked(
+    tiny_engine, qtbot, monkeypatch, trims
+):
+    """The heap the guesses freed is kept for the request they guessed (given back, its pages
+    cost a full context's new layer 25-30 ms of faults), and goes back :data:`TRIM_IDLE_MS`
+    after them."""
+    from llm_lens.desktop import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "AHEAD_DELAY_MS", 0)
+    monkeypatch.setattr(worker_module, "RELEASE_AFTER_MS", 5.0)
+    monkeypatch.setattr(worker_module, "TRIM_IDLE_MS", 300)
+    worker = Worker()
+    worker.engine = tiny_engine
+    log: list[str] = []
+
+    def guess() -> None:
+        time.sleep(0.01)
+        log.append("guess")
+
+    worker.submit("attention_map", ("asked",), lambda: time.sleep(0.06), (guess,))
+    worker.serve()
+    qtbot.waitUntil(lambda: log == ["guess"], timeout=3000)
+    guessed = time.perf_counter()
+    qtbot.waitUntil(lambda: len(trims) == 1, timeout=3000)
+    assert trims[0] - guessed >= 0.8 * 0.3
+
+
 def test_jobs_served_while_no_run_streams_use_every_core(tiny_engine, monkeypatch):
     """Between a run's steps a job keeps the model's thread count (the GUI's core stays free for
     the window rendering the run); served once the run is over, while the window waits for
