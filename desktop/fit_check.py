@@ -62,7 +62,8 @@ def control_problems(window: QWidget, area: QWidget, where: str) -> list[str]:
 
 
 def plot_problems(area: QWidget, where: str) -> list[str]:
-    """pyqtgraph plots of ``area`` whose data area is smaller than :data:`MIN_PLOT`."""
+    """pyqtgraph plots of ``area`` whose data area is smaller than :data:`MIN_PLOT`, or whose
+    legend does not fit inside it (the view clips it: a label cut off mid-word)."""
     import pyqtgraph as pg
 
     problems = []
@@ -76,11 +77,18 @@ def plot_problems(area: QWidget, where: str) -> list[str]:
                 continue
             box = item.getViewBox()
             w, h = round(box.width()), round(box.height())
+            title = item.titleLabel.text if item.titleLabel.isVisible() else ""
+            name = f" {title!r}" if title else ""
             if w < MIN_PLOT[0] or h < MIN_PLOT[1]:
-                title = item.titleLabel.text if item.titleLabel.isVisible() else ""
-                name = f" {title!r}" if title else ""
                 problems.append(f"{where}: plot{name} is {w}×{h} px (needs {MIN_PLOT[0]}×"
                                 f"{MIN_PLOT[1]})")  # fmt: skip
+            legend = item.legend
+            if legend is not None and legend.isVisible() and legend.items:
+                shown = legend.sceneBoundingRect()
+                if not box.sceneBoundingRect().adjusted(-1, -1, 1, 1).contains(shown):
+                    problems.append(f"{where}: the legend of plot{name} is cut off (it is "
+                                    f"{shown.width():.0f}×{shown.height():.0f} px in a {w}×{h} "
+                                    "px plot)")  # fmt: skip
     return problems
 
 

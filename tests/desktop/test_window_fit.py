@@ -62,6 +62,39 @@ def test_fit_check_finds_a_control_outside_the_window(qtbot, loaded_window):
     assert problems and "larger than the 1280×720 asked for" in problems[0]
 
 
+def test_fit_check_finds_a_legend_cut_off_by_its_plot(qtbot, loaded_window):
+    """A legend wider than its plot is clipped by the view mid-word: the check names it."""
+    import pyqtgraph as pg
+
+    from llm_lens.desktop.fit_check import fit_problems
+
+    win = loaded_window
+    win.resize_to(1366, 768)
+    _settle(qtbot)
+    plot = win.panes["Layer stack"].resid_plot
+    kept, wide = plot.legend, pg.LegendItem(offset=(5, 5))
+    wide.setParentItem(plot.vb)
+    wide.addItem(pg.PlotDataItem(pen="w"), "a legend entry far wider than the plot it is drawn in")
+    plot.legend = wide
+    _settle(qtbot)
+    try:
+        problems = fit_problems(win, (1366, 768))
+    finally:
+        plot.legend = kept
+        wide.scene().removeItem(wide)
+    assert (
+        [p for p in problems if "legend" in p]
+        == [
+            p
+            for p in problems
+            if p.startswith("Layer stack: the legend of plot 'residual stream norm'")
+        ]
+        != []
+    )
+    _settle(qtbot)
+    assert fit_problems(win, (1366, 768)) == []
+
+
 def test_focus_mode_shows_one_pane_and_goes_back(qtbot, loaded_window):
     from llm_lens.desktop.fit_check import in_window, shown_in
 
