@@ -480,6 +480,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument(
         "--profile", action="store_true", help="cProfile the GUI thread in one streaming run"
     )
+    parser.add_argument(
+        "--model", default=None, help="a model folder or .gguf file (default: the bundled model)"
+    )
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, mps")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument(
@@ -521,7 +524,7 @@ def main() -> int:
     gaps = GapClock()
     errors: list[str] = []
     win.controller.sig_error.connect(errors.append)
-    win.load(None)
+    win.load(args.model)
     wait_for(win.controller.sig_model_loaded, 600, win.controller.sig_error)
     if win.controller.worker.engine is None:
         print(f"the model did not load: {'; '.join(errors) or 'no answer in 600 s'}", flush=True)
