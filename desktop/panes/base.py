@@ -13,6 +13,9 @@ from PySide6.QtWidgets import QWidget
 from llm_lens.core.fileio import atomic_write
 from llm_lens.desktop.controller import Controller
 
+LAYOUT_ROUNDS = 3  # rounds of posted layout requests a pane's paint sends: the pane's, a card's,
+# the pane's again for the card's new height (one more is harmless: nothing is pending)
+
 
 def steady_axes(*plots: Any) -> None:
     """Let the tick-label space of the plots' vertical axes grow but never shrink.
@@ -144,11 +147,18 @@ class Pane(QWidget):
         transforms in ``prepareForPaint``, inside the paint; the items it moves there mark the
         scene dirty again and Qt paints the view twice. Done here, in that order, one render
         reaches the screen in one paint.
+
+        Layout requests go out in :data:`LAYOUT_ROUNDS` rounds: a layout that resizes a card
+        posts the card's request, whose new height posts the pane's again, and a request
+        posted while they are sent waits for the next call. Left to the event
+        loop, that last one resized the plots a few pixels after the unit and painted them a
+        second time (4-10 ms a unit), beside the model's prefill or its steps.
         """
         import pyqtgraph as pg
 
         app = QCoreApplication.instance()
-        app.sendPostedEvents(None, QEvent.Type.LayoutRequest)
+        for _ in range(LAYOUT_ROUNDS):
+            app.sendPostedEvents(None, QEvent.Type.LayoutRequest)
         for view in self.findChildren(pg.GraphicsView):
             if view.isVisible():
                 scene = view.scene()

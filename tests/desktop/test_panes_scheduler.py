@@ -77,3 +77,54 @@ def test_a_render_is_painted_once_inside_the_scheduler_unit(qtbot, ran):
     assert pane.render_times_ms and pane.paint_times_ms
     qtbot.wait(100)
     assert paints.count == 1
+
+
+class Resizes(QObject):
+    """The widgets of ``root`` resized while it is installed: (class, old height, new height)."""
+
+    def __init__(self, root) -> None:
+        from PySide6.QtWidgets import QWidget
+
+        super().__init__()
+        self.seen: list[tuple[str, int, int]] = []
+        self.widgets = [root, *root.findChildren(QWidget)]
+        for widget in self.widgets:
+            widget.installEventFilter(self)
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt override)
+        if event.type() == QEvent.Type.Resize:
+            self.seen.append((type(obj).__name__, event.oldSize().height(), event.size().height()))
+        return False
+
+    def remove(self) -> None:
+        for widget in self.widgets:
+            widget.removeEventFilter(self)
+
+
+@pytest.mark.parametrize("width", [340, 420])
+def test_a_unit_lays_out_its_cards_new_height_too(qtbot, ran, width):
+    """A label's new text asks for the pane's layout, which re-wraps the card's headline; the
+    card's new height asks for the pane's layout again: all inside the unit. Left to the event
+    loop, the pane's second layout resized its plot a few pixels after the unit and painted it
+    again, beside the model's prefill (a fast model's first token 10-25 % slower)."""
+    from llm_lens.desktop.cards import install_cards
+    from llm_lens.desktop.panes.timing import TimingPane
+
+    pane = TimingPane(ran)
+    install_cards({"Timing": pane}, ran)
+    qtbot.addWidget(pane)
+    pane.resize(width, 320)
+    pane.show()
+    qtbot.waitExposed(pane)
+    resized = 0
+    for stale in (True, False, True, False):  # cleared and drawn for a run, then drawn again
+        during = Resizes(pane)
+        pane._stale = stale
+        pane.render_and_paint()
+        during.remove()
+        resized += len(during.seen)
+        after = Resizes(pane)
+        qtbot.wait(50)
+        after.remove()
+        assert after.seen == [], stale
+    assert resized > 0  # the units did lay out something
