@@ -362,7 +362,9 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     run = ctl.worker.store.runs[ctl.run_id]
     ctl.worker.wanted.clear()  # guesses may run again (worker_idle stopped them)
     shown = win.panes["Attention"].layer_box.value()
-    layers = [n for n in (12, 29, 1, 20) if n != shown][:3]
+    top = engine.info.num_layers - 1  # the bundled model's layers 12, 29, 1, 20, 5-9, scaled
+    at = lambda n: round(n * top / 29)  # noqa: E731
+    layers = [at(n) for n in (12, 29, 1, 20) if at(n) != shown][:3]
     gaps.start()
     # a person reading each map before the next (STEP_PAUSE_S): a new layer far from the last
     # (its queries and keys computed), then another head of it
@@ -370,9 +372,9 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     for layer, head in [(n, h) for n in layers for h in (0, 5)]:
         pause(STEP_PAUSE_S)
         windows.append(window_ms(ctl, layer, head))
-    far = (layers[0] + 4, layers[1] - 4)
+    far = (min(top, layers[0] + at(4)), max(0, layers[1] - at(4)))
     back_to_back = [window_ms(ctl, n, 3) for n in far]
-    steps = [n for n in range(5, 10) if n not in layers][:3]
+    steps = [n for n in range(at(5), top + 1) if n not in layers][:3]
     pause(STEP_PAUSE_S)
     stepped = [window_ms(ctl, steps[0], 0)]  # stepping through layers, reading each
     for layer, head in ((steps[1], 0), (steps[2], 0), (steps[1], 0), (steps[1], 1)):
@@ -381,9 +383,10 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     gaps.on = False
     window_gap = max(gaps.gaps, default=0.0)
     near = {n + d for n in (shown, *layers, *far, *steps) for d in (-1, 0, 1)}  # asked, guessed
-    fresh = next(n for n in range(engine.info.num_layers) if n not in near)
+    fresh = next((n for n in range(engine.info.num_layers) if n not in near), top)
     ctl.worker.ahead.clear()  # no guess computing beside it
     pause(0.5)
+    engine.map_memo.clear()  # (a small model has no layer left that nothing asked for)
     t0 = time.perf_counter()  # the same on the GUI thread, the process's default torch threads
     attention.attention_map(engine, run.cache, run.prefill.hidden, fresh, 0, max_size=256)
     direct = (time.perf_counter() - t0) * 1e3
