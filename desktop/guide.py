@@ -84,9 +84,8 @@ def add_legends(panes: dict[str, Any]) -> None:
         legend = layers.resid_plot.addLegend(offset=(5, 5), labelTextSize="8pt")
         legend.addItem(layers.resid_curve, "‖h‖ after each layer")
         dashed = pg.PlotDataItem(pen=pg.mkPen("#81c784", style=Qt.PenStyle.DashLine))
-        legend.addItem(
-            dashed, "★ lens top-1 = final"
-        )  # the first such layer, as the table marks it
+        # the first layer whose lens top-1 is the final token, marked ★ as in the lens table
+        legend.addItem(dashed, "★ lens top-1 = final")
         layers.resid_plot.setLabel("left", "‖h‖ (L2 norm)")
         layers.update_plot.setLabel("left", "‖update‖ (L2 norm)")
         layers.heat_plot.setLabel("bottom", "prompt position (token)")

@@ -150,9 +150,9 @@ class Pane(QWidget):
 
         Layout requests go out in :data:`LAYOUT_ROUNDS` rounds: a layout that resizes a card
         posts the card's request, whose new height posts the pane's again, and a request
-        posted while they are sent waits for the next call. Left to the event
-        loop, that last one resized the plots a few pixels after the unit and painted them a
-        second time (4-10 ms a unit), beside the model's prefill or its steps.
+        posted while they are sent waits for the next call. Left to the event loop, that last
+        one resized the plots a few pixels after the unit and painted them a second time (4-10
+        ms a unit), beside the model's prefill or its steps.
         """
         import pyqtgraph as pg
 
