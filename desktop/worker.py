@@ -36,6 +36,28 @@ AHEAD_DELAY_MS = 250  # ... starting this long after the last answer left: the w
 # it, and a person stepping by holding a key down (a request every ~30-100 ms) is not guessed for
 
 
+class AfterDelays(QObject):
+    """Calls ``callback`` once the last of the delays asked for so far is over: a delay asked
+    while others run supersedes them, whichever ends first. One-shot timers, not one restarted
+    timer object (that one would outlive the thread); a child of the object whose thread runs
+    the callback, so it moves with it and goes with it."""
+
+    def __init__(self, callback: Callable[[], Any], parent: QObject) -> None:
+        super().__init__(parent)
+        self._callback = callback
+        self._asked = self._over = 0
+
+    def ask(self, delay_ms: int) -> None:
+        self._asked += 1
+        QTimer.singleShot(delay_ms, self._one_over)
+
+    @Slot()
+    def _one_over(self) -> None:
+        self._over += 1
+        if self._over == self._asked:
+            self._callback()
+
+
 class Worker(QObject):
     """Loads models, runs generations and computes on-demand analyses.
 
@@ -101,8 +123,10 @@ class Worker(QObject):
         self.ahead: list[tuple[str, Callable[[], Any]]] = []  # (kind, job) likely to come next
         self.slow: set[str] = set()  # kinds that took AHEAD_AFTER_MS or more on this run
         self._ahead_of: dict[Any, tuple[Callable[[], Any], ...]] = {}  # a pending job's
-        self._ahead_asked = self._ahead_fired = 0  # the delays started and over
-        self._trims_asked = self._trims_due = 0  # the same for the trim after analyses
+        # work ahead once no answer came for AHEAD_DELAY_MS; the heap trimmed after the last
+        # delay asked (_trim_later)
+        self._ahead_later = AfterDelays(self.work_ahead, self)
+        self._trim_after = AfterDelays(self._trim_if_idle, self)
         self._trim_owed = False  # analyses freed much and the heap has not gone back since
 
     @Slot(object, str, str)
@@ -305,15 +329,12 @@ class Worker(QObject):
         if QAbstractEventDispatcher.instance() is None:
             self._release_memory()
             return
-        self._trims_asked += 1
-        QTimer.singleShot(delay_ms, self._trim_due)
+        self._trim_after.ask(delay_ms)
 
-    @Slot()
-    def _trim_due(self) -> None:
+    def _trim_if_idle(self) -> None:
         """The last delay asked for is over: trim, unless a request waits (its serve asks
         again)."""
-        self._trims_due += 1
-        if self._trims_due == self._trims_asked and self.pending.empty():
+        if self.pending.empty():
             self._release_memory()
 
     @Slot()
@@ -360,16 +381,7 @@ class Worker(QObject):
         with every_core():
             self._serve_pending()
         if self.ahead and QAbstractEventDispatcher.instance() is not None:
-            self._ahead_asked += 1  # counted from the last answer, not the first
-            QTimer.singleShot(AHEAD_DELAY_MS, self._ahead_due)
-
-    @Slot()
-    def _ahead_due(self) -> None:
-        """The delay after an answer is over: work ahead if no answer came since (one-shot
-        timers, not one restarted timer object: that one would outlive the thread)."""
-        self._ahead_fired += 1
-        if self._ahead_fired == self._ahead_asked:
-            self.work_ahead()
+            self._ahead_later.ask(AHEAD_DELAY_MS)  # counted from the last answer, not the first
 
     def _wanted_else(self) -> bool:
         return self.wanted.is_set() or self.closing.is_set() or not self.pending.empty()
