@@ -362,8 +362,11 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     run = ctl.worker.store.runs[ctl.run_id]
     ctl.worker.wanted.clear()  # guesses may run again (worker_idle stopped them)
     shown = win.panes["Attention"].layer_box.value()
-    top = engine.info.num_layers - 1  # the bundled model's layers 12, 29, 1, 20, 5-9, scaled
-    at = lambda n: round(n * top / 29)  # noqa: E731
+    top = engine.info.num_layers - 1
+
+    def at(n: int) -> int:  # the bundled model's layer n (of 0-29), scaled to this model's
+        return round(n * top / 29)
+
     layers = [at(n) for n in (12, 29, 1, 20) if at(n) != shown][:3]
     gaps.start()
     # a person reading each map before the next (STEP_PAUSE_S): a new layer far from the last
