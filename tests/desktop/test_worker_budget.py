@@ -138,14 +138,20 @@ def test_a_kind_never_timed_waits_for_the_run_end_and_a_memo_hit_does_not_make_i
     assert worker.cost_ms["attention_map"] >= 100.0
 
 
-@pytest.fixture
-def trims(monkeypatch) -> list[float]:
-    """When the worker gave the heap back (``release_memory`` recorded, not run)."""
-    from llm_lens.core import runtime
+class Trims(list):
+    """When the worker :meth:`worker` made gave the heap back (recorded, not run). Only its
+    own: a worker of an earlier test, still alive, may have a delayed trim falling due now."""
 
-    made: list[float] = []
-    monkeypatch.setattr(runtime, "release_memory", lambda: made.append(time.perf_counter()))
-    return made
+    def worker(self, engine) -> Worker:
+        worker = Worker()
+        worker.engine = engine
+        worker._release_memory = lambda: self.append(time.perf_counter())
+        return worker
+
+
+@pytest.fixture
+def trims() -> Trims:
+    return Trims()
 
 
 def test_the_heap_is_trimmed_after_the_windows_last_repaints(
@@ -155,8 +161,7 @@ def test_the_heap_is_trimmed_after_the_windows_last_repaints(
     from llm_lens.desktop import worker as worker_module
 
     monkeypatch.setattr(worker_module, "TRIM_DELAY_MS", 200)
-    worker = Worker()
-    worker.engine = tiny_engine
+    worker = trims.worker(tiny_engine)
     worker.run(1, "the cat", False, GREEDY, RunConfig(max_new_tokens=2))
     ended = time.perf_counter()
     assert trims == []
@@ -173,8 +178,7 @@ def test_the_heap_goes_back_after_long_analyses_once_the_answer_is_drawn(
     from llm_lens.desktop import worker as worker_module
 
     monkeypatch.setattr(worker_module, "RELEASE_AFTER_MS", 5.0)  # the first job, not the second
-    worker = Worker()
-    worker.engine = tiny_engine
+    worker = trims.worker(tiny_engine)
     worker.submit("lens", ("lens", 0), lambda: time.sleep(0.01))
     worker.serve()
     answered = time.perf_counter()
@@ -198,8 +202,7 @@ def test_a_runs_end_trim_overdue_after_long_analyses_waits_for_their_answer(
     from llm_lens.desktop import worker as worker_module
 
     monkeypatch.setattr(worker_module, "TRIM_DELAY_MS", 100)
-    worker = Worker()
-    worker.engine = tiny_engine
+    worker = trims.worker(tiny_engine)
     worker.run(1, "the cat", False, GREEDY, RunConfig(max_new_tokens=2))
     worker.submit("lens", ("lens", 0), lambda: time.sleep(0.3))  # the run end's delay passes
     worker.serve()
@@ -221,8 +224,7 @@ def test_what_work_ahead_freed_goes_back_once_nothing_is_asked(
     monkeypatch.setattr(worker_module, "AHEAD_DELAY_MS", 0)
     monkeypatch.setattr(worker_module, "RELEASE_AFTER_MS", 5.0)
     monkeypatch.setattr(worker_module, "TRIM_IDLE_MS", 300)
-    worker = Worker()
-    worker.engine = tiny_engine
+    worker = trims.worker(tiny_engine)
     log: list[str] = []
 
     def guess() -> None:
