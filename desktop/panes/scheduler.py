@@ -115,12 +115,13 @@ class RepaintScheduler(QObject):
                 self._run(pane, streaming)
         if not self._dirty:
             self._run_idle()
-        if self._dirty:
+        if self._dirty:  # wake when the soonest pane is due, and not in a rest: no spin
             now = time.monotonic()
-            waits = [intervals.get(k, 0.0) - (now - self._last.get(k, 0.0)) for k in self._dirty]
+            due_in = [intervals.get(k, 0.0) - (now - self._last.get(k, 0.0)) for k in self._dirty]
+            soonest = min(due_in)
             if streaming:
-                waits.append(self._rest_until - now)
-            self._timer.start(math.ceil(max(0.0, min(waits)) * 1e3))  # not early: no spin
+                soonest = max(soonest, self._rest_until - now)
+            self._timer.start(math.ceil(max(0.0, soonest) * 1e3))
 
     def _run(self, pane: Any, streaming: bool) -> None:
         """One unit; while streaming, rest afterwards so that the GUI thread's CPU time since

@@ -128,3 +128,18 @@ def test_a_unit_lays_out_its_cards_new_height_too(qtbot, ran, width):
         after.remove()
         assert after.seen == [], stale
     assert resized > 0  # the units did lay out something
+
+
+def test_a_streaming_pane_not_yet_due_is_waited_for_not_polled(qtbot, monkeypatch):
+    """After its rest, a pane inside its live interval is woken for once it is due: every
+    wake of the GUI thread while a run streams takes the GIL from the model thread."""
+    from llm_lens.desktop.panes import scheduler as module
+
+    wakes = []
+    run_next = module.RepaintScheduler._next
+    monkeypatch.setattr(
+        module.RepaintScheduler, "_next", lambda self: (wakes.append(1), run_next(self))
+    )
+    gap = render_twice(qtbot, busy=True)
+    assert gap >= FakePane.live_interval_ms / 1e3 - 0.005
+    assert len(wakes) <= 6, f"{len(wakes)} wakes for two renders {gap * 1e3:.0f} ms apart"
