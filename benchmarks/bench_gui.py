@@ -23,7 +23,9 @@ instead and reports memory and the attention window's time.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -32,7 +34,8 @@ from typing import Any
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-os.environ["LLM_LENS_CONFIG_DIR"] = tempfile.mkdtemp(prefix="llm-lens-bench-")
+os.environ["LLM_LENS_CONFIG_DIR"] = _config = tempfile.mkdtemp(prefix="llm-lens-bench-")
+atexit.register(shutil.rmtree, _config, ignore_errors=True)  # the window's settings, this run's
 
 from PySide6.QtCore import QElapsedTimer, QEventLoop, Qt, QTimer, qInstallMessageHandler  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
