@@ -126,6 +126,72 @@ def test_chip_groups_found_again_only_from_a_change_equal_those_of_a_fresh_view(
     assert any(g for g, _j, _r in state(view))
 
 
+def test_a_streamed_chip_repaints_its_rows_and_the_screen_equals_a_full_paint(qtbot, monkeypatch):
+    """A step appends a chip and moves the selection: the view paints the chips on those rows,
+    not every chip on screen, and what the window holds then is what a paint of the whole view
+    gives (also after a tail is replaced by narrower chips, and the selection jumps away)."""
+    from PySide6.QtWidgets import QScrollArea
+
+    from llm_lens.core.records import TokenInfo
+    from llm_lens.desktop.panes.tokens import ChipView, token_chip
+
+    def chips(words, first=0):
+        return [
+            token_chip(TokenInfo(i, w, w.encode()), f"t {i}") for i, w in enumerate(words, first)
+        ]
+
+    scroll, view = QScrollArea(), ChipView()
+    qtbot.addWidget(scroll)
+    scroll.setWidgetResizable(True)
+    scroll.setWidget(view)
+    scroll.resize(400, 300)
+    scroll.show()
+    qtbot.waitExposed(scroll)
+    view.set_chips(chips([" word", " longer", "s", " x"] * 50))
+    view.set_selection(120, 119)
+    qtbot.wait(20)
+    scroll.verticalScrollBar().setValue(scroll.verticalScrollBar().maximum())
+    qtbot.wait(20)
+    painted = []
+    paint_chip = ChipView._paint_chip
+
+    def counted(chip_view, painter, i, *rest):
+        painted.append(i)
+        paint_chip(chip_view, painter, i, *rest)
+
+    monkeypatch.setattr(ChipView, "_paint_chip", counted)
+
+    def on_screen():
+        """The view's visible part as the window's backing store holds it, and as a fresh
+        paint of the whole view draws it."""
+        qtbot.wait(20)
+        seen = view.visibleRegion().boundingRect()
+        at = view.mapTo(scroll, seen.topLeft())
+        window = scroll.screen().grabWindow(scroll.winId()).toImage()
+        held = window.copy(at.x(), at.y(), seen.width(), seen.height())
+        fresh = view.grab(seen).toImage()
+        return held.convertToFormat(fresh.format()), fresh
+
+    held, fresh = on_screen()
+    assert held == fresh
+    rows = {r.top() for r in view.rects}
+    on_a_row = len(view.rects) / len(rows)
+    painted.clear()
+    view.append(chips([" new"], 200))
+    view.set_selection(200, 199)
+    qtbot.wait(20)
+    assert 0 < len(painted) <= 3 * on_a_row, painted  # the last rows, not the 60 on screen
+    held, fresh = on_screen()
+    assert held == fresh
+    view.replace_tail(180, chips(["a"] * 5, 180))
+    held, fresh = on_screen()
+    assert held == fresh
+    view.set_selection(3, 2)  # far above the rows on screen
+    held, fresh = on_screen()
+    assert held == fresh
+    assert scroll.verticalScrollBar().value() > 0  # the rows on screen were not the first
+
+
 def test_tokens_pane(qtbot, ran, tmp_path):
     import tiktoken
 
