@@ -150,6 +150,7 @@ class Worker(QObject):
             from llm_lens.core.tokens import cl100k
 
             cl100k("warm-up")  # load the cl100k_base table here, not on the GUI's first render
+            _import_run_end()
             self._prefix = self._last_run = None
         except LensError as exc:
             self.sig_error.emit("load", str(exc))
@@ -499,6 +500,19 @@ class Worker(QObject):
                 self.slow.add(kind)
             if ahead and kind in self.slow and budget_ms is None:  # (a run's steps keep theirs)
                 self.ahead = [(kind, job) for job in ahead]
+
+
+def _import_run_end() -> None:
+    """Import here what the GUI thread imports at a run's end (its autosave), or the first
+    run's end holds the window 15-20 ms for it."""
+    import importlib
+
+    from llm_lens.core.loading import cache_root
+
+    for name in ("assemble", "format", "views", "write"):  # SessionController.request_save's
+        importlib.import_module(f"llm_lens.core.sessions.{name}")
+
+    cache_root()  # platformdirs
 
 
 def _decode_ms(record: Any) -> float:

@@ -422,3 +422,34 @@ def test_a_run_the_history_lets_go_is_freed_on_the_model_thread(qtbot, tiny_engi
         assert ctl.compare.shown.keys() == {ctl.run_id}
     finally:
         ctl.shutdown()
+
+
+def test_what_a_runs_end_imports_on_the_gui_thread_was_imported_with_the_model():
+    """Each run's end autosaves from the GUI thread (``SessionController.request_save``); the
+    modules it imports come in when the worker loads a model, so the first run's end does not
+    hold the window while they load. Checked in a fresh interpreter, on the function's own
+    import statements."""
+    import ast
+    import inspect
+    import subprocess
+    import sys
+    import textwrap
+
+    from llm_lens.desktop.session_controller import SessionController
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(SessionController.request_save)))
+    lazy = sorted({n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)})
+    assert any(name.startswith("llm_lens.core.sessions") for name in lazy)
+    script = textwrap.dedent(f"""
+        import importlib, sys
+        from llm_lens.desktop.worker import _import_run_end
+        _import_run_end()
+        before = set(sys.modules)
+        for name in {lazy!r}:
+            importlib.import_module(name)
+        print(sorted(set(sys.modules) - before))
+        """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    new = ast.literal_eval(out.stdout)  # module names
+    ours = [name for name in new if name.startswith("llm_lens")]
+    assert not new, f"{len(new)} modules imported at the run's end, ours: {ours}"
