@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from PySide6.QtCore import QSignalBlocker, Qt
+from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -35,6 +36,7 @@ class PromptPanel(QWidget):
         super().__init__(parent)
         self.controller = controller
         self.examples = examples
+        self._shown = ""  # what the response box reads
         self._build()
         self._wire()
         self._pick_example(0)
@@ -169,16 +171,37 @@ class PromptPanel(QWidget):
 
     def _on_run_started(self, _prompt: Any) -> None:
         self.response.clear()
+        self._shown = ""
         with QSignalBlocker(self.slider):
             self.slider.setRange(0, 0)
         self.step_label.setText("prefill…")
 
     def _on_steps(self) -> None:
         steps = self.controller.steps
-        self.response.setPlainText(self._response_text(steps))
+        self._show_response(self._response_text(steps))
         with QSignalBlocker(self.slider):
             self.slider.setRange(0, max(0, len(steps) - 1))
         self._show_step()  # "31 / 34" would go stale while the run grows past 34
+
+    def _show_response(self, text: str) -> None:
+        """Make the box read ``text`` by rewriting only what differs from what it reads now (a
+        streamed token adds to the end; a split character's bytes become the character). The
+        reader's selection and scroll stay; a box scrolled to its end follows the new text.
+        Setting the whole text on every token scrolled the box to its top and dropped the
+        selection, and laid the whole text out again."""
+        shown = self._shown
+        if text == shown:
+            return
+        bar = self.response.verticalScrollBar()
+        following = bar.value() >= bar.maximum()
+        same = len(os.path.commonprefix([shown, text]))
+        cursor = QTextCursor(self.response.document())
+        cursor.setPosition(_utf16_len(text[:same]))
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.insertText(text[same:])
+        self._shown = text
+        if following:
+            bar.setValue(bar.maximum())
 
     def _response_text(self, steps: list[Any]) -> str:
         """The run's text; a character split over tokens shows as its bytes, never "\ufffd"."""
@@ -198,7 +221,8 @@ class PromptPanel(QWidget):
     def _on_response_menu(self, pos: Any) -> None:
         """The text menu, plus "Why this token?" for the token under the pointer."""
         menu = self.response.createStandardContextMenu(pos)
-        step = self.response_step(self.response.cursorForPosition(pos).position())
+        at = self.response.cursorForPosition(pos).position()  # in UTF-16 units: 🍕 is two
+        step = self.response_step(_char_index(self._shown, at))
         if step >= 0:
             menu.addSeparator()
             why = menu.addAction(f"Why this token? (step {step})")
@@ -221,3 +245,18 @@ class PromptPanel(QWidget):
         self.step_label.setText(
             f"{index} / {len(steps) - 1} · {kind} · chose {step.token.text!r} (p={step.prob:.3f})"
         )
+
+
+def _utf16_len(text: str) -> int:
+    """``text``'s length in a Qt text document's positions (UTF-16 code units)."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _char_index(text: str, position: int) -> int:
+    """The index in ``text`` of the character at Qt document position ``position``."""
+    units = 0
+    for i, char in enumerate(text):
+        if units >= position:
+            return i
+        units += 2 if ord(char) > 0xFFFF else 1
+    return len(text)

@@ -46,3 +46,47 @@ def test_response_characters_map_to_the_step_that_wrote_them(qtbot, controller):
     # 🍕 stands from step 2 (its last byte) on; the bytes shown after it are step 3's
     assert [panel.response_step(i) for i in range(len(text))] == [2] + [3] * 7
     assert panel.response_step(len(text)) == -1
+
+
+def test_a_streamed_token_adds_to_the_box_keeping_the_readers_place(qtbot, controller):
+    """Each step's text is added where the last ended: the box reads the run's text after every
+    step; scrolled to its end it follows the new text, scrolled up it stays, and a selection
+    made while the run streams stays selected."""
+    from PySide6.QtGui import QTextCursor
+
+    from llm_lens.core.records import generated_text
+
+    panel = _panel(qtbot, controller)
+    panel.resize(260, 120)
+    panel.show()
+    qtbot.waitExposed(panel)
+    with qtbot.waitSignal(controller.sig_run_finished, timeout=120_000):
+        controller.request_run("Write a long story about a dragon.", True, GREEDY, 48)
+    steps = list(controller.steps)
+    box, bar = panel.response, panel.response.verticalScrollBar()
+    panel._on_run_started(None)
+    for k in range(1, len(steps) + 1):  # as the controller's flushes announce them
+        controller.steps = steps[:k]
+        panel._on_steps()
+        assert box.toPlainText() == generated_text([s.token for s in steps[:k]])
+        if k == 24:
+            assert 0 < bar.maximum() == bar.value()  # longer than the box: it followed
+            bar.setValue(0)  # the reader scrolls up, and selects the first word
+            cursor = box.textCursor()
+            cursor.setPosition(0)
+            cursor.movePosition(
+                QTextCursor.MoveOperation.EndOfWord, QTextCursor.MoveMode.KeepAnchor
+            )
+            box.setTextCursor(cursor)
+            selected = cursor.selectedText()
+    assert bar.value() == 0 < bar.maximum()
+    assert selected and box.textCursor().selectedText() == selected
+
+
+def test_a_box_position_maps_to_the_character_after_a_character_outside_the_bmp():
+    from llm_lens.desktop.prompt_panel import _char_index, _utf16_len
+
+    text = "a🍕b‹f0›c"
+    for i in range(len(text) + 1):
+        assert _char_index(text, _utf16_len(text[:i])) == i
+    assert _utf16_len("🍕") == 2
