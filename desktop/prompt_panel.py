@@ -204,16 +204,18 @@ class PromptPanel(QWidget):
             bar.setValue(bar.maximum())
 
     def _response_text(self, steps: list[Any]) -> str:
-        """The run's text; a character split over tokens shows as its bytes, never "\ufffd"."""
-        return generated_text([s.token for s in steps])
+        """The run's text as the box holds it: a character split over tokens shows as its bytes,
+        never "\ufffd"; a carriage return is a line break, as a Qt document makes it (so each
+        character is one position of the box, and a token's text adds to the end)."""
+        return generated_text([s.token for s in steps]).replace("\r\n", "\n").replace("\r", "\n")
 
     def response_step(self, char: int) -> int:
         """The step after which character ``char`` of the response text stood as it is now (for a
         character split over tokens, the step of its last byte), or -1."""
         steps = [s for s in self.controller.steps if not s.token.special]
-        final = generated_text([s.token for s in steps])
+        final = self._response_text(steps)
         for k, step in enumerate(steps):
-            shown = generated_text([s.token for s in steps[: k + 1]])  # the box after step k
+            shown = self._response_text(steps[: k + 1])  # the box after step k
             if len(os.path.commonprefix([shown, final])) > char:
                 return int(step.index)
         return -1

@@ -90,3 +90,37 @@ def test_a_box_position_maps_to_the_character_after_a_character_outside_the_bmp(
     for i in range(len(text) + 1):
         assert _char_index(text, _utf16_len(text[:i])) == i
     assert _utf16_len("🍕") == 2
+
+
+def test_streamed_pieces_build_the_box_a_whole_text_would(qtbot, controller):
+    """Tokens that split a "\\r\\n", end in a character's first bytes, or bring a character
+    outside the BMP: the box streamed a token at a time holds what setting the whole text
+    at once gives (Qt makes "\\r\\n" one line break, and 🍕 two positions)."""
+    from types import SimpleNamespace
+
+    from PySide6.QtWidgets import QTextBrowser
+
+    from llm_lens.core.records import TokenInfo
+
+    pieces = [b"a\r", b"\nb", b"\xf0\x9f", b"\x8d\x95c\r", b"d", b"\r\n", b"\xf0\x9f\x8d\x95"]
+    steps = [
+        SimpleNamespace(token=TokenInfo(i, raw.decode(errors="replace"), raw), index=i, prob=1.0)
+        for i, raw in enumerate(pieces)
+    ]
+    panel = _panel(qtbot, controller)
+    panel._on_run_started(None)
+    whole = QTextBrowser()
+    qtbot.addWidget(whole)
+    for k in range(1, len(steps) + 1):
+        controller.steps = steps[:k]
+        panel._on_steps()
+        whole.setPlainText(panel._response_text(steps[:k]))
+        assert panel.response.toPlainText() == whole.toPlainText()
+        assert panel.response.document().characterCount() == whole.document().characterCount()
+    assert panel.response.toPlainText() == "a\nb🍕c\nd\n🍕"
+    from llm_lens.desktop.prompt_panel import _char_index, _utf16_len
+
+    text = panel.response.toPlainText()
+    positions = [_utf16_len(text[:i]) for i in range(len(text))]  # where the pointer may be
+    wrote = [panel.response_step(_char_index(text, at)) for at in positions]
+    assert wrote == [0, 0, 1, 3, 3, 3, 4, 5, 6]  # "\r" stood as a line break from its step
