@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 
 from llm_lens.core.records import generated_text
 from llm_lens.desktop.controller import Controller
-from llm_lens.desktop.widgets import ElidedLabel, FlowLayout, group
+from llm_lens.desktop.widgets import FlowLayout, LineText, group
 
 
 class PromptPanel(QWidget):
@@ -88,7 +88,7 @@ class PromptPanel(QWidget):
         self.response.customContextMenuRequested.connect(self._on_response_menu)
         self.slider = QSlider(Qt.Orientation.Horizontal, minimum=0, maximum=0)
         self.slider.setToolTip("Step scrubber: the prefill (0) or any generated token")
-        self.step_label = ElidedLabel("no run yet", min_chars=12)
+        self.step_label = LineText("no run yet", min_chars=12)
         scrub = QHBoxLayout()
         scrub.addWidget(QLabel("Step:"))
         scrub.addWidget(self.slider, 3)

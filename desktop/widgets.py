@@ -4,14 +4,15 @@ A ``QHBoxLayout`` row is as wide as the sum of its children's minimum widths, an
 ``QLabel`` as wide as its longest line: either one inside a dock sets the dock's minimum width,
 and the docks' minimums add up to the main window's (the window once could not be narrower than
 2011 px). :class:`FlowLayout` wraps its items onto more lines instead (Qt's flow-layout example),
-and :class:`ElidedLabel` shows "…" with the full text in its tooltip.
+and :class:`ElidedLabel` shows "…" with the full text in its tooltip. :class:`LineText` is an
+eliding line whose size does not follow its text, for text that changes with every token.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QMargins, QPoint, QRect, QSize, Qt
 from PySide6.QtGui import QPainter, QPaintEvent
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QLayout, QLayoutItem, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QLayout, QLayoutItem, QSizePolicy, QWidget
 
 
 class FlowLayout(QLayout):
@@ -110,14 +111,58 @@ class ElidedLabel(QLabel):
         return QSize(min(hint.width(), width), hint.height())
 
     def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 (Qt override)
-        painter = QPainter(self)
-        rect = self.contentsRect()
-        metrics = self.fontMetrics()
-        shown = metrics.elidedText(self.text(), Qt.TextElideMode.ElideRight, rect.width())
-        self.setToolTip("" if shown == self.text() else self.text())
-        painter.drawText(rect, int(self.alignment() | Qt.AlignmentFlag.AlignVCenter), shown)
-        painter.end()
+        _paint_elided(self, self.text(), self.alignment())
 
     def is_elided(self) -> bool:
         metrics = self.fontMetrics()
         return metrics.horizontalAdvance(self.text()) > self.contentsRect().width()
+
+
+class LineText(QWidget):
+    """One line of text, shortened with "…" (the full text in its tooltip), whose size does not
+    follow its text: a new text repaints the line and lays out nothing.
+
+    A ``QLabel`` asks its parent's layout to run again on every ``setText``, and each layout
+    that runs asks its parent's: a label in the window's centre re-laid out the main window,
+    every dock, on each of the 30 updates a second of a streaming run. ``chars`` average
+    characters wide by preference, ``min_chars`` at least.
+    """
+
+    def __init__(
+        self, text: str = "", parent: QWidget | None = None, min_chars: int = 8, chars: int = 40
+    ) -> None:
+        super().__init__(parent)
+        self._text = text
+        self._min_chars, self._chars = min_chars, chars
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+
+    def text(self) -> str:
+        return self._text
+
+    def setText(self, text: str) -> None:  # noqa: N802 (QLabel's name)
+        if text != self._text:
+            self._text = text
+            self.update()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt override)
+        return QSize(self.fontMetrics().averageCharWidth() * self._chars, self._line_height())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt override)
+        return QSize(self.fontMetrics().averageCharWidth() * self._min_chars, self._line_height())
+
+    def _line_height(self) -> int:
+        return self.fontMetrics().height() + 2
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 (Qt override)
+        _paint_elided(self, self._text, Qt.AlignmentFlag.AlignLeft)
+
+
+def _paint_elided(widget: QWidget, text: str, alignment: Qt.AlignmentFlag) -> None:
+    """Draw ``text`` on one line of ``widget``, cut with "…" where it is too long, and make the
+    whole text the widget's tooltip while it is cut."""
+    painter = QPainter(widget)
+    rect = widget.contentsRect()
+    shown = widget.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight, rect.width())
+    widget.setToolTip("" if shown == text else text)
+    painter.drawText(rect, int(alignment | Qt.AlignmentFlag.AlignVCenter), shown)
+    painter.end()

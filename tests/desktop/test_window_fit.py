@@ -270,3 +270,30 @@ def test_what_a_run_writes_never_moves_the_docks(qtbot, loaded_window):
         _settle(qtbot, 500)
         after = {t: (d.minimumSizeHint(), d.geometry()) for t, d in win.docks.items()}
         assert after == before
+
+
+def test_what_a_run_streams_into_the_centre_lays_out_nothing(qtbot, loaded_window):
+    """The response box, the scrubber and the step label change with every token; none of
+    them lays out the centre again, nor therefore the main window and its docks (a QLabel's
+    every setText did, 30 times a second)."""
+    from PySide6.QtCore import QEvent, QObject
+
+    panel = loaded_window.prompt_panel
+    ctl = loaded_window.controller
+    laid_out = []
+
+    class Layouts(QObject):
+        def eventFilter(self, obj, event):  # noqa: N802 (Qt override)
+            if event.type() == QEvent.Type.LayoutRequest:
+                laid_out.append(obj)
+            return False
+
+    counter = Layouts()
+    panel.installEventFilter(counter)
+    flushes = []
+    ctl.sig_steps_changed.connect(lambda: flushes.append(panel.step_label.text()))
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=120_000):
+        ctl.request_run(PROMPT, True, GREEDY, 12)
+    qtbot.wait(100)
+    assert len(set(flushes)) >= 3  # the label changed while the run streamed
+    assert laid_out == []
