@@ -26,7 +26,6 @@ from PySide6.QtGui import (
     QPaintEvent,
     QPalette,
     QPen,
-    QRegion,
 )
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -178,17 +177,16 @@ class ChipView(QWidget):
         if (selected, marked) != (self.selected, self.marked):
             was = (self.selected, self.marked)
             self.selected, self.marked = selected, marked
-            n = len(self.rects)
-            self._repaint([self.rects[i] for i in {*was, selected, marked} if 0 <= i < n])
+            for i in {*was, selected, marked}:
+                self._repaint(self.rects[i : i + 1] if i >= 0 else [])
 
     def _repaint(self, rects: Sequence[QRectF]) -> None:
-        """Schedule a paint of the rows ``rects`` lie on (a chip's pen reaches outside it)."""
-        if not rects:
-            return
-        region = QRegion()
-        for top, bottom in _row_spans(rects):
-            region += QRect(0, int(top) - 2, self.width(), int(bottom - top) + 5)
-        self.update(region)
+        """Schedule a paint of the rows from the first of ``rects`` to the last, chips laid out
+        one after another (a chip's pen reaches a little outside it). Qt keeps the rows of
+        several calls apart in the paint's region."""
+        if rects:
+            top, bottom = rects[0].top(), rects[-1].bottom()  # rows' bottoms never decrease
+            self.update(QRect(0, int(top) - 2, self.width(), int(bottom - top) + 5))
 
     def _layout(self, start: int) -> None:
         """Place chips[start:] left to right, wrapping at the widget's width."""
@@ -336,17 +334,6 @@ class ChipView(QWidget):
                 Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight,
                 str(chip.token_id),
             )
-
-
-def _row_spans(rects: Sequence[QRectF]) -> list[tuple[float, float]]:
-    """The (top, bottom) of each row of chips ``rects`` lie on, rows in reading order merged."""
-    spans: list[tuple[float, float]] = []
-    for rect in sorted(rects, key=QRectF.top):
-        if spans and rect.top() <= spans[-1][1]:
-            spans[-1] = (spans[-1][0], max(spans[-1][1], rect.bottom()))
-        else:
-            spans.append((rect.top(), rect.bottom()))
-    return spans
 
 
 def special_origin(info: TokenInfo, chat: bool = True) -> str:
