@@ -11,13 +11,14 @@ controls are the settings of the run the Run button starts.
 Figures are the model thread's own records: TTFT is step 0's time, the inter-token latency is
 each decode step's wall time (forward + sample + capture + the time between steps, when the
 window's signals and analyses ran). With all panes visible the GUI thread's longest gap (a 10 ms
-timer) and the pane repaints are measured too, with each pane's renders per second while the
-run streams and the GUI thread's pane work per second; ``os.getloadavg()`` is printed beside
-every figure (the machine may be shared). ``--switch-interval`` repeats everything at several
-values of ``sys.setswitchinterval``; ``--schedule`` under several settings of the pane
-scheduler's streaming budget; ``--profile`` prints a cProfile of the GUI thread during one
-streaming run; ``--full-context`` runs one prompt of the model's whole context in the window
-instead and reports memory and the attention window's time.
+timer, stopped in the no-pane runs: each tick is Python that takes the GIL, about 2.5 % of a
+GIL-bound model's step time) and the pane repaints are measured too, with each pane's renders
+per second while the run streams and the GUI thread's pane work per second; ``os.getloadavg()``
+is printed beside every figure (the machine may be shared). ``--switch-interval`` repeats
+everything at several values of ``sys.setswitchinterval``; ``--schedule`` under several settings
+of the pane scheduler's streaming budget; ``--profile`` prints a cProfile of the GUI thread
+during one streaming run; ``--full-context`` runs one prompt of the model's whole context in the
+window instead and reports memory and the attention window's time.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def wait_for(signal: Any, timeout_s: float, *others: Any) -> None:
 
 
 class GapClock:
-    """A 10 ms timer on the GUI thread: the gaps between its ticks while measuring."""
+    """A 10 ms timer on the GUI thread: the gaps between its ticks while measuring. ``ticking``
+    stops and restarts it (its ticks cost a model thread that needs the GIL)."""
 
     def __init__(self) -> None:
         self.gaps: list[float] = []
@@ -95,6 +97,12 @@ class GapClock:
         self._timer = QTimer(interval=10)
         self._timer.timeout.connect(self._tick)
         self._timer.start()
+
+    def ticking(self, on: bool) -> None:
+        if on:
+            self._timer.start()
+        else:
+            self._timer.stop()
 
     def start(self) -> None:
         self.gaps.clear()
@@ -262,7 +270,9 @@ def compare(
         every = in_window(win, text, chat, tokens, gaps, profile)
         set_docks_visible(win, False)
         worker_idle(win)
+        gaps.ticking(False)  # not measured with no pane on screen: its ticks would cost the run
         idle = in_window(win, text, chat, tokens, gaps)
+        gaps.ticking(True)
         after = headless(win, text, chat, tokens)
         seen["headless"] += [before, after]
         seen["all"].append(every)
