@@ -177,8 +177,8 @@ class ChipView(QWidget):
         if (selected, marked) != (self.selected, self.marked):
             was = (self.selected, self.marked)
             self.selected, self.marked = selected, marked
-            for i in {*was, selected, marked}:
-                self._repaint(self.rects[i : i + 1] if i >= 0 else [])
+            for i in {*was, selected, marked} - {-1}:
+                self._repaint(self.rects[i : i + 1])  # (none for a chip not laid out yet)
 
     def _repaint(self, rects: Sequence[QRectF]) -> None:
         """Schedule a paint of the rows from the first of ``rects`` to the last, chips laid out
