@@ -186,6 +186,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--skip-load", action="store_true")
+    parser.add_argument(
+        "--model", default=None, help="a model folder or .gguf file (default: the bundled model)"
+    )
     parser.add_argument("--long", type=int, default=4000, help="long prompt length (0: skip)")
     parser.add_argument("--compile", action="store_true", help="also try torch.compile (slow)")
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, mps")
@@ -194,12 +197,12 @@ def main() -> None:
     threads = configure_threads()
     print(
         f"torch {torch.__version__}, threads {threads}, OMP_WAIT_POLICY "
-        f"{os.environ.get('OMP_WAIT_POLICY')}, gguf {bundled_gguf().name}"
+        f"{os.environ.get('OMP_WAIT_POLICY')}, model {args.model or bundled_gguf().name}"
     )
-    if not args.skip_load:
+    if not args.skip_load and args.model is None:
         for k, v in time_loads().items():
             print(f"load  {k:40s} {v:7.2f} s")
-    engine = Engine(load_model(None, args.device, args.dtype))
+    engine = Engine(load_model(args.model, args.device, args.dtype))
     print(f"device {engine.device}, dtype {engine.info.dtype}")
     base = engine.tokenize("Explain transformers like I am 12", chat=False).ids
     filler = engine.tokenize(" the quick brown fox jumps over the lazy dog." * 120, chat=False).ids

@@ -353,9 +353,10 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     ctl = win.controller
     engine = ctl.worker.engine
     length = engine.info.context_length - tokens
-    ids = engine.tokenize(FILLER * (length // 10 + 1), chat=False).ids[:length]
+    encode = engine.tokenizer.encode  # the filler may take more tokens than the context holds
+    ids = encode(FILLER * (length // 8 + 1), add_special_tokens=False)[:length]
     text = engine.tokenizer.decode(ids)
-    while len(engine.tokenize(text, chat=False)) > length:  # decoding may merge differently
+    while len(encode(text)) > length:  # decoding may merge differently; special tokens count
         ids = ids[:-8]
         text = engine.tokenizer.decode(ids)
     errors: list[str] = []
