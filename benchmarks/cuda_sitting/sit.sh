@@ -27,15 +27,19 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, output to $out/
     echo "== $name: rc ${PIPESTATUS[0]}, $((SECONDS - t0)) s"
 }
 
+untar() {  # untar ARCHIVE FOLDER, with Python's tarfile (the image may have no xz)
+    "$py" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="tar")' "$@"
+}
+
 # the packages, this project, and the system libraries the machine lacks
 mkdir -p "$work/site" "$work/pkg" "$work/lib" "$work/syslib"
-tar -xJf "$kit/site.tar.xz" -C "$work/site"
+untar "$kit/site.tar.xz" "$work/site"
 if "$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then
     "$py" -m pip install -q --no-index --no-deps --no-compile --target "$work/site" "$kit"/wheels312/*.whl
 fi
 "$py" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$work/pkg" . \
     >"$work/pip.txt" 2>&1 || { cat "$work/pip.txt"; exit 2; }
-tar -xJf "$kit/syslib.tar.xz" -C "$work/syslib"
+untar "$kit/syslib.tar.xz" "$work/syslib"
 for lib in "$work"/syslib/*; do
     ldconfig -p | grep -q "^[[:space:]]*$(basename "$lib") " || ln -s "$lib" "$work/lib/"
 done
