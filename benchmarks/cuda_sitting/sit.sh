@@ -45,6 +45,11 @@ for lib in "$work"/syslib/*; do
 done
 export LD_LIBRARY_PATH=$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONPATH=$work/site:$work/pkg
+cat >"$work/fonts.conf" <<FONTS
+<?xml version="1.0"?>
+<fontconfig><dir>$kit/fonts</dir><cachedir>$work/fontconfig</cachedir></fontconfig>
+FONTS
+export FONTCONFIG_FILE=$work/fonts.conf  # the kit's fonts alone, whatever the image has
 export QT_QPA_PLATFORM=offscreen QT_QPA_FONTDIR=$kit/fonts OMP_WAIT_POLICY=PASSIVE
 export LLM_LENS_CACHE=$work/cache HF_HUB_OFFLINE=1
 echo "libraries taken from the kit: $(ls "$work/lib" | tr '\n' ' ')"
@@ -61,7 +66,8 @@ print("cores", os.cpu_count(), "load", os.getloadavg())
 from PySide6.QtWidgets import QApplication, QLabel
 app = QApplication([])
 label = QLabel("offscreen Qt draws text")
-print("Qt", label.sizeHint().width(), "px wide label on", app.platformName())
+print("Qt", label.sizeHint().width(), "px wide label in", label.font().family(), "on",
+      app.platformName())
 EOF
 
 model=$work/smollm2-random
