@@ -37,8 +37,11 @@ untar "$kit/site.tar.xz" "$work/site"
 if "$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then
     "$py" -m pip install -q --no-index --no-deps --no-compile --target "$work/site" "$kit"/wheels312/*.whl
 fi
-"$py" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$work/pkg" . \
-    >"$work/pip.txt" 2>&1 || { cat "$work/pip.txt"; exit 2; }
+# this project as installed (pyproject.toml's package-dir), without a build: the image's
+# setuptools may be older than the project's metadata needs
+mkdir -p "$work/pkg/llm_lens"
+cp llm_lens/__init__.py "$work/pkg/llm_lens/"
+for part in core desktop resources; do ln -s "$PWD/$part" "$work/pkg/llm_lens/$part"; done
 untar "$kit/syslib.tar.xz" "$work/syslib"
 for lib in "$work"/syslib/*; do
     ldconfig -p | grep -q "^[[:space:]]*$(basename "$lib") " || ln -s "$lib" "$work/lib/"
@@ -54,14 +57,15 @@ export QT_QPA_PLATFORM=offscreen QT_QPA_FONTDIR=$kit/fonts OMP_WAIT_POLICY=PASSI
 export LLM_LENS_CACHE=$work/cache HF_HUB_OFFLINE=1
 echo "libraries taken from the kit: $(ls "$work/lib" | tr '\n' ' ')"
 
-step environment 120 "$py" - <<'EOF'
-import os, platform, torch, transformers, PySide6, pyqtgraph, llm_lens
+step environment 120 "$py" -P - <<'EOF'
+import os, platform, torch, transformers, PySide6, pyqtgraph, llm_lens.core
 print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda,
       "available", torch.cuda.is_available())
 if torch.cuda.is_available():
     print("gpu", torch.cuda.get_device_name(0))
 print("transformers", transformers.__version__, "PySide6", PySide6.__version__,
-      "pyqtgraph", pyqtgraph.__version__, "llm_lens from", os.path.dirname(llm_lens.__file__))
+      "pyqtgraph", pyqtgraph.__version__)
+print("llm_lens.core from", os.path.realpath(llm_lens.core.__path__[0]))
 print("cores", os.cpu_count(), "load", os.getloadavg())
 from PySide6.QtWidgets import QApplication, QLabel
 app = QApplication([])
