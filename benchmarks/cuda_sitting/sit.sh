@@ -79,10 +79,12 @@ step standin 120 "$py" benchmarks/cuda_sitting/standin.py "$kit/model" "$model"
 
 if [ "${SMOKE:-0}" = 1 ]; then
     step bench_engine 300 "$py" benchmarks/bench_engine.py --device "$device" --model "$model" --tokens 4 --long 0
+    step probe_waits 120 "$py" benchmarks/cuda_sitting/probe_waits.py --device "$device" --model "$model" --reps 1 --tokens 8
     step bench_gui 300 "$py" benchmarks/bench_gui.py --device "$device" --model "$model" --reps 1 --tokens 4 --long 0
     step bench_gui_full 600 "$py" benchmarks/bench_gui.py --device "$device" --model "$model" --full-context --tokens 2
 else
     step bench_engine 120 "$py" benchmarks/bench_engine.py --device "$device" --model "$model" --long 1000
+    step probe_waits 60 "$py" benchmarks/cuda_sitting/probe_waits.py --device "$device" --model "$model"
     step bench_gui 240 "$py" benchmarks/bench_gui.py --device "$device" --model "$model" --reps 2
     step bench_gui_full 150 "$py" benchmarks/bench_gui.py --device "$device" --model "$model" --full-context --tokens 4
 fi
