@@ -204,11 +204,13 @@ class StepTiming:
     ``forward_ms``, ``sample_ms`` and ``capture_ms`` are wall times; the ``*_wait_ms`` are the
     part of each during which the model thread was off the CPU (wall minus the thread's CPU
     time: waiting for the GIL, or for a core another thread or process held). They are measured
-    only where one CPU thread does the model's work (a CPU device with one torch thread), else 0.
-    ``queue_ms`` is the part of those waits the thread was ready but every core was busy (Linux
-    only); the rest it was blocked: on the GIL. ``between_ms`` is the wall time from the previous
-    step's hand-over to this step's start: whatever consumed the record (a window's signals, its
-    queued analyses) ran then.
+    only where wall minus CPU time is that waiting (``waits_measured``): a CPU device with one
+    torch thread, or a GPU whose waits for the device keep the thread on the CPU (checked when
+    the model loads, :func:`llm_lens.core.loop.clock.off_cpu_share`); elsewhere they are 0 and
+    ``waits_measured`` is False. ``queue_ms`` is the part of those waits the thread was ready but
+    every core was busy (Linux only); the rest it was blocked: on the GIL. ``between_ms`` is the
+    wall time from the previous step's hand-over to this step's start: whatever consumed the
+    record (a window's signals, its queued analyses) ran then.
     """
 
     forward_ms: float
@@ -219,6 +221,7 @@ class StepTiming:
     capture_wait_ms: float = 0.0
     between_ms: float = 0.0
     queue_ms: float = 0.0
+    waits_measured: bool = True
 
     @property
     def total_ms(self) -> float:

@@ -1,18 +1,20 @@
-"""Can the model thread's waits be measured on this device? A probe for the Timing pane.
+"""Are the model thread's waits measured soundly on this device? A probe for the Timing pane.
 
 The Timing pane shows the part of each step the model thread spent off the CPU (waiting for the
-GIL or a core) where wall minus thread CPU time is that waiting: a CPU with one torch thread
-(``core/loop/clock.py``). On a GPU it shows 0, because a thread that waits for the device may
-sleep. Whether it sleeps is the CUDA context's choice: with fewer contexts than cores it spins
-by default, and then its CPU time runs while it waits for the device, and wall minus CPU time
-would again be the GIL and the cores alone.
+GIL or a core) where wall minus thread CPU time is that waiting (``core/loop/clock.py``): a CPU
+with one torch thread, or another device where a check at load (:func:`off_cpu_share`: the
+model's forward and a copy of its logits, timed) found that waiting for the device keeps the
+thread on the CPU. A CUDA context does that by default (it spins while it waits when the
+machine has more cores than contexts); one that sleeps fails the check, and the pane says the
+waits are not measured.
 
-This runs the same greedy run three ways with the waits measured regardless of the device: alone;
-beside a thread that holds the GIL for ``--hold`` ms in every ``--every`` ms (as a window's GUI
-thread does in bursts); and beside a thread that sleeps as much but never takes the GIL. For each
-it prints the median step, the median off-CPU time a step and the contender's share. Where the
-measure is sound, the first and third show next to no waiting and the second about the time the
-contender held the GIL.
+This prints what the check decided, then runs the same greedy run three ways with the waits
+measured regardless of the device: alone; beside a thread that holds the GIL for ``--hold`` ms
+in every ``--every`` ms (as a window's GUI thread does in bursts); and beside a thread that
+sleeps as much but never takes the GIL. For each it prints the median step and the median
+off-CPU time a step. Where the measure is sound, the first and third show next to no waiting
+and the second about the time the contender held the GIL; that is what the check at load
+should have found.
 """
 
 from __future__ import annotations
@@ -82,9 +84,11 @@ def main() -> None:
     args = parser.parse_args()
     tune_process()  # the app's switch interval
     engine = Engine(load_model(args.model, args.device))
-    print(f"device {engine.device}, torch threads {torch.get_num_threads()}, measured by the app: "
-          f"{engine_module.measures_waits(engine.device, torch.get_num_threads())}")  # fmt: skip
-    engine_module.measures_waits = lambda _device, _threads: True  # measure regardless
+    threads, checked = torch.get_num_threads(), engine.device_waits_checked
+    measured = engine_module.measures_waits(engine.device, threads, checked)
+    print(f"device {engine.device}, torch threads {threads}, checked at load: {checked}, "
+          f"measured by the app: {measured}")  # fmt: skip
+    engine_module.measures_waits = lambda *_: True  # measure regardless
     engine.start(engine.tokenize(PROMPT, chat=True), GREEDY, RunConfig(max_new_tokens=4)).run_all()
     share = args.hold / args.every
     for rep in range(args.reps):

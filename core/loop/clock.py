@@ -4,14 +4,18 @@ A thread that waits for the GIL (a window's GUI thread painting) sleeps: its CPU
 still while the wall clock runs. So does a thread that is ready to run while another thread or
 process holds every core; Linux counts that time apart (``/proc/thread-self/schedstat``, the run
 queue delay), so the two waits can be told apart there. With one CPU thread doing the model's
-work, wall minus thread CPU time is the waiting; with several torch threads or a GPU the model's
-work happens elsewhere and the difference would count it as waiting, so it is not measured there.
+work, wall minus thread CPU time is the waiting. With several torch threads the model's work
+happens on other threads, and the difference would count it as waiting, so it is not measured.
+On a GPU the work happens on the device; whether the thread stays on the CPU while it waits for
+the device (a CUDA context spins by default when the machine has more cores than contexts) or
+sleeps is the runtime's choice, so it is measured once when the model loads (:func:`off_cpu_share`).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 SCHEDSTAT = "/proc/thread-self/schedstat"  # cpu ns, run-queue wait ns, slices
@@ -19,9 +23,38 @@ SCHEDSTAT = "/proc/thread-self/schedstat"  # cpu ns, run-queue wait ns, slices
 Mark = tuple[float, float, float]  # wall s, thread CPU s, run-queue wait s
 
 
-def measures_waits(device: Any, threads: int) -> bool:
-    """True where wall minus thread CPU time is the model thread's waiting: one CPU thread."""
-    return getattr(device, "type", str(device)) == "cpu" and threads == 1
+# a device's round trip may leave the thread blocked for at most this share of its wall time
+SOUND_SHARE = 0.05
+
+
+def measures_waits(device: Any, threads: int, device_checked: bool | None = None) -> bool:
+    """True where wall minus thread CPU time is the model thread's waiting: one CPU thread, or
+    another device where ``device_checked`` (:func:`off_cpu_share` under ``SOUND_SHARE``)."""
+    if getattr(device, "type", str(device)) == "cpu":
+        return threads == 1
+    return bool(device_checked)
+
+
+def off_cpu_share(work: Callable[[], Any], calls: int = 4) -> float:
+    """The least share of ``work``'s wall time, over ``calls`` calls after an unmeasured one,
+    that this thread spent blocked off the CPU (waiting for a core not counted).
+
+    Near 0 where ``work`` (the model's forward and a copy of its logits to the host) keeps the
+    thread on the CPU until the device is done; near 1 where it sleeps while the device works.
+    The least call, so that another thread taking the GIL during one call does not decide it.
+    """
+    clock = StepClock(True)
+    try:
+        work()
+        shares = []
+        for _ in range(calls):
+            start = clock.mark()
+            work()
+            wall, off, queued = clock.split(start, clock.mark())
+            shares.append((off - queued) / wall if wall > 0 else 1.0)
+    finally:
+        clock.close()
+    return min(shares)
 
 
 class StepClock:
@@ -36,6 +69,11 @@ class StepClock:
                 self._fd = os.open(SCHEDSTAT, os.O_RDONLY)  # this thread's: opened here
             except OSError:  # not Linux, or no scheduler statistics: the queue is not told apart
                 self._fd = None
+
+    @property
+    def waits(self) -> bool:
+        """Whether this clock measures the thread's waits."""
+        return self._waits
 
     def mark(self) -> Mark:
         """(wall s, thread CPU s, run-queue wait s) now; zeros for what is not measured."""

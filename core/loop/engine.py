@@ -33,7 +33,7 @@ from llm_lens.core.errors import PromptError
 from llm_lens.core.experts import RouterCapture, routing_of
 from llm_lens.core.loading import LoadedModel
 from llm_lens.core.loop.capture import Capture
-from llm_lens.core.loop.clock import StepClock, measures_waits
+from llm_lens.core.loop.clock import SOUND_SHARE, StepClock, measures_waits, off_cpu_share
 from llm_lens.core.records import (
     PrefillCapture,
     PromptTokens,
@@ -83,6 +83,20 @@ class Engine:
         params = inspect.signature(self.model.forward).parameters
         self.cache_kw = "cache" if "cache" in params else "past_key_values"
         self.eos_ids = self._eos_ids()
+        # True where wall minus the model thread's CPU time is its waiting on this device (the
+        # Timing pane's waits); None on the CPU, where the torch thread count decides it per run
+        self.device_waits_checked = None if self.device.type == "cpu" else self._check_waits()
+
+    def _check_waits(self) -> bool:
+        """Does a forward pass and a copy of its logits to the host keep this thread on the CPU
+        until the device is done (:func:`~llm_lens.core.loop.clock.off_cpu_share`)?"""
+        ids = torch.zeros((1, 8), dtype=torch.long, device=self.device)
+
+        def round_trip() -> None:
+            with torch.inference_mode():
+                self.model(input_ids=ids, use_cache=False).logits[0, -1].float().cpu()
+
+        return off_cpu_share(round_trip) < SOUND_SHARE
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -247,7 +261,10 @@ class Run:
         context = list(self.prompt.ids)
         if self.generator is None:
             self.generator = sampling.make_generator(self.params, "cpu")
-        self._clock = clock = StepClock(measures_waits(eng.device, torch.get_num_threads()))
+        threads = torch.get_num_threads()
+        self._clock = clock = StepClock(
+            measures_waits(eng.device, threads, eng.device_waits_checked)
+        )
         self._handed_over = None  # a resumed iteration does not count the pause between
         try:
             yield from self._steps(ids, context)
@@ -291,8 +308,9 @@ class Run:
         sample, capture = clock.split(m1, m2), clock.split(m2, m3)
         queued = forward[2] + sample[2] + capture[2]
         timing = StepTiming(
-            forward[0], sample[0], capture[0], forward[1], sample[1], capture[1], between, queued
-        )
+            forward[0], sample[0], capture[0], forward[1], sample[1], capture[1], between, queued,
+            waits_measured=clock.waits,
+        )  # fmt: skip
         return _replace(record, timing=timing)
 
     def _forward(self, ids: Any, eager: bool, prefill: bool) -> tuple[Capture, Any, float | None]:

@@ -204,6 +204,9 @@ KV_SCALARS = (
 TIMING_FIELDS = ("forward_ms", "sample_ms", "capture_ms")
 # the model thread's waits (StepTiming); optional: files written before them read as 0
 TIMING_WAITS = ("forward_wait_ms", "sample_wait_ms", "capture_wait_ms", "between_ms", "queue_ms")
+# whether those waits were measured on the run's device; optional: files written before it read
+# as measured (their zeros from a GPU then read as no waiting, as they always did)
+TIMING_FLAGS = ("waits_measured",)
 
 
 def check_limits(sizes: list[tuple[str, int]]) -> None:

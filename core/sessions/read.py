@@ -35,6 +35,7 @@ from llm_lens.core.sessions.format import (
     STEP_ARRAYS,
     STEP_SCALARS,
     TIMING_FIELDS,
+    TIMING_FLAGS,
     TIMING_WAITS,
     Session,
     SessionComparison,
@@ -103,6 +104,14 @@ def _unpack(
     return [frozen(a, dtype) for a in np.split(data, np.cumsum(lengths)[:-1], axis=-1)]
 
 
+def _timing(t: dict[str, Any]) -> StepTiming:
+    """A step's timing; the waits and their flag are optional (files written before them)."""
+    parts: dict[str, Any] = {k: float(t[k]) for k in TIMING_FIELDS}
+    parts.update({k: float(t.get(k, 0.0)) for k in TIMING_WAITS})
+    parts.update({k: bool(t.get(k, True)) for k in TIMING_FLAGS})
+    return StepTiming(**parts)
+
+
 def _token(d: dict[str, Any]) -> TokenInfo:
     raw = bytes.fromhex(d["raw"])
     return TokenInfo(int(d["id"]), str(d["text"]), raw, bool(d["special"]), d["start"], d["end"])
@@ -154,10 +163,7 @@ def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRec
         hidden=arr["hidden"],
         attn_update=arr["attn_update"],
         kv=kv,
-        timing=StepTiming(
-            *(float(d["timing"][k]) for k in TIMING_FIELDS),
-            **{k: float(d["timing"].get(k, 0.0)) for k in TIMING_WAITS},
-        ),
+        timing=_timing(d["timing"]),
         context_ids=arr["context_ids"],
         finish_reason=d["finish_reason"],
         norms=None if "norms" not in arr or arr["hidden"].size else arr["norms"],

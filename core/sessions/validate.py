@@ -18,6 +18,8 @@ import numpy as np
 from llm_lens.core.sessions.format import (
     KV_SCALARS,
     TIMING_FIELDS,
+    TIMING_FLAGS,
+    TIMING_WAITS,
     Session,
     SessionError,
     SessionRun,
@@ -222,6 +224,11 @@ def _check_step(s: dict[str, Any], where: str, index: int, vocab: int) -> None:
     timing = _dict(_field(s, "timing", where), f"{where}.timing")
     for key in TIMING_FIELDS:
         _num(_field(timing, key, f"{where}.timing"), f"{where}.timing.{key}", 0.0)
+    for key in TIMING_WAITS:  # optional (older files)
+        _opt(timing.get(key), lambda v, w: _num(v, w, 0.0), f"{where}.timing.{key}")
+    for key in TIMING_FLAGS:
+        flag = timing.get(key)
+        _opt(flag, lambda v, w: _type(v, bool, w, "true or false"), f"{where}.timing.{key}")
     _opt(_field(s, "finish_reason", where), _str, f"{where}.finish_reason")
 
 

@@ -37,6 +37,7 @@ from llm_lens.core.sessions.format import (
     STEP_SCALARS,
     STORED_KINDS,
     TIMING_FIELDS,
+    TIMING_FLAGS,
     TIMING_WAITS,
     Session,
     SessionError,
@@ -152,7 +153,8 @@ def _step_json(s: StepRecord) -> dict[str, Any]:
         d["kv"]["held_tokens"] = [int(n) for n in s.kv.held_tokens]
         d["kv"]["windows"] = list(s.kv.windows)
         d["kv"]["cached_kv_heads"] = s.kv.cached_kv_heads
-    d["timing"] = {k: getattr(s.timing, k) for k in (*TIMING_FIELDS, *TIMING_WAITS)}
+    timing = (*TIMING_FIELDS, *TIMING_WAITS, *TIMING_FLAGS)
+    d["timing"] = {k: getattr(s.timing, k) for k in timing}
     d["finish_reason"] = s.finish_reason
     return d
 

@@ -4,7 +4,9 @@ Each step's time is split into the forward pass, sampling and capture (copying t
 the model for the other panes), each counted only while the model thread was on a CPU; the time
 it waited (for the GIL a painting GUI thread held, or for a core) and the time between steps
 (the window taking the record, analyses served in between) are stacked apart, so the model's own
-time is never confused with the instrument's. The prefill reads the whole prompt in one parallel
+time is never confused with the instrument's. Where the waits cannot be measured (several torch
+threads; a GPU whose waits for the device put the thread to sleep, checked when the model
+loads) the pane says so rather than show 0 ms of waiting. The prefill reads the whole prompt in one parallel
 pass; every decode step reads one new token plus the cached keys and values of all earlier ones.
 """
 
@@ -44,6 +46,16 @@ def parts_of(t: Any) -> tuple[float, ...]:
         t.queue_ms,
         t.between_ms,
     )
+
+
+# where wall minus the model thread's CPU time is not its waiting (several torch threads; a GPU
+# whose waits for the device put the thread to sleep), the waits are 0 in the records: say so
+UNMEASURED = "waiting (not measured with this device and thread count)"
+
+
+def waits_measured(steps: Sequence[Any]) -> bool:
+    """Whether the run's records measured the model thread's waits (every step did, or none)."""
+    return all(s.timing.waits_measured for s in steps)
 
 
 def timings(steps: Sequence[Any]) -> dict[str, np.ndarray]:
@@ -140,23 +152,31 @@ class TimingPane(Pane):
             itl = float(decode.mean()) if decode.size else float("nan")
             overall = " (running)"
         rate = decode.size / decode.sum() * 1e3 if decode.size and decode.sum() > 0 else 0.0
-        instrument = self.instrument_text(t) if decode.size else ""
+        measured = waits_measured(steps)
+        instrument = self.instrument_text(t, measured) if decode.size else ""
         f, s_, c, g, q, b = parts_of(step.timing)
         wall = f + s_ + c + g + q + b
+        waiting = f"waiting for the GIL {g:.1f} + for a core {q:.1f}" if measured else UNMEASURED
         return (
             f"TTFT {ttft:.1f} ms · mean inter-token latency {itl:.1f} ms · "
             f"decode {rate:.1f} tokens/s{overall}\n{instrument}"
-            f"step {step.index}: forward {f:.1f} + sample {s_:.1f} + capture {c:.1f} + waiting "
-            f"for the GIL {g:.1f} + for a core {q:.1f} + between {b:.1f} = {wall:.1f} ms"
+            f"step {step.index}: forward {f:.1f} + sample {s_:.1f} + capture {c:.1f} + "
+            f"{waiting} + between {b:.1f} = {wall:.1f} ms"
         )
 
     @staticmethod
-    def instrument_text(t: dict[str, np.ndarray]) -> str:
+    def instrument_text(t: dict[str, np.ndarray], measured: bool = True) -> str:
         """Decode steps' mean: the model's own time apart from the waits and the gaps."""
         own = (t["forward"] + t["sample"] + t["capture"])[1:].mean()
+        waiting = (
+            f"waiting for the GIL {t['blocked'][1:].mean():.1f} ms, "
+            f"for a core {t['queued'][1:].mean():.1f} ms"
+            if measured
+            else UNMEASURED
+        )
+        label = "the model's own" if measured else "the model's, waits included,"
         return (
-            f"decode steps, mean: the model's own {own:.1f} ms · waiting for the GIL "
-            f"{t['blocked'][1:].mean():.1f} ms, for a core {t['queued'][1:].mean():.1f} ms · "
+            f"decode steps, mean: {label} {own:.1f} ms · {waiting} · "
             f"between steps {t['between'][1:].mean():.1f} ms · wall {t['wall_ms'][1:].mean():.1f}"
             " ms\n"
         )
@@ -226,8 +246,8 @@ class TimingPane(Pane):
                 s.timing.sample_ms,
                 s.timing.capture_ms,
                 s.timing.total_ms,
-                s.timing.blocked_ms,
-                s.timing.queue_ms,
+                s.timing.blocked_ms if s.timing.waits_measured else "",  # not 0: not measured
+                s.timing.queue_ms if s.timing.waits_measured else "",
                 s.timing.between_ms,
                 s.timing.wall_ms,
             )

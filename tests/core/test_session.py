@@ -464,6 +464,18 @@ BAD_FILES: dict[str, tuple[Any, str]] = {
         lambda good, p: rewrite(good, p, lambda m: m["runs"][0]["steps"].pop()),
         "do not match the steps",
     ),
+    "a timing flag that is not true or false": (
+        lambda good, p: rewrite(
+            good, p, lambda m: _set(m["runs"][0]["steps"][0]["timing"], "waits_measured", "yes")
+        ),
+        r"runs\[0\]\.steps\[0\]\.timing\.waits_measured must be true or false",
+    ),
+    "a negative wait": (
+        lambda good, p: rewrite(
+            good, p, lambda m: _set(m["runs"][0]["steps"][0]["timing"], "queue_ms", -1.0)
+        ),
+        r"runs\[0\]\.steps\[0\]\.timing\.queue_ms must be a finite number",
+    ),
     "malformed step": (
         lambda good, p: rewrite(good, p, lambda m: m["runs"][0]["steps"][0].pop("token")),
         r"the manifest is invalid: runs\[0\]\.steps\[0\]\.token is missing",
@@ -613,6 +625,29 @@ def as_format_1(src: Path, dst: Path) -> Path:
         for name, data in members.items():
             z.writestr(name, data)
     return dst
+
+
+def test_whether_the_waits_were_measured_is_kept_and_older_files_read_as_measured(
+    tmp_path, saved, greedy_run
+):
+    """A step's ``waits_measured`` is written; a file from before it reads as measured, as its
+    waits always were shown."""
+    flags = [s.timing.waits_measured for s in greedy_run.steps]
+    assert [s.timing.waits_measured for s in load_session(saved).runs[0].steps] == flags
+
+    def unmeasured(m: dict[str, Any]) -> None:
+        for step in m["runs"][0]["steps"]:
+            step["timing"]["waits_measured"] = False
+
+    def older(m: dict[str, Any]) -> None:
+        for step in m["runs"][0]["steps"]:
+            del step["timing"]["waits_measured"]
+
+    off = load_session(rewrite(saved, tmp_path / "off.llmlens", unmeasured)).runs[0].steps
+    assert not any(s.timing.waits_measured for s in off)
+    old = load_session(rewrite(saved, tmp_path / "old.llmlens", older)).runs[0].steps
+    assert all(s.timing.waits_measured for s in old)
+    assert [s.timing.wait_ms for s in old] == [s.timing.wait_ms for s in greedy_run.steps]
 
 
 def test_version_1_and_2_files_still_read(tmp_path, greedy_session, greedy_run):

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from llm_lens.core.loop.clock import StepClock, measures_waits
+from llm_lens.core.loop.clock import SOUND_SHARE, StepClock, measures_waits, off_cpu_share
 from llm_lens.core.loop.engine import RunConfig
 from llm_lens.core.sampling import GREEDY
 
@@ -28,15 +28,56 @@ def _prompt(tiny_engine):
     return tiny_engine.tokenize("The quick brown fox jumps over the lazy dog", chat=False)
 
 
-def test_waits_are_measured_only_with_one_cpu_thread():
+def test_waits_are_measured_with_one_cpu_thread_or_on_a_device_checked_at_load():
     assert measures_waits(torch.device("cpu"), 1)
     assert not measures_waits(torch.device("cpu"), 2)
-    assert not measures_waits(torch.device("cuda"), 1)
+    assert not measures_waits(torch.device("cpu"), 2, device_checked=True)  # the CPU: threads
+    assert not measures_waits(torch.device("cuda"), 1)  # not checked
+    assert not measures_waits(torch.device("cuda"), 1, device_checked=False)
+    assert measures_waits(torch.device("cuda"), 4, device_checked=True)
     clock = StepClock(False)
     start = clock.mark()
     time.sleep(0.01)
     wall, wait, queued = clock.split(start, clock.mark())
     assert wall >= 9.0 and wait == 0.0 and queued == 0.0
+
+
+def test_the_load_time_check_tells_a_thread_that_works_from_one_that_sleeps():
+    """A device whose round trip keeps the thread on the CPU (a CUDA context spinning while it
+    waits) passes; one that puts the thread to sleep while the device works does not."""
+
+    def spin() -> None:
+        end = time.perf_counter() + 0.01
+        while time.perf_counter() < end:
+            pass
+
+    assert off_cpu_share(spin) < SOUND_SHARE
+    assert off_cpu_share(lambda: time.sleep(0.01)) > 0.5
+
+
+def test_a_run_records_whether_its_waits_were_measured(tiny_engine):
+    """On the CPU the engine checks nothing at load; one torch thread measures the waits, two
+    do not (each step says so, and its waits are 0, not a guess)."""
+    assert tiny_engine.device_waits_checked is None
+    before = torch.get_num_threads()
+    try:
+        for threads, measured in ((1, True), (2, False)):
+            torch.set_num_threads(threads)
+            run = tiny_engine.start(_prompt(tiny_engine), GREEDY, RunConfig(max_new_tokens=3))
+            steps = run.run_all()
+            assert [s.timing.waits_measured for s in steps] == [measured] * len(steps)
+            if not measured:
+                assert all(s.timing.wait_ms == 0.0 == s.timing.queue_ms for s in steps)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_load_time_round_trip_runs_the_model_and_passes_on_one_cpu_thread(
+    tiny_engine, one_thread
+):
+    """The check a GPU gets at load: the model's forward and a copy of its logits, timed on this
+    thread; on one CPU thread the thread does that work itself, so it passes."""
+    assert tiny_engine._check_waits() is True
 
 
 def test_a_sleeping_thread_is_off_cpu():

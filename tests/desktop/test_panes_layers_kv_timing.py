@@ -230,6 +230,31 @@ def test_timing_bars_marker_and_click(qtbot, ran, tmp_path):
     assert len(bars["forward"].opts["height"]) == 0 and not pane.marker.isVisible()
 
 
+def test_timing_says_when_the_waits_were_not_measured(qtbot, ran, tmp_path, monkeypatch):
+    """Where the records could not measure the model thread's waits (several torch threads, a
+    GPU that sleeps the thread), the pane says so instead of showing 0 ms of waiting, and the
+    CSV leaves those cells empty."""
+    import dataclasses
+
+    from llm_lens.desktop.panes.timing import UNMEASURED, TimingPane
+
+    unmeasured = [
+        dataclasses.replace(s, timing=dataclasses.replace(s.timing, waits_measured=False))
+        for s in ran.steps
+    ]
+    monkeypatch.setattr(ran, "steps", unmeasured)
+    pane = TimingPane(ran)
+    qtbot.addWidget(pane)
+    pane.render(ran.current_step())
+    text = pane.stats_label.text()
+    assert UNMEASURED in text and "waiting for the GIL" not in text
+    assert "the model's own" not in text and "the model's, waits included," in text
+    rows = _check_exports(pane, tmp_path, len(unmeasured))
+    assert [(r[5], r[6]) for r in rows[1:]] == [("", "")] * len(unmeasured)
+    forward = [s.timing.forward_ms for s in ran.steps]
+    assert [float(r[1]) for r in rows[1:]] == pytest.approx(forward)
+
+
 def test_svg_export(qtbot, ran, tmp_path):
     from llm_lens.desktop.panes.kvcache import KVCachePane
     from llm_lens.desktop.panes.layers import LayerStackPane
