@@ -6,8 +6,9 @@ it waited (for the GIL a painting GUI thread held, or for a core) and the time b
 (the window taking the record, analyses served in between) are stacked apart, so the model's own
 time is never confused with the instrument's. Where the waits cannot be measured (several torch
 threads; a GPU whose waits for the device put the thread to sleep, checked when the model
-loads) the pane says so rather than show 0 ms of waiting. The prefill reads the whole prompt in one parallel
-pass; every decode step reads one new token plus the cached keys and values of all earlier ones.
+loads) the pane says so rather than show 0 ms of waiting. The prefill reads the whole prompt in
+one parallel pass; every decode step reads one new token plus the cached keys and values of all
+earlier ones.
 """
 
 from __future__ import annotations
