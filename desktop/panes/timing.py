@@ -175,7 +175,7 @@ class TimingPane(Pane):
             if measured
             else UNMEASURED
         )
-        label = "the model's own" if measured else "the model's, waits included,"
+        label = "the model's own" if measured else "forward + sample + capture"
         return (
             f"decode steps, mean: {label} {own:.1f} ms · {waiting} · "
             f"between steps {t['between'][1:].mean():.1f} ms · wall {t['wall_ms'][1:].mean():.1f}"

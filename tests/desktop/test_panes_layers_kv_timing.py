@@ -248,7 +248,7 @@ def test_timing_says_when_the_waits_were_not_measured(qtbot, ran, tmp_path, monk
     pane.render(ran.current_step())
     text = pane.stats_label.text()
     assert UNMEASURED in text and "waiting for the GIL" not in text
-    assert "the model's own" not in text and "the model's, waits included," in text
+    assert "the model's own" not in text and "mean: forward + sample + capture" in text
     rows = _check_exports(pane, tmp_path, len(unmeasured))
     assert [(r[5], r[6]) for r in rows[1:]] == [("", "")] * len(unmeasured)
     forward = [s.timing.forward_ms for s in ran.steps]
