@@ -132,6 +132,7 @@ class MainWindow(QMainWindow):
             dock = QDockWidget(pane.title, self)
             dock.setObjectName(f"dock-{pane.title}")
             dock.setWidget(pane)
+            dock.visibilityChanged.connect(pane.set_in_front)  # a tab behind is still "visible"
             self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
             self.panes[pane.title] = pane
             self.docks[pane.title] = dock

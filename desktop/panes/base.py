@@ -62,6 +62,7 @@ class Pane(QWidget):
         self.after_render: list[Any] = []  # callables run after each render (desktop.linking)
         self._deferred = False  # a render skipped while hidden during a run: due when shown
         self._held = False  # the minimum size is fixed (at the first show)
+        self._in_front = True  # its dock's tab is the one shown (set_in_front)
         controller.sig_selection_changed.connect(self.schedule)
         controller.sig_steps_changed.connect(self.schedule)
         controller.sig_run_started.connect(self._on_run_started)
@@ -105,13 +106,26 @@ class Pane(QWidget):
 
         Its renders wait until it is shown or the run ends: every render is Python on the GUI
         thread, which holds the GIL the model thread needs between the modules of each layer.
+        A dock's tab behind another's is still visible to Qt (the tabs share one place and the
+        selected one is raised), so its dock tells the pane (:meth:`set_in_front`).
         """
-        return bool(self.controller.busy) and self.window().isVisible() and not self.isVisible()
+        on_screen = self.isVisible() and self._in_front
+        return bool(self.controller.busy) and self.window().isVisible() and not on_screen
+
+    def set_in_front(self, shown: bool) -> None:
+        """Its dock was shown or hidden, or its tab selected or another's
+        (``QDockWidget.visibilityChanged``); a render skipped meanwhile comes now."""
+        self._in_front = shown
+        if shown:
+            self._render_deferred()
 
     def showEvent(self, event: Any) -> None:  # noqa: N802 (Qt name)
         super().showEvent(event)
         plain_axes(self)
         self.hold_minimum()
+        self._render_deferred()
+
+    def _render_deferred(self) -> None:
         if self._deferred:
             self._deferred = False
             self.schedule()

@@ -40,3 +40,29 @@ def test_hidden_panes_wait_while_a_run_streams(qtbot, ran):
         ran.busy = False
     ran.sig_busy_changed.emit(False)  # the run ended: the hidden pane shows its last step
     qtbot.waitUntil(lambda: bool(front.render_times_ms), timeout=2000)
+
+
+def test_a_dock_tab_behind_another_waits_while_a_run_streams(qtbot, loaded_window):
+    """The window's panes sit in tabbed docks, and Qt keeps a dock behind another's tab
+    visible (the tabs share one place; the selected one is raised). Its pane must still wait:
+    in the default layout nine of twelve panes are behind a tab, and their renders took the
+    streaming budget from the three on screen."""
+    win = loaded_window
+    logits, timing = win.panes["Logits"], win.panes["Timing"]
+    win.tabifyDockWidget(win.docks["Logits"], win.docks["Timing"])
+    win.docks["Logits"].raise_()
+    qtbot.waitUntil(lambda: timing.visibleRegion().isEmpty(), timeout=2000)
+    assert timing.isVisible()  # what Qt says of a tab behind another
+    ctl = win.controller
+    ctl.busy = True  # a run streaming in
+    try:
+        for pane in (logits, timing):
+            pane.render_times_ms.clear()
+            pane.render_and_paint()
+        assert logits.render_times_ms and not timing.render_times_ms
+        assert timing.hidden_while_streaming() and not logits.hidden_while_streaming()
+        win.docks["Timing"].raise_()  # its tab selected: the skipped render comes now
+        qtbot.waitUntil(lambda: bool(timing.render_times_ms), timeout=2000)
+        assert logits.hidden_while_streaming() and not timing.hidden_while_streaming()
+    finally:
+        ctl.busy = False
