@@ -80,6 +80,17 @@ def test_the_load_time_round_trip_runs_the_model_and_passes_on_one_cpu_thread(
     assert tiny_engine._check_waits() is True
 
 
+def test_a_model_the_check_cannot_run_loads_with_its_waits_unmeasured(tiny_engine, monkeypatch):
+    """The check at load must not stop a model loading: a forward that fails with only
+    ``input_ids`` leaves the waits not measured (a run shows its own error, if any)."""
+
+    def refuse(*_args, **_kwargs):
+        raise ValueError("this model needs more than input_ids")
+
+    monkeypatch.setattr(tiny_engine, "model", refuse)
+    assert tiny_engine._check_waits() is False
+
+
 def test_a_sleeping_thread_is_off_cpu():
     clock = StepClock(True)
     start = clock.mark()
