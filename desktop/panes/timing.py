@@ -52,6 +52,7 @@ def parts_of(t: Any) -> tuple[float, ...]:
 # where wall minus the model thread's CPU time is not its waiting (several torch threads; a GPU
 # whose waits for the device put the thread to sleep), the waits are 0 in the records: say so
 UNMEASURED = "waiting (not measured with this device and thread count)"
+WAITS = ("blocked", "queued")
 
 
 def waits_measured(steps: Sequence[Any]) -> bool:
@@ -93,6 +94,7 @@ class TimingPane(Pane):
             )
             self.plot.addItem(bar)
             self.bars[key] = bar
+        self._waits_in_legend = True
         self.marker = pg.InfiniteLine(
             angle=90,
             movable=True,
@@ -133,12 +135,29 @@ class TimingPane(Pane):
         for key, _, _ in PARTS:
             self.bars[key].setOpts(x=x, height=t[key], y0=base.copy())
             base += t[key]
+        self._legend_waits(waits_measured(steps))
         self.marker.blockSignals(True)
         self.marker.setValue(step.index)
         self.marker.setVisible(True)
         self.marker.blockSignals(False)
         self.stats_label.setText(self.stats_text(steps, step))
         self.explain_label.setText(self.explanation(steps))
+
+    def _legend_waits(self, measured: bool) -> None:
+        """The waits' colours in the legend only where the run measured them."""
+        if measured == self._waits_in_legend:
+            return
+        legend = self.plot.legend
+        for key, name, _ in PARTS:
+            if key in WAITS:
+                if measured:
+                    legend.addItem(self.bars[key], name)
+                else:
+                    legend.removeItem(self.bars[key])
+        if measured:  # back in the parts' order: between steps last
+            legend.removeItem(self.bars["between"])
+            legend.addItem(self.bars["between"], PARTS[-1][1])
+        self._waits_in_legend = measured
 
     def stats_text(self, steps: Sequence[Any], step: Any) -> str:
         """TTFT, mean ITL and decode tokens/s (the run's summary once it finished)."""

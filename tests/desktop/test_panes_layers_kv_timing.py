@@ -236,7 +236,7 @@ def test_timing_says_when_the_waits_were_not_measured(qtbot, ran, tmp_path, monk
     CSV leaves those cells empty."""
     import dataclasses
 
-    from llm_lens.desktop.panes.timing import UNMEASURED, TimingPane
+    from llm_lens.desktop.panes.timing import PARTS, UNMEASURED, TimingPane
 
     unmeasured = [
         dataclasses.replace(s, timing=dataclasses.replace(s.timing, waits_measured=False))
@@ -249,10 +249,20 @@ def test_timing_says_when_the_waits_were_not_measured(qtbot, ran, tmp_path, monk
     text = pane.stats_label.text()
     assert UNMEASURED in text and "waiting for the GIL" not in text
     assert "the model's own" not in text and "mean: forward + sample + capture" in text
+    names = [label.text for _, label in pane.plot.legend.items]
+    assert names == ["forward", "sample", "capture", "between steps"]  # no empty colours
     rows = _check_exports(pane, tmp_path, len(unmeasured))
     assert [(r[5], r[6]) for r in rows[1:]] == [("", "")] * len(unmeasured)
     forward = [s.timing.forward_ms for s in ran.steps]
     assert [float(r[1]) for r in rows[1:]] == pytest.approx(forward)
+    measured = [  # a later run that measured them: the colours come back, in order
+        dataclasses.replace(s, timing=dataclasses.replace(s.timing, waits_measured=True))
+        for s in unmeasured
+    ]
+    monkeypatch.setattr(ran, "steps", measured)
+    pane.render(ran.current_step())
+    names = [label.text for _, label in pane.plot.legend.items]
+    assert names == [name for _, name, _ in PARTS]
 
 
 def test_svg_export(qtbot, ran, tmp_path):
