@@ -147,16 +147,10 @@ class TimingPane(Pane):
         """The waits' colours in the legend only where the run measured them."""
         if measured == self._waits_in_legend:
             return
-        legend = self.plot.legend
+        self.plot.legend.clear()
         for key, name, _ in PARTS:
-            if key in WAITS:
-                if measured:
-                    legend.addItem(self.bars[key], name)
-                else:
-                    legend.removeItem(self.bars[key])
-        if measured:  # back in the parts' order: between steps last
-            legend.removeItem(self.bars["between"])
-            legend.addItem(self.bars["between"], PARTS[-1][1])
+            if measured or key not in WAITS:
+                self.plot.legend.addItem(self.bars[key], name)
         self._waits_in_legend = measured
 
     def stats_text(self, steps: Sequence[Any], step: Any) -> str:
