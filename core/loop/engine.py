@@ -90,16 +90,16 @@ class Engine:
     def _check_waits(self) -> bool:
         """Does a forward pass and a copy of its logits to the host keep this thread on the CPU
         until the device is done (:func:`~llm_lens.core.loop.clock.off_cpu_share`)?"""
-        ids = torch.zeros((1, 8), dtype=torch.long, device=self.device)
-
-        def round_trip() -> None:
-            with torch.inference_mode():
-                self.model(input_ids=ids, use_cache=False).logits[0, -1].float().cpu()
-
         try:
-            return off_cpu_share(round_trip) < SOUND_SHARE
+            return off_cpu_share(self._round_trip) < SOUND_SHARE
         except (RuntimeError, ValueError, TypeError):  # a forward this bare cannot run: a run
             return False  # shows its error; the waits are only not measured
+
+    def _round_trip(self) -> None:
+        """The model's forward over 8 tokens and its last logits copied to the host."""
+        ids = torch.zeros((1, 8), dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            self.model(input_ids=ids, use_cache=False).logits[0, -1].float().cpu()
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()

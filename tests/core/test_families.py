@@ -228,6 +228,14 @@ def test_windowed_layers_attend_only_inside_the_window(loaded: Any, name: str) -
 
 
 @pytest.mark.parametrize("name", ALL)
+def test_the_load_time_waits_check_runs_on_every_family(loaded: Any, name: str) -> None:
+    """On a GPU the engine times the model's bare forward at load (``Engine._check_waits``);
+    every family must run it, else its waits would go unmeasured for no reason."""
+    engine, _ = _run(name, loaded.tokenizer)
+    engine._round_trip()  # raises where the check would fall back to "not measured"
+
+
+@pytest.mark.parametrize("name", ALL)
 def test_describe_counts_the_kv_heads_the_attention_has(loaded: Any, name: str) -> None:
     info = family_model(name, loaded.tokenizer).info
     kv = KV_HEADS.get(name, 2)
