@@ -4,8 +4,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-# mypy strict covers core/ and every desktop/ module outside panes/
-DESKTOP_MODULES = $(patsubst desktop/%.py,-m llm_lens.desktop.%,$(filter-out desktop/__init__.py,$(wildcard desktop/*.py)))
+# mypy strict covers core/ and every desktop/ package but panes/ (followed silently)
+DESKTOP_PACKAGES = -m llm_lens.desktop.cli $(foreach p,$(filter-out panes,$(notdir $(patsubst %/,%,$(dir $(wildcard desktop/*/__init__.py))))),-p llm_lens.desktop.$(p))
 
 .PHONY: setup run test static bench package package-test clean screenshot
 
@@ -36,7 +36,7 @@ static: setup
 	cp -r core build/layout/llm_lens/core && cp -r desktop build/layout/llm_lens/desktop
 	cd build/layout && ../../$(BIN)/lint-imports ../../pyproject.toml --no-cache
 	cd build/layout && ../../$(BIN)/python -m mypy --config-file ../../pyproject.toml \
-		-p llm_lens.core -m llm_lens $(DESKTOP_MODULES)
+		-p llm_lens.core -m llm_lens $(DESKTOP_PACKAGES)
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py

@@ -348,7 +348,7 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     import resource
 
     from llm_lens.core import attention
-    from llm_lens.desktop.worker import TRIM_AFTER_ANSWER_MS
+    from llm_lens.desktop.model_thread.worker import TRIM_AFTER_ANSWER_MS
 
     ctl = win.controller
     engine = ctl.worker.engine
@@ -531,8 +531,8 @@ def main() -> int:
     args = parse()
     qInstallMessageHandler(quiet)
     app = QApplication(sys.argv[:1])
-    from llm_lens.desktop.app import apply_theme, tune_process
-    from llm_lens.desktop.main_window import MainWindow
+    from llm_lens.desktop.startup.app import apply_theme, tune_process
+    from llm_lens.desktop.window.main_window import MainWindow
 
     tune_process()
     apply_theme(app)
@@ -560,7 +560,7 @@ def main() -> int:
         flush=True,
     )
     if args.no_ahead:
-        from llm_lens.desktop import worker
+        from llm_lens.desktop.model_thread import worker
 
         worker.AHEAD_AFTER_MS = float("inf")
     if args.full_context:
@@ -578,7 +578,7 @@ def main() -> int:
         sys.getswitchinterval()
     ]
     headless(win, SHORT, True, 4)  # warm-up
-    from llm_lens.desktop.panes import scheduler as sched
+    from llm_lens.desktop.state import scheduler as sched
 
     default = (sched.scheduler().share, float(sched.LIVE_MS), None)
     for share, live, switch in [_schedule(v) for v in args.schedule.split(",") if v] or [default]:

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return core_main(argv)
     args = gui_parser().parse_args(argv)
-    from llm_lens.desktop.app import run_gui
+    from llm_lens.desktop.startup.app import run_gui
 
     return run_gui(args)
 

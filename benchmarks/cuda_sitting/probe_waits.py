@@ -34,7 +34,7 @@ from llm_lens.core.loop import engine as engine_module  # noqa: E402
 from llm_lens.core.loop.engine import Engine, RunConfig  # noqa: E402
 from llm_lens.core.runtime import synchronize  # noqa: E402
 from llm_lens.core.sampling import GREEDY  # noqa: E402
-from llm_lens.desktop.app import tune_process  # noqa: E402
+from llm_lens.desktop.startup.app import tune_process  # noqa: E402
 
 PROMPT = "Explain transformers like I am 12"
 

@@ -17,8 +17,8 @@ from PySide6.QtCore import QSignalBlocker, Signal
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
-from llm_lens.desktop.controller import Controller
-from llm_lens.desktop.panes.base import Pane, steady_axes
+from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.widgets.pane import Pane, steady_axes
 
 MAP_SIZE = 256  # prompt maps longer than this come back max-pooled from the worker
 MAX_IMAGE = 1024  # cells per side of the heatmap, at most

@@ -23,10 +23,10 @@ from PySide6.QtWidgets import (
 )
 
 from llm_lens.core.arithmetic import top_links
-from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.panes.attention import MAP_SIZE, visible_text
-from llm_lens.desktop.panes.base import Pane
-from llm_lens.desktop.selection import context_tokens
+from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.state.selection import context_tokens
+from llm_lens.desktop.widgets.pane import Pane
 
 LIMIT = 300  # lines drawn at most
 ROW = 16  # pixels per token row

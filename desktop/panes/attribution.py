@@ -27,10 +27,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from llm_lens.desktop.controller import Controller
-from llm_lens.desktop.panes.base import Pane, steady_axes
 from llm_lens.desktop.panes.flow_view import FlowView
 from llm_lens.desktop.panes.tokens import Chip, ChipView, piece_label
+from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.widgets.pane import Pane, steady_axes
 
 VS_CHOICES = 8  # the alternatives offered: the step's top tokens after the chosen one
 SETTLE_MS = 400  # a selection must rest this long before it is explained unasked (scrubbing

@@ -16,10 +16,10 @@ import pyqtgraph as pg
 from PySide6 import QtWidgets as qw
 from PySide6.QtCore import QPointF, Qt
 
-from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.panes.attention import visible_text
-from llm_lens.desktop.panes.base import Pane
-from llm_lens.desktop.widgets import ElidedLabel
+from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.widgets.common import ElidedLabel
+from llm_lens.desktop.widgets.pane import Pane
 
 MAX_LABELS = 60  # text labels drawn at once in either mode
 HOVER_PX = 8  # how close (in pixels) the mouse must be to a point to name it

@@ -18,9 +18,9 @@ from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.panes.attention import label_step, visible_text
-from llm_lens.desktop.panes.base import Pane, steady_axes
+from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.widgets.pane import Pane, steady_axes
 
 DENSE = "this model has no experts (dense MLP): every token goes through the same MLP in each layer"
 ALL_LAYERS = "all layers: how many sent it to each expert"

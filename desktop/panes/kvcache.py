@@ -17,8 +17,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from llm_lens.desktop.controller import Controller
-from llm_lens.desktop.panes.base import Pane, steady_axes
+from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.widgets.pane import Pane, steady_axes
 
 UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB")
 

@@ -25,8 +25,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from llm_lens.desktop.controller import Controller
-from llm_lens.desktop.panes.base import Pane, steady_axes
+from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.widgets.pane import Pane, steady_axes
 
 LENS_K = 5
 PROMPT_LENS_TOKENS = 1024  # the prompt lens unembeds every layer at every position: past this

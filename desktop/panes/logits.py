@@ -15,9 +15,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from llm_lens.core.records import StepRecord
-from llm_lens.desktop.controller import Controller
-from llm_lens.desktop.panes.base import Pane, steady_axes
 from llm_lens.desktop.panes.tokens import piece_label, visible
+from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.widgets.pane import Pane, steady_axes
 
 TOP = 20
 BAR_BRUSH = pg.mkBrush(90, 140, 220)

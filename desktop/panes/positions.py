@@ -17,9 +17,9 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QComboBox, QLabel, QStackedWidget, QVBoxLayout, QWidget
 
 from llm_lens.core.positions import ALIBI, LEARNED, ROPE, PositionView, RopeSet
-from llm_lens.desktop.controller import Controller
 from llm_lens.desktop.panes.attention import visible_text
-from llm_lens.desktop.panes.base import Pane
+from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.widgets.pane import Pane
 
 EMPTY_POSITIONS = 64  # positions drawn before any prompt exists
 ALIBI_DISTANCE = 64  # distances drawn in the ALiBi bias curves

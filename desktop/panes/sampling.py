@@ -28,10 +28,10 @@ from PySide6.QtWidgets import (
 from llm_lens.core.errors import SamplingError
 from llm_lens.core.records import StepRecord
 from llm_lens.core.sampling import STAGE_ORDER, SamplingParams, staged
-from llm_lens.desktop.controller import Controller
-from llm_lens.desktop.panes.base import Pane, steady_axes
 from llm_lens.desktop.panes.logits import BAR_BRUSH, CHOSEN_BRUSH, horizontal_bars, tick_label
-from llm_lens.desktop.widgets import FlowLayout, group
+from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.widgets.common import FlowLayout, group
+from llm_lens.desktop.widgets.pane import Pane, steady_axes
 
 STAGES = ("raw", *STAGE_ORDER)
 STAGED_KEPT = 64  # staged steps kept (a few KB each)

@@ -50,8 +50,8 @@ from llm_lens.core.tokens import (
     regroup_from,
     user_token_range,
 )
-from llm_lens.desktop.controller import Controller
-from llm_lens.desktop.panes.base import Pane
+from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.widgets.pane import Pane
 
 _WHITESPACE = str.maketrans({" ": "·", "\n": "↵", "\t": "→"})
 HPAD, VPAD, GAP = 4.0, 2.0, 3.0

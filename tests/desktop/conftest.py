@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture
 def controller(qtbot):
     """A Controller whose worker thread has loaded the bundled model; stopped afterwards."""
-    from llm_lens.desktop.controller import Controller
+    from llm_lens.desktop.state.controller import Controller
 
     ctl = Controller()
     with qtbot.waitSignal(ctl.sig_model_loaded, timeout=120_000):
@@ -21,7 +21,7 @@ def controller(qtbot):
 def loaded_window(qtbot, tmp_path, monkeypatch):
     """The main window, shown, with the bundled model loaded; its settings in tmp_path."""
     monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
-    from llm_lens.desktop.main_window import MainWindow
+    from llm_lens.desktop.window.main_window import MainWindow
 
     win = MainWindow()
     win.sessions.confirm_close = False

@@ -153,7 +153,7 @@ def test_branch_at_step_two_with_the_second_alternative(qtbot, window, engine):
 
 def test_beam_view_best_beam_equals_core(qtbot, window, engine):
     from llm_lens.core.runs.beam import beam_search
-    from llm_lens.desktop.beam_view import GREY
+    from llm_lens.desktop.views.beam_view import GREY
 
     view = window.open_beam()
     view.beams.setValue(3)
@@ -197,7 +197,7 @@ def test_prefix_reuse_reports_in_the_status_bar(qtbot, window, engine):
 def test_configuration_rows_wrap_on_a_laptop_without_clipping(qtbot, window, size):
     from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QComboBox, QToolButton, QWidget
 
-    from llm_lens.desktop.fit_check import control_problems, in_window
+    from llm_lens.desktop.startup.fit_check import control_problems, in_window
 
     view = window.open_compare()
     view.add_row("wild")  # four rows: taller than the dock at 720 px, so it scrolls

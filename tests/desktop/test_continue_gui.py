@@ -164,7 +164,7 @@ def test_a_run_of_another_model_cannot_be_continued(qtbot, window, tmp_path):
 
 
 def test_a_comparison_is_saved_and_reopens_without_the_model(qtbot, window, tmp_path):
-    from llm_lens.desktop.main_window import MainWindow
+    from llm_lens.desktop.window.main_window import MainWindow
 
     ctl = window.controller
     window.prompt_panel.editor.setPlainText(PROMPT)
@@ -214,7 +214,7 @@ def test_a_stopped_continuation_can_go_on_again(qtbot, window, engine):
 
 
 def test_views_a_file_lacks_say_which_model_computes_them(qtbot, window, tmp_path):
-    from llm_lens.desktop.main_window import MainWindow
+    from llm_lens.desktop.window.main_window import MainWindow
 
     ctl = window.controller
     _run(qtbot, window, 3)

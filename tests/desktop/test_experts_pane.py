@@ -33,7 +33,7 @@ def mixtral_folder(tmp_path_factory: Any, tokenizer: Any) -> Path:
 @pytest.fixture
 def mixtral_window(qtbot: Any, tmp_path: Any, monkeypatch: Any, mixtral_folder: Path) -> Any:
     monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
-    from llm_lens.desktop.main_window import MainWindow
+    from llm_lens.desktop.window.main_window import MainWindow
 
     win = MainWindow()
     win.sessions.confirm_close = False
@@ -58,7 +58,7 @@ def _front(qtbot: Any, win: Any, title: str) -> Any:
 
 def test_pane_shows_the_selected_tokens_routing(qtbot: Any, mixtral_window: Any) -> None:
     from llm_lens.core.experts import context_routing, routing_at
-    from llm_lens.desktop.fit_check import fit_problems
+    from llm_lens.desktop.startup.fit_check import fit_problems
 
     win = mixtral_window
     ctl = win.controller
@@ -111,8 +111,8 @@ def test_pane_shows_the_selected_tokens_routing(qtbot: Any, mixtral_window: Any)
 
 def test_dense_model_says_it_has_no_experts(qtbot: Any, tokenizer: Any) -> None:
     from llm_lens.core.loop.engine import Engine, RunConfig
-    from llm_lens.desktop.controller import Controller
     from llm_lens.desktop.panes.experts import DENSE, ExpertsPane
+    from llm_lens.desktop.state.controller import Controller
     from tests.conftest import make_tiny
 
     engine = Engine(make_tiny(tokenizer))

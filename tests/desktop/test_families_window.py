@@ -25,7 +25,7 @@ def window(qapp: Any, tmp_path_factory: Any) -> Any:
     import os
 
     os.environ["LLM_LENS_CONFIG_DIR"] = str(tmp_path_factory.mktemp("config"))
-    from llm_lens.desktop.main_window import MainWindow
+    from llm_lens.desktop.window.main_window import MainWindow
 
     win = MainWindow()
     win.sessions.confirm_close = False

@@ -29,7 +29,7 @@ class _BrokenEngine:
 
 
 def test_a_bug_on_the_model_thread_is_one_line_and_a_log(logs, capsys):
-    from llm_lens.desktop.worker import Worker
+    from llm_lens.desktop.model_thread.worker import Worker
 
     worker = Worker()
     errors = []
@@ -47,7 +47,7 @@ def test_a_bug_on_the_model_thread_is_one_line_and_a_log(logs, capsys):
 
 def test_a_bug_while_loading_is_one_line(logs, monkeypatch):
     from llm_lens.core import loading
-    from llm_lens.desktop.worker import Worker
+    from llm_lens.desktop.model_thread.worker import Worker
 
     def broken(*_args, **_kwargs):
         raise KeyError("rope_scaling")
@@ -62,7 +62,7 @@ def test_a_bug_while_loading_is_one_line(logs, monkeypatch):
 
 
 def test_a_bug_in_a_gui_slot_shows_inline(logs, capsys):
-    from llm_lens.desktop.app import install_excepthook
+    from llm_lens.desktop.startup.app import install_excepthook
 
     class Panel:
         shown: list[str] = []
@@ -88,8 +88,8 @@ def test_a_bug_in_a_gui_slot_shows_inline(logs, capsys):
 
 
 def test_the_toggle_is_off_by_default_and_reaches_the_run(qtbot, monkeypatch):
-    from llm_lens.desktop.controller import Controller
-    from llm_lens.desktop.prompt_panel import PromptPanel
+    from llm_lens.desktop.state.controller import Controller
+    from llm_lens.desktop.window.prompt_panel import PromptPanel
 
     ctl = Controller()
     try:

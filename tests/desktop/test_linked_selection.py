@@ -13,7 +13,7 @@ from PySide6.QtCore import QPoint, Qt
 
 from llm_lens.core.positions import position_view
 from llm_lens.core.sampling import GREEDY
-from llm_lens.desktop.linking import overview_cell
+from llm_lens.desktop.teaching.linking import overview_cell
 from tests.desktop.conftest import wait_result
 
 
@@ -90,7 +90,7 @@ def test_selecting_a_token_in_one_pane_highlights_it_in_every_other(qtbot, shown
 
 
 def test_hover_readouts_and_cards_carry_the_records_numbers(qtbot, shown):
-    from llm_lens.desktop import hover
+    from llm_lens.desktop.teaching import hover
 
     win, ctl = shown, shown.controller
     panes = win.panes
@@ -197,8 +197,8 @@ def test_grid_marks_land_on_the_cell_that_shows_the_position(n):
     """The mark of position p in a decode tile is the strip cell where a one-hot row at p
     lands; in a prefill tile, the pooled cell of the overview."""
     from llm_lens.core.attention import pool_rows
-    from llm_lens.desktop.linking import TILE, strip_bin
     from llm_lens.desktop.panes.attention import strip
+    from llm_lens.desktop.teaching.linking import TILE, strip_bin
 
     for p in range(n):
         row = np.zeros(n, np.float32)

@@ -96,7 +96,7 @@ def test_export_pane_writes_files(qtbot, window, tmp_path):
 
 def test_layout_is_remembered(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
-    from llm_lens.desktop.main_window import MainWindow
+    from llm_lens.desktop.window.main_window import MainWindow
 
     first = MainWindow()
     qtbot.addWidget(first)

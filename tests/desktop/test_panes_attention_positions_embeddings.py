@@ -248,7 +248,7 @@ def test_the_maps_beside_an_asked_map_are_computed_ahead(qtbot, ran, monkeypatch
     attention module and gives what a fresh computation gives."""
     from llm_lens.core import attention
     from llm_lens.core.attention import prompt_maps
-    from llm_lens.desktop import worker as worker_module
+    from llm_lens.desktop.model_thread import worker as worker_module
 
     monkeypatch.setattr(worker_module, "AHEAD_AFTER_MS", 0.0)
     monkeypatch.setattr(prompt_maps, "EVERY_HEAD_SCORES", 0)

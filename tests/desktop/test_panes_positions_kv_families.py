@@ -20,7 +20,7 @@ from tests.core.test_positions import _model as _pos_model
 @pytest.fixture
 def bare(qtbot):
     """A controller with no model loaded (its worker thread stopped afterwards)."""
-    from llm_lens.desktop.controller import Controller
+    from llm_lens.desktop.state.controller import Controller
 
     ctl = Controller()
     yield ctl

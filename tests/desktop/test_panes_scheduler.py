@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from PySide6.QtCore import QEvent, QObject
 
-from llm_lens.desktop.controller import REPAINT_MS
+from llm_lens.desktop.state.controller import REPAINT_MS
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
 
@@ -29,7 +29,7 @@ class FakePane(QObject):
 
 def render_twice(qtbot, busy: bool) -> float:
     """Seconds between two renders asked for back to back."""
-    from llm_lens.desktop.panes.scheduler import RepaintScheduler
+    from llm_lens.desktop.state.scheduler import RepaintScheduler
 
     sched, pane = RepaintScheduler(), FakePane(busy)
     sched.request(pane)
@@ -107,8 +107,8 @@ def test_a_unit_lays_out_its_cards_new_height_too(qtbot, ran, width):
     card's new height asks for the pane's layout again: all inside the unit. Left to the event
     loop, the pane's second layout resized its plot a few pixels after the unit and painted it
     again, beside the model's prefill (a fast model's first token 10-25 % slower)."""
-    from llm_lens.desktop.cards import install_cards
     from llm_lens.desktop.panes.timing import TimingPane
+    from llm_lens.desktop.teaching.cards import install_cards
 
     pane = TimingPane(ran)
     install_cards({"Timing": pane}, ran)
@@ -133,7 +133,7 @@ def test_a_unit_lays_out_its_cards_new_height_too(qtbot, ran, width):
 def test_a_streaming_pane_not_yet_due_is_waited_for_not_polled(qtbot, monkeypatch):
     """After its rest, a pane inside its live interval is woken for once it is due: every
     wake of the GUI thread while a run streams takes the GIL from the model thread."""
-    from llm_lens.desktop.panes import scheduler as module
+    from llm_lens.desktop.state import scheduler as module
 
     wakes = []
     run_next = module.RepaintScheduler._next

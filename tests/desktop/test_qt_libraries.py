@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from llm_lens.desktop import qt_libs
+from llm_lens.desktop.startup import qt_libs
 
 XCB = {"QT_QPA_PLATFORM": "xcb", "DISPLAY": ":0"}
 
@@ -40,7 +40,7 @@ def test_the_deb_depends_on_every_library_checked():
 def test_llm_lens_exits_with_the_line_before_qt_starts(monkeypatch):
     """The real entry point, with one library made to fail to load."""
     code = (
-        "import sys, llm_lens.desktop.qt_libs as q\n"
+        "import sys, llm_lens.desktop.startup.qt_libs as q\n"
         "real = q._loads\n"
         "q._loads = lambda n: n != 'libxcb-cursor.so.0' and real(n)\n"
         "q.check.__defaults__ = (q._loads, None)\n"

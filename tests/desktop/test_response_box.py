@@ -10,7 +10,7 @@ PIZZAS = "🍕🍕🍕🍕🍕🍕"  # raw, greedy: the bundled model writes �
 
 
 def _panel(qtbot, controller):
-    from llm_lens.desktop.prompt_panel import PromptPanel
+    from llm_lens.desktop.window.prompt_panel import PromptPanel
 
     panel = PromptPanel(controller, [{"title": "pizza", "text": PIZZAS, "chat": False}])
     qtbot.addWidget(panel)
@@ -84,7 +84,7 @@ def test_a_streamed_token_adds_to_the_box_keeping_the_readers_place(qtbot, contr
 
 
 def test_a_box_position_maps_to_the_character_after_a_character_outside_the_bmp():
-    from llm_lens.desktop.prompt_panel import _char_index, _utf16_len
+    from llm_lens.desktop.window.prompt_panel import _char_index, _utf16_len
 
     text = "a🍕b‹f0›c"
     for i in range(len(text) + 1):
@@ -118,7 +118,7 @@ def test_streamed_pieces_build_the_box_a_whole_text_would(qtbot, controller):
         assert panel.response.toPlainText() == whole.toPlainText()
         assert panel.response.document().characterCount() == whole.document().characterCount()
     assert panel.response.toPlainText() == "a\nb🍕c\nd\n🍕"
-    from llm_lens.desktop.prompt_panel import _char_index, _utf16_len
+    from llm_lens.desktop.window.prompt_panel import _char_index, _utf16_len
 
     text = panel.response.toPlainText()
     positions = [_utf16_len(text[:i]) for i in range(len(text))]  # where the pointer may be

@@ -73,7 +73,7 @@ CASES = {
 def window(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("LLM_LENS_LOG_DIR", str(tmp_path / "logs"))
-    from llm_lens.desktop.main_window import MainWindow
+    from llm_lens.desktop.window.main_window import MainWindow
 
     win = MainWindow()
     win.sessions.confirm_close = False

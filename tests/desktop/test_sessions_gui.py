@@ -20,7 +20,7 @@ from llm_lens.core.sessions.read import load_session
 @pytest.fixture
 def window(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path / "config"))
-    from llm_lens.desktop.main_window import MainWindow
+    from llm_lens.desktop.window.main_window import MainWindow
 
     win = MainWindow()
     win.sessions.confirm_close = False
@@ -58,7 +58,7 @@ def test_save_then_reopen_without_the_model(qtbot, window, tmp_path):
     saved_path, size = _save(qtbot, ctl, path)
     assert saved_path == str(path) and size == path.stat().st_size and not ctl.dirty
 
-    from llm_lens.desktop.main_window import MainWindow
+    from llm_lens.desktop.window.main_window import MainWindow
 
     fresh = MainWindow()  # no model loaded in this one
     fresh.sessions.confirm_close = False
@@ -170,7 +170,7 @@ def test_unsaved_runs_ask_before_a_file_replaces_them(qtbot, window, tmp_path, m
 def test_crash_recovery_is_offered_after_an_unclean_exit(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_LENS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path / "config"))
-    from llm_lens.desktop.main_window import MainWindow
+    from llm_lens.desktop.window.main_window import MainWindow
 
     win = MainWindow()
     win.sessions.confirm_close = False
@@ -224,7 +224,7 @@ def test_attributions_computed_before_saving_show_without_the_model(qtbot, windo
     path = tmp_path / "why.llmlens"
     _save(qtbot, ctl, path)
 
-    from llm_lens.desktop.main_window import MainWindow
+    from llm_lens.desktop.window.main_window import MainWindow
 
     fresh = MainWindow()  # no model loaded in this one
     fresh.sessions.confirm_close = False

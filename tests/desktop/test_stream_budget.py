@@ -13,7 +13,7 @@ import pytest
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QTabWidget
 
-from llm_lens.desktop.panes import scheduler as sched
+from llm_lens.desktop.state import scheduler as sched
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
 
@@ -104,7 +104,7 @@ def test_wake_renders_a_pane_waiting_for_its_live_slot_at_once(qtbot):
 @pytest.fixture
 def tiny_controller(qtbot, tiny_engine):
     """A controller whose worker runs the tiny random Llama (no model load)."""
-    from llm_lens.desktop.controller import Controller
+    from llm_lens.desktop.state.controller import Controller
 
     ctl = Controller()
     ctl.worker.engine = tiny_engine
@@ -152,8 +152,8 @@ def test_a_stream_renders_few_steps_skips_hidden_panes_and_ends_on_the_final_ste
 
 
 def test_a_pane_behind_another_is_not_even_queued_while_streaming(qtbot, tiny_controller):
-    from llm_lens.desktop.panes.scheduler import scheduler
     from llm_lens.desktop.panes.timing import TimingPane
+    from llm_lens.desktop.state.scheduler import scheduler
 
     ctl = tiny_controller
     tabs = QTabWidget()

@@ -19,7 +19,7 @@ def _settle(qtbot, ms=100):
 
 
 def test_every_pane_fits_at_laptop_and_desktop_sizes(qtbot, loaded_window):
-    from llm_lens.desktop.fit_check import fit_problems, in_window, shown_in
+    from llm_lens.desktop.startup.fit_check import fit_problems, in_window, shown_in
 
     win = loaded_window
     with qtbot.waitSignal(win.controller.sig_run_finished, timeout=120_000):
@@ -45,7 +45,7 @@ def test_fit_check_finds_a_control_outside_the_window(qtbot, loaded_window):
     the size asked; in a pane (whose minimum is held), the control is cut off instead."""
     from PySide6.QtWidgets import QPushButton
 
-    from llm_lens.desktop.fit_check import fit_problems
+    from llm_lens.desktop.startup.fit_check import fit_problems
 
     win = loaded_window
     wide = QPushButton("a very wide button " * 20)
@@ -66,7 +66,7 @@ def test_fit_check_finds_a_legend_cut_off_by_its_plot(qtbot, loaded_window):
     """A legend wider than its plot is clipped by the view mid-word: the check names it."""
     import pyqtgraph as pg
 
-    from llm_lens.desktop.fit_check import fit_problems
+    from llm_lens.desktop.startup.fit_check import fit_problems
 
     win = loaded_window
     win.resize_to(1366, 768)
@@ -90,7 +90,7 @@ def test_fit_check_finds_a_legend_cut_off_by_its_plot(qtbot, loaded_window):
 
 
 def test_focus_mode_shows_one_pane_and_goes_back(qtbot, loaded_window):
-    from llm_lens.desktop.fit_check import in_window, shown_in
+    from llm_lens.desktop.startup.fit_check import in_window, shown_in
 
     win = loaded_window
     win.resize_to(1366, 768)
@@ -109,8 +109,8 @@ def test_focus_mode_shows_one_pane_and_goes_back(qtbot, loaded_window):
 
 def test_a_stored_old_layout_does_not_bring_back_a_2011_px_window(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
-    from llm_lens.desktop.main_window import MainWindow, settings
-    from llm_lens.desktop.window_layout import default_size
+    from llm_lens.desktop.window.main_window import MainWindow, settings
+    from llm_lens.desktop.window.window_layout import default_size
 
     old = MainWindow()
     qtbot.addWidget(old)
@@ -153,7 +153,7 @@ def test_empty_window_has_no_nonsense_axes(qtbot, tmp_path, monkeypatch):
     import pyqtgraph as pg
 
     monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
-    from llm_lens.desktop.main_window import MainWindow
+    from llm_lens.desktop.window.main_window import MainWindow
 
     win = MainWindow()
     qtbot.addWidget(win)
@@ -228,7 +228,7 @@ def test_embeddings_layer_paths_hide_the_neighbour_list(qtbot, ran):
 
 
 def test_beam_search_last_step_shows_the_finished_beams_best_first(qtbot, loaded_window):
-    from llm_lens.desktop.beam_view import DONE_TITLE, one_line
+    from llm_lens.desktop.views.beam_view import DONE_TITLE, one_line
 
     win = loaded_window
     win.prompt_panel.editor.setPlainText(PROMPT)

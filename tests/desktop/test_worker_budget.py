@@ -10,7 +10,7 @@ import pytest
 
 from llm_lens.core.loop.engine import RunConfig
 from llm_lens.core.sampling import GREEDY
-from llm_lens.desktop.worker import ANALYSIS_SHARE, Worker
+from llm_lens.desktop.model_thread.worker import ANALYSIS_SHARE, Worker
 
 
 def test_analyses_between_steps_stay_within_their_share(tiny_engine):
@@ -158,7 +158,7 @@ def test_the_heap_is_trimmed_after_the_windows_last_repaints(
     tiny_engine, qtbot, monkeypatch, trims
 ):
     """glibc's trim holds the heap's lock: it waits until the run's end has been drawn."""
-    from llm_lens.desktop import worker as worker_module
+    from llm_lens.desktop.model_thread import worker as worker_module
 
     monkeypatch.setattr(worker_module, "TRIM_DELAY_MS", 200)
     worker = trims.worker(tiny_engine)
@@ -175,7 +175,7 @@ def test_the_heap_goes_back_after_long_analyses_once_the_answer_is_drawn(
     """The trim after long analyses waits until the window has drawn the answer (it ran while
     the Attention pane drew a full context's map: 72 ms instead of 40); a request that came
     meanwhile puts it off until after its own answer."""
-    from llm_lens.desktop import worker as worker_module
+    from llm_lens.desktop.model_thread import worker as worker_module
 
     monkeypatch.setattr(worker_module, "RELEASE_AFTER_MS", 5.0)  # the first job, not the second
     worker = trims.worker(tiny_engine)
@@ -199,7 +199,7 @@ def test_a_runs_end_trim_overdue_after_long_analyses_waits_for_their_answer(
     """A run's end's delayed trim falls due only when the worker's event loop runs again: after
     the prompt's analyses (4 s at the full context), just as the window draws their answer. It
     gives way to the answer's own delay."""
-    from llm_lens.desktop import worker as worker_module
+    from llm_lens.desktop.model_thread import worker as worker_module
 
     monkeypatch.setattr(worker_module, "TRIM_DELAY_MS", 100)
     worker = trims.worker(tiny_engine)
@@ -219,7 +219,7 @@ def test_what_work_ahead_freed_goes_back_once_nothing_is_asked(
     """The heap the guesses freed is kept for the request they guessed (given back, its pages
     cost a full context's new layer 25-30 ms of faults), and goes back :data:`TRIM_IDLE_MS`
     after them."""
-    from llm_lens.desktop import worker as worker_module
+    from llm_lens.desktop.model_thread import worker as worker_module
 
     monkeypatch.setattr(worker_module, "AHEAD_DELAY_MS", 0)
     monkeypatch.setattr(worker_module, "RELEASE_AFTER_MS", 5.0)
@@ -275,7 +275,7 @@ def test_likely_next_requests_run_ahead_while_idle_and_give_way(tiny_engine, qtb
 
     from llm_lens.core import attention
     from llm_lens.core.attention import prompt_maps
-    from llm_lens.desktop import worker as worker_module
+    from llm_lens.desktop.model_thread import worker as worker_module
 
     monkeypatch.setattr(worker_module, "AHEAD_DELAY_MS", 0)
     monkeypatch.setattr(prompt_maps, "EVERY_HEAD_SCORES", 0)  # one head's map, in row blocks
@@ -340,7 +340,7 @@ def test_the_gui_thread_keeps_the_models_thread_count_whatever_the_worker_serves
     import torch
 
     from llm_lens.core import runtime
-    from llm_lens.desktop.controller import Controller
+    from llm_lens.desktop.state.controller import Controller
 
     monkeypatch.delenv("LLM_LENS_THREADS", raising=False)
     model = runtime.default_threads()
@@ -400,7 +400,7 @@ def test_a_run_the_history_lets_go_is_freed_on_the_model_thread(qtbot, tiny_engi
     import weakref
 
     from llm_lens.core.runs import history
-    from llm_lens.desktop.controller import Controller
+    from llm_lens.desktop.state.controller import Controller
 
     monkeypatch.setattr(history, "MAX_ROOTS", 1)  # each run lets the one before go
     ctl = Controller()
@@ -435,14 +435,14 @@ def test_what_a_runs_end_imports_on_the_gui_thread_was_imported_with_the_model()
     import sys
     import textwrap
 
-    from llm_lens.desktop.session_controller import SessionController
+    from llm_lens.desktop.state.session_controller import SessionController
 
     tree = ast.parse(textwrap.dedent(inspect.getsource(SessionController.request_save)))
     lazy = sorted({n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)})
     assert any(name.startswith("llm_lens.core.sessions") for name in lazy)
     script = textwrap.dedent(f"""
         import importlib, sys
-        from llm_lens.desktop.worker import _import_run_end
+        from llm_lens.desktop.model_thread.worker import _import_run_end
         _import_run_end()
         before = set(sys.modules)
         for name in {lazy!r}:

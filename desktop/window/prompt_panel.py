@@ -23,8 +23,8 @@ from PySide6.QtWidgets import (
 )
 
 from llm_lens.core.records import generated_text
-from llm_lens.desktop.controller import Controller
-from llm_lens.desktop.widgets import FlowLayout, LineText, group
+from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.widgets.common import FlowLayout, LineText, group
 
 
 class PromptPanel(QWidget):

@@ -23,7 +23,7 @@ def missing_resources() -> str:
     """What the installed package lacks of its shipped files ('' when nothing is missing)."""
     import json
 
-    from llm_lens.desktop.resources import resource_dir
+    from llm_lens.desktop.widgets.resources import resource_dir
 
     folder = resource_dir()
     try:
@@ -114,7 +114,7 @@ class SelfTest:
         if missing:
             self._fail(missing)
             return
-        from llm_lens.desktop.fit_check import fit_problems
+        from llm_lens.desktop.startup.fit_check import fit_problems
 
         problems = fit_problems(self.window, self.size)
         if problems:

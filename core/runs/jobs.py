@@ -1,7 +1,7 @@
-"""Worker-side jobs of the comparison, beam and branch views.
+"""Model-side jobs of the comparison, beam and branch views.
 
-Each job is a generator of ``(tag, payload)`` pairs that
-:meth:`llm_lens.desktop.worker.Worker.stream` runs on the model thread. No Qt here, and no
+Each job is a generator of ``(tag, payload)`` pairs that the window's model thread
+(``llm_lens.desktop.model_thread.worker.Worker.stream``) runs. No Qt here, and no
 cache or tensor in a payload: records, tuples of them and plain numbers only. The runs and
 their history are the worker's ``store`` and ``history`` (:mod:`llm_lens.core.runs.history`),
 touched only on the model thread.

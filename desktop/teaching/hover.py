@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from PySide6.QtWidgets import QLabel
 
-from llm_lens.desktop.selection import context_tokens
+from llm_lens.desktop.state.selection import context_tokens
 
 TILE = 32
 

@@ -186,7 +186,7 @@ class Worker(QObject):
     def _live(
         self, run_id: int, text: str, chat: bool, params: Any, config: Any, parse_special: bool
     ) -> Iterator[tuple[str, Any]]:
-        from llm_lens.desktop.compare_jobs import ShownRun
+        from llm_lens.core.runs.jobs import ShownRun
 
         prompt = self.engine.tokenize(text, chat, parse_special=parse_special)
         run, reused = self._start(prompt, params, config)

@@ -7,10 +7,10 @@ from typing import Any
 
 
 def teach(window: Any) -> None:
-    from llm_lens.desktop.cards import install_cards
-    from llm_lens.desktop.guide import add_legends, apply_tooltips
-    from llm_lens.desktop.hover import install_hover
-    from llm_lens.desktop.linking import link_panes
+    from llm_lens.desktop.teaching.cards import install_cards
+    from llm_lens.desktop.teaching.guide import add_legends, apply_tooltips
+    from llm_lens.desktop.teaching.hover import install_hover
+    from llm_lens.desktop.teaching.linking import link_panes
 
     link_panes(window.panes, window.controller)
     install_hover(window.panes, window.controller)

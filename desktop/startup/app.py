@@ -54,7 +54,7 @@ def apply_theme(app: Any) -> None:
     def follow(scheme: Any) -> None:
         app.setPalette(app.style().standardPalette())
         if scheme == Qt.ColorScheme.Dark:
-            from llm_lens.desktop.theme import dark_palette
+            from llm_lens.desktop.widgets.theme import dark_palette
 
             app.setPalette(dark_palette())
 
@@ -66,7 +66,7 @@ def set_icon(app: Any) -> None:
     """The app's icon from resources/icons (every size the desktop may ask for)."""
     from PySide6.QtGui import QIcon
 
-    from llm_lens.desktop.resources import resource_dir
+    from llm_lens.desktop.widgets.resources import resource_dir
 
     folder = resource_dir()
     icon = QIcon()
@@ -80,7 +80,7 @@ def run_gui(args: argparse.Namespace) -> int:
     """Open the window; whatever fails, one line (and a log) and the model thread is stopped."""
     _prepare_environment()
     tune_process()
-    from llm_lens.desktop.qt_libs import check
+    from llm_lens.desktop.startup.qt_libs import check
 
     problem = check()
     if problem:  # Qt itself would abort with a core dump and no hint of the package
@@ -111,7 +111,7 @@ def _make_window(app: Any, args: argparse.Namespace) -> Any:
     app.setDesktopFileName("llm-lens")  # lets Wayland match the window to its menu entry
     set_icon(app)
     apply_theme(app)
-    from llm_lens.desktop.main_window import MainWindow
+    from llm_lens.desktop.window.main_window import MainWindow
 
     window = MainWindow(model_spec=args.model, device=args.device, dtype=args.dtype)
     if args.prompt:
@@ -124,7 +124,7 @@ def _make_window(app: Any, args: argparse.Namespace) -> Any:
 def _exec(app: Any, window: Any, args: argparse.Namespace) -> int:
     window.show()
     if args.selftest:
-        from llm_lens.desktop.selftest import SelfTest
+        from llm_lens.desktop.startup.selftest import SelfTest
 
         window.sessions.confirm_close = False
         test = SelfTest(window, args.tokens, args.screenshot, args.window_size, args.session)

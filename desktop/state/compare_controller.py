@@ -12,7 +12,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from llm_lens.desktop.compare_jobs import (
+from llm_lens.core.runs.jobs import (
     CompareOutcome,
     CompareStart,
     ShownRun,

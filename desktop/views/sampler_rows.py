@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (
 
 from llm_lens.core.cli.compare import NEUTRAL, PRESETS
 from llm_lens.core.sampling import SamplingParams
-from llm_lens.desktop.guide import SAMPLING_TIPS
-from llm_lens.desktop.widgets import FlowLayout, group
+from llm_lens.desktop.teaching.guide import SAMPLING_TIPS
+from llm_lens.desktop.widgets.common import FlowLayout, group
 
 CUSTOM = "custom"
 PRESET_LABELS = {

@@ -16,7 +16,7 @@ from PySide6.QtCore import QEvent, QObject, QRectF, Qt
 from PySide6.QtGui import QPainter, QPen
 from PySide6.QtWidgets import QWidget
 
-from llm_lens.desktop.selection import first_position_of
+from llm_lens.desktop.state.selection import first_position_of
 
 MARK_PEN = pg.mkPen("#ff4081", width=2)
 TILE = 32  # the Attention pane's overview tile size
@@ -242,7 +242,7 @@ def link_embeddings(pane: Any, controller: Any) -> Any:
     pane.vocab_plot.scene().sigMouseClicked.connect(clicked)
 
     def reflect() -> None:
-        from llm_lens.desktop.selection import selected_token
+        from llm_lens.desktop.state.selection import selected_token
 
         chosen, linked = selected_token(controller), {}
         if chosen is not None and pane.projection is not None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
-from llm_lens.desktop.worker import Worker
+from llm_lens.desktop.model_thread.worker import Worker
 
 REPAINT_MS = 33  # panes repaint at most ~30 times a second
 
@@ -41,9 +41,9 @@ class Controller(QObject):
             see :mod:`desktop.selection`.
 
     It is composed of parts with one job each: ``sessions``
-    (:class:`~llm_lens.desktop.session_controller.SessionController`) shows reopened runs and
+    (:class:`~llm_lens.desktop.state.session_controller.SessionController`) shows reopened runs and
     saves, exports and opens files; ``compare``
-    (:class:`~llm_lens.desktop.compare_controller.CompareController`) runs comparisons, beam
+    (:class:`~llm_lens.desktop.state.compare_controller.CompareController`) runs comparisons, beam
     searches, branches and continuations. This class holds what is shown (the run, its steps,
     the selected step, the sampler settings) and talks to the model thread.
     """
@@ -104,9 +104,9 @@ class Controller(QObject):
         self._flush = QTimer(self, singleShot=True, interval=REPAINT_MS)
         self._flush.timeout.connect(self.emit_steps)
         self._stream_requested.connect(self.worker.stream)
-        from llm_lens.desktop.compare_controller import CompareController
-        from llm_lens.desktop.gui_gc import GuiThreadCollector
-        from llm_lens.desktop.session_controller import SessionController
+        from llm_lens.desktop.state.compare_controller import CompareController
+        from llm_lens.desktop.state.gui_gc import GuiThreadCollector
+        from llm_lens.desktop.state.session_controller import SessionController
 
         self._collector = GuiThreadCollector(self)  # never collect on the model thread
 
@@ -192,7 +192,7 @@ class Controller(QObject):
     def request_select_token(self, position: int, with_step: bool = False) -> None:
         """Select the token at ``position`` of prompt + response in every pane (-1: none);
         ``with_step`` also selects the step that chose a response token."""
-        from llm_lens.desktop.selection import select_token
+        from llm_lens.desktop.state.selection import select_token
 
         select_token(self, position, with_step)
 
@@ -365,7 +365,7 @@ class Controller(QObject):
         self.preparing = True  # the panes clear now, at their normal rate; then the prefill
         self.sig_run_started.emit(prompt)
         self.sig_session_changed.emit()
-        from llm_lens.desktop.panes.scheduler import scheduler
+        from llm_lens.desktop.state.scheduler import scheduler
 
         scheduler().when_idle(lambda: self._panes_ready(run_id))
 

@@ -1,5 +1,5 @@
 """Sessions for the window: showing a reopened run, and the save, export and open jobs handed
-to the model thread. Owned by the :class:`~llm_lens.desktop.controller.Controller` as
+to the model thread. Owned by the :class:`~llm_lens.desktop.state.controller.Controller` as
 ``controller.sessions``; what a session holds and how many runs become one is
 :mod:`llm_lens.core.sessions` (``assemble_session``), which the jobs call on the model thread.
 """

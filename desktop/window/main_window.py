@@ -19,11 +19,11 @@ from PySide6.QtWidgets import (
     QProgressBar,
 )
 
-from llm_lens.desktop.controller import Controller
-from llm_lens.desktop.prompt_panel import PromptPanel
-from llm_lens.desktop.resources import resource_dir
-from llm_lens.desktop.widgets import ElidedLabel
-from llm_lens.desktop.window_layout import (
+from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.widgets.common import ElidedLabel
+from llm_lens.desktop.widgets.resources import resource_dir
+from llm_lens.desktop.window.prompt_panel import PromptPanel
+from llm_lens.desktop.window.window_layout import (
     FocusMode,
     arrange,
     default_size,
@@ -111,12 +111,12 @@ class MainWindow(QMainWindow):
         self._revived_note = ""  # said with the next finished run
         self.views: dict[str, Any] = {}  # the Compare menu's views, made when first opened
         self.view_docks: dict[str, QDockWidget] = {}
-        from llm_lens.desktop.session_actions import SessionActions
+        from llm_lens.desktop.window.session_actions import SessionActions
 
         self.sessions = SessionActions(self, settings())
         self._restored = self._arranged = self._shown = False
         self._build_docks()
-        from llm_lens.desktop.teaching import teach
+        from llm_lens.desktop.teaching.teach import teach
 
         teach(self)
         self._build_status()
@@ -288,9 +288,9 @@ class MainWindow(QMainWindow):
     def open_view(self, title: str) -> Any:
         """Show (creating it the first time) the dock of a Compare-menu view; returns the view."""
         if title not in self.views:
-            from llm_lens.desktop.beam_view import BeamView
-            from llm_lens.desktop.branch_view import BranchView
-            from llm_lens.desktop.compare_view import CompareView
+            from llm_lens.desktop.views.beam_view import BeamView
+            from llm_lens.desktop.views.branch_view import BranchView
+            from llm_lens.desktop.views.compare_view import CompareView
 
             panel, c = self.prompt_panel, self.controller
             source = lambda: (panel.editor.toPlainText(), panel.chat_box.isChecked())  # noqa: E731
@@ -411,7 +411,7 @@ class MainWindow(QMainWindow):
 
     def open_tour(self) -> Any:
         """Help → Tour: walk the article's steps on the run shown (returns the dialog)."""
-        from llm_lens.desktop.tour import TourDialog
+        from llm_lens.desktop.teaching.tour import TourDialog
 
         self.tour = TourDialog(self)
         self.tour.show()
@@ -437,13 +437,13 @@ class MainWindow(QMainWindow):
         )
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 (Qt name)
-        from llm_lens.desktop.session_actions import is_session_url
+        from llm_lens.desktop.window.session_actions import is_session_url
 
         if is_session_url(event.mimeData().urls()):
             event.acceptProposedAction()
 
     def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 (Qt name)
-        from llm_lens.desktop.session_actions import is_session_url
+        from llm_lens.desktop.window.session_actions import is_session_url
 
         path = is_session_url(event.mimeData().urls())
         if path:

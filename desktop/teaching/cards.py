@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from llm_lens.core import explain_text as ex
-from llm_lens.desktop.selection import context_tokens, selected_token
+from llm_lens.desktop.state.selection import context_tokens, selected_token
 
 TOKEN_CARDS = ("Tokens", "Embeddings", "Positions", "Attention", "Attention lines", "Experts")
 BODY_MAX = 96  # pixels: an open card scrolls rather than crowding out its pane
@@ -89,7 +89,7 @@ def _tokens(pane: Any, ctl: Any) -> ex.Explainer | None:
 
 
 def _embeddings(pane: Any, ctl: Any) -> ex.Explainer | None:
-    from llm_lens.desktop.hover import embedding_norm
+    from llm_lens.desktop.teaching.hover import embedding_norm
 
     proj = pane.projection
     if proj is None:

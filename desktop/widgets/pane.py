@@ -11,7 +11,7 @@ from PySide6.QtCore import QCoreApplication, QEvent
 from PySide6.QtWidgets import QWidget
 
 from llm_lens.core.fileio import atomic_write
-from llm_lens.desktop.controller import Controller
+from llm_lens.desktop.state.controller import Controller
 
 LAYOUT_ROUNDS = 3  # rounds of posted layout requests a pane's paint sends: the pane's, a card's,
 # the pane's again for the card's new height (one more is harmless: nothing is pending)
@@ -75,7 +75,7 @@ class Pane(QWidget):
 
         A pane not on screen while a run streams is not even queued: it is marked due for when
         it is shown or the run ends (every wake-up of the GUI thread takes the GIL)."""
-        from llm_lens.desktop.panes.scheduler import scheduler
+        from llm_lens.desktop.state.scheduler import scheduler
 
         if self.hidden_while_streaming():
             self._deferred = True
@@ -146,7 +146,7 @@ class Pane(QWidget):
     def _on_busy_changed(self, busy: bool) -> None:
         if busy:
             return
-        from llm_lens.desktop.panes.scheduler import scheduler
+        from llm_lens.desktop.state.scheduler import scheduler
 
         if self._deferred:  # the run ended: every pane shows its last step
             self._deferred = False
@@ -171,6 +171,8 @@ class Pane(QWidget):
         import pyqtgraph as pg
 
         app = QCoreApplication.instance()
+        if app is None:
+            return
         for _ in range(LAYOUT_ROUNDS):
             app.sendPostedEvents(None, QEvent.Type.LayoutRequest)
         for view in self.findChildren(pg.GraphicsView):
@@ -189,7 +191,7 @@ class Pane(QWidget):
         self.clear()
         self.schedule()  # panes may prepare model-wide views (the vocabulary scatter) now
 
-    def render(self, step: Any) -> None:
+    def render(self, step: Any) -> None:  # type: ignore[override]  # Qt's render paints
         raise NotImplementedError
 
     def clear(self) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from llm_lens.desktop.cards import explainer_of
+from llm_lens.desktop.teaching.cards import explainer_of
 
 # (pane title, what this step of the article does)
 STOPS = (

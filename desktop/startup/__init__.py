@@ -1,0 +1,3 @@
+"""Start-up: the QApplication, its theme and process tuning, the Qt library check and the self-
+test.
+"""
