@@ -60,8 +60,12 @@ def test_the_wheel_installs_one_package_with_its_resources(wheels: tuple[Path, P
     names = zipfile.ZipFile(wheels[0]).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"llm_lens"}
-    for needed in ("llm_lens/resources/prompts.json", "llm_lens/resources/icons/llm-lens-64.png",
-                   "llm_lens/core/loop/engine.py", "llm_lens/desktop/window/main_window.py"):  # fmt: skip
+    for needed in (
+        "llm_lens/resources/prompts.json",
+        "llm_lens/resources/icons/llm-lens-64.png",
+        "llm_lens/core/loop/engine.py",
+        "llm_lens/desktop/window/main_window.py",
+    ):
         assert needed in names
 
 
