@@ -15,8 +15,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
 from llm_lens.desktop.model_thread.worker import Worker
-
-REPAINT_MS = 33  # panes repaint at most ~30 times a second
+from llm_lens.desktop.state.scheduler import REPAINT_MS
 
 
 class Controller(QObject):

@@ -31,8 +31,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QTimer
 
-from llm_lens.desktop.state.controller import REPAINT_MS
-
+REPAINT_MS = 33  # panes repaint at most ~30 times a second
 LIVE_MS = 150  # while a run streams, a pane repaints at most this often
 GUI_SHARE = 0.05  # while a run streams, the GUI thread's CPU time stays within this share
 

@@ -30,7 +30,8 @@ from PySide6.QtWidgets import (
 )
 
 from llm_lens.desktop.panes.tokens import visible
-from llm_lens.desktop.state.controller import REPAINT_MS, Controller
+from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.state.scheduler import REPAINT_MS
 from llm_lens.desktop.views.compare_view import error_label
 
 RUN_ID = Qt.ItemDataRole.UserRole

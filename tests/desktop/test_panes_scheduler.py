@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from PySide6.QtCore import QEvent, QObject
 
-from llm_lens.desktop.state.controller import REPAINT_MS
+from llm_lens.desktop.state.scheduler import REPAINT_MS
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
 
