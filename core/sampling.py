@@ -88,11 +88,15 @@ class SamplingParams:
 
 
 def entropy(p: Any) -> float:
-    """:func:`llm_lens.core.logits.entropy`, imported on first use: it imports torch, and the
-    CLI checks sampling settings before torch is loaded."""
-    from llm_lens.core.logits import entropy as logits_entropy
+    """Shannon entropy in nats of a stage's probability vector (zeros contribute nothing), as
+    :func:`llm_lens.core.logits.entropy` computes it for the raw distribution; its own here, as
+    the stages do not import each other. torch is imported on first use: the CLI checks sampling
+    settings before torch is loaded."""
+    import torch
 
-    return logits_entropy(p)
+    p = p.double()
+    logp = torch.where(p > 0, p.log(), torch.zeros_like(p))
+    return float(-(p * logp).sum())
 
 
 GREEDY = SamplingParams(temperature=0.0, top_p=1.0, seed=None, greedy=True)

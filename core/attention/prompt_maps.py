@@ -3,7 +3,7 @@
 The model runs over the prompt again with no cache, the recorded residual put back at the
 requested layer's input, the layers before it passed over (their output is replaced anyway),
 and the pass stops once that layer's attention is read through the registered attention
-function (:mod:`llm_lens.core.attention`): exact by construction, about one layer's work. A
+function (:mod:`llm_lens.core.attention.lens`): exact by construction, about one layer's work. A
 long prompt computes one head's map alone (where the layout allows it, from that head's own
 queries and keys only); work done ahead of a request (:func:`~llm_lens.core.attention.halting`)
 gives way as soon as anything is asked.
@@ -22,16 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm_lens.core.attention import (
-    AttentionInputs,
-    Halted,
-    MapReady,
-    Tap,
-    halt_check,
-    kv_head,
-    tapping,
-    use_lens_attention,
-)
+from llm_lens.core.attention.lens import use_lens_attention
+from llm_lens.core.attention.maps import Halted, halt_check, kv_head
+from llm_lens.core.attention.taps import AttentionInputs, MapReady, Tap, tapping
 from llm_lens.core.runtime import param_dtype
 
 MAP_MEMO_BYTES = 64 << 20  # prompt maps kept for the next request (every layer when they fit)
@@ -175,7 +168,7 @@ def _one_head_projections(engine: Any, layer: int, head: int) -> Iterator[None]:
     module's own ``view(..., -1, head_dim)`` makes one head of each, and everything after the
     projections (norms, rotary) runs on that head alone; its value projection one head of
     zeros (a map reads no value). The attention function then receives one query head and
-    one key/value head (:func:`~llm_lens.core.attention._one_head` takes them as they are)."""
+    one key/value head (:func:`~llm_lens.core.attention.maps._one_head` takes them as they are)."""
     module, info = engine.anatomy.attn[layer], engine.info
     q, k, v = module.q_proj, module.k_proj, module.v_proj
     kv = kv_head(head, info.num_heads, info.num_kv_heads)

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from llm_lens.core.cli.args import Parser, guarded
-from llm_lens.core.kvconfig import (
+from llm_lens.core.kvcache import (
     DEFAULT_TOKENS,
     MAX_COUNT,
     build_report,

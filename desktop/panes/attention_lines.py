@@ -220,7 +220,7 @@ class AttentionLinesPane(Pane):
 
     @staticmethod
     def explain(pane: Any, ctl: Any) -> Any:
-        from llm_lens.core.explain_text import attention_card
+        from llm_lens.core.cards import attention_card
 
         if pane.matrix.size == 0:
             return None

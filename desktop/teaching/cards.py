@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from llm_lens.core import explain_text as ex
+from llm_lens.core import cards as ex
 from llm_lens.desktop.state.selection import context_tokens, selected_token
 
 TOKEN_CARDS = ("Tokens", "Embeddings", "Positions", "Attention", "Attention lines", "Experts")

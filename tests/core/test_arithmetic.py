@@ -13,7 +13,7 @@ from llm_lens.core.arithmetic import (
     softmax_steps,
     top_links,
 )
-from llm_lens.core.explain_text import logits_card, sampling_card
+from llm_lens.core.cards import logits_card, sampling_card
 from llm_lens.core.loop.engine import RunConfig
 from llm_lens.core.sampling import GREEDY, SamplingParams
 

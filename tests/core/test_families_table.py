@@ -61,7 +61,7 @@ def test_head_sharing(heads: int, kv: int, label: str) -> None:
 
 
 def test_kv_cli_names_the_head_sharing() -> None:
-    from llm_lens.core.kvconfig import build_report, format_report
+    from llm_lens.core.kvcache import build_report, format_report
 
     base = dict(model_type="llama", num_hidden_layers=2, hidden_size=64, num_attention_heads=8,
                 max_position_embeddings=64, torch_dtype="float16")  # fmt: skip

@@ -17,7 +17,7 @@ import torch
 
 from llm_lens.core import kvcache
 from llm_lens.core.cli.kv import main as main_kv
-from llm_lens.core.kvconfig import layout_from_config
+from llm_lens.core.kvcache import layout_from_config
 from llm_lens.core.loading import describe
 
 VOCAB, LAYERS, WINDOW, PROMPT, DECODE = 128, 4, 5, 9, 5

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from llm_lens.core.cli.kv import main as main_kv
-from llm_lens.core.kvconfig import (
+from llm_lens.core.kvcache import (
     ConfigError,
     KVLayout,
     dtype_bytes,

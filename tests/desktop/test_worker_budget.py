@@ -273,7 +273,7 @@ def test_likely_next_requests_run_ahead_while_idle_and_give_way(tiny_engine, qtb
     guesses of a kind that took no long time on this run do not run."""
     from PySide6.QtCore import QTimer
 
-    from llm_lens.core import attention
+    from llm_lens.core.attention import maps as attention  # where ROWS_AT_ONCE is read
     from llm_lens.core.attention import prompt_maps
     from llm_lens.desktop.model_thread import worker as worker_module
 

@@ -3,18 +3,19 @@
 A full-attention layer keeps a key and a value for every token the model has seen. A
 sliding-window layer (Mistral, Gemma 2/3's local layers, Qwen2 with ``use_sliding_window``) keeps
 only the last ``window - 1`` of them: transformers' ``DynamicSlidingWindowLayer`` trims to that
-after each forward, so such a layer stops growing. The formula here accounts for that per layer,
-with the window each cache layer was built with, and counts tokens as the model has seen them
-(not the trimmed length), so "tokens" and "added this step" stay right past the window.
+after each forward, so such a layer stops growing. The formula (:func:`.formula.formula_bytes`)
+accounts for that per layer, with the window each cache layer was built with, and counts tokens
+as the model has seen them (not the trimmed length), so "tokens" and "added this step" stay right
+past the window.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from llm_lens.core.kvcache.formula import formula_bytes
 from llm_lens.core.records import KVCacheStats, ModelInfo, frozen
 
 
@@ -33,28 +34,12 @@ def cache_windows(cache: Any, num_layers: int) -> tuple[int, ...]:
     return tuple((windows + [0] * num_layers)[:num_layers])
 
 
-def held_tokens(seen: int, window: int) -> int:
-    """Tokens a layer holds after the model has seen ``seen``: all, or the last window − 1."""
-    return seen if window <= 0 else min(seen, window - 1)
-
-
 def seen_tokens(cache: Any) -> int:
     """Tokens the model has read into ``cache`` (a windowed layer's own count goes on past it)."""
     layers = getattr(cache, "layers", None)
     if layers is not None:
         return max((int(la.get_seq_length()) for la in layers), default=0)
     return int(cache.get_seq_length())
-
-
-def formula_bytes(
-    info: ModelInfo, tokens: int, num_heads: int | None = None, windows: Sequence[int] = ()
-) -> int:
-    """Σ over layers of 2 × kv_heads × head_dim × bytes × tokens held (``num_heads`` overrides
-    kv_heads; a layer with a window > 0 holds at most window − 1 tokens)."""
-    heads = num_heads or info.num_kv_heads
-    per_token = 2 * heads * info.head_dim * info.dtype_bytes
-    windows = tuple(windows) or (0,) * info.num_layers
-    return sum(per_token * held_tokens(tokens, w) for w in windows)
 
 
 def measure(cache: Any, info: ModelInfo, previous_total: int) -> KVCacheStats:

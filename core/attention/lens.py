@@ -1,0 +1,90 @@
+"""The attention function LLM Lens registers with transformers, and routing a model through it.
+
+transformers routes attention through ``AttentionInterface``: each attention module computes its
+post-RoPE queries and keys, its mask and its scaling, and hands them to the function registered for
+``config._attn_implementation``. :func:`lens_attention` runs the module's own eager function (or
+SDPA, for speed) on exactly those tensors and tells the current :class:`~.taps.Tap` what it saw.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from llm_lens.core.attention.maps import _block_mask
+from llm_lens.core.attention.taps import current_tap
+
+ATTN_IMPLEMENTATION = "llm_lens"
+_EAGER: dict[type, Callable[..., Any]] = {}
+
+
+def own_eager(module: Any) -> Callable[..., Any]:
+    """The eager attention function of the module's own modeling file (e.g. Gemma 2's applies
+    soft-capping, GPT-2's has no float32 softmax); Llama's where a file defines none."""
+    kind = type(module)
+    if kind not in _EAGER:
+        from transformers.models.llama.modeling_llama import eager_attention_forward
+
+        own = getattr(sys.modules.get(kind.__module__), "eager_attention_forward", None)
+        _EAGER[kind] = own or eager_attention_forward
+    return _EAGER[kind]
+
+
+def lens_attention(
+    module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any
+) -> tuple[Any, Any]:
+    """The registered attention function: the model's attention, plus what the tap asks for.
+
+    ``query`` (batch, heads, q, head_dim) and ``key``/``value`` (batch, kv_heads, kv, head_dim)
+    arrive rotated and cache-extended; ``attention_mask`` is transformers' SDPA mask (None for
+    plain causal attention, else boolean), which SDPA takes as it is (causal: its fused kernel,
+    no T × T tensor) and the eager function as the additive mask it expects.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    tap, eager = current_tap(), own_eager(module)
+    if tap is not None and tap.layer_of.get(id(module), -1) in tap.maps:
+        # a prompt-map pass: record (the last asked layer ends the pass here) and hand back
+        # zeros; no later computation reads this layer's output, since the next asked layer's
+        # input is replaced and the layers between are passed over
+        tap.observe(module, eager, (query, key, value, attention_mask), None, kwargs)
+        batch, heads, q_len, _ = query.shape
+        return query.new_zeros((batch, q_len, heads, value.shape[-1])), None
+    fast = tap is not None and tap.fast and kwargs.get("softcap") is None
+    if fast:
+        output, weights = sdpa_attention_forward(
+            module, query, key, value, attention_mask, **kwargs
+        )
+    else:
+        q_len, keys = query.shape[2], key.shape[2]
+        additive = _block_mask(
+            attention_mask, 0, q_len, keys - q_len, keys, query.dtype, query.device
+        )
+        output, weights = eager(module, query, key, value, additive, **kwargs)
+    if tap is not None and id(module) in tap.layer_of:
+        tap.observe(module, eager, (query, key, value, attention_mask), weights, kwargs)
+    return output, weights
+
+
+def register() -> None:
+    """Register :func:`lens_attention`, with transformers' SDPA mask (None for plain causal
+    attention: no T × T float mask is built, and SDPA runs its causal kernel, twice as fast as
+    with a float mask at 4,096 tokens), once per process."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTN_IMPLEMENTATION, lens_attention)
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
+
+
+def use_lens_attention(model: Any) -> bool:
+    """Route the model's attention through :func:`lens_attention`; False for a family whose
+    attention does not go through transformers' interface (no maps for it, nothing else lost)."""
+    can_set = getattr(type(model), "_can_set_attn_implementation", None)
+    if not (callable(can_set) and can_set()):
+        return False
+    register()
+    if model.config._attn_implementation != ATTN_IMPLEMENTATION:
+        model.set_attn_implementation(ATTN_IMPLEMENTATION)
+    return bool(model.config._attn_implementation == ATTN_IMPLEMENTATION)

@@ -1,0 +1,35 @@
+"""The "Why this token?" card: the chosen token's logit as the sum of what wrote it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from llm_lens.core.cards.common import Explainer, q
+
+
+def attribution_card(result: Any) -> Explainer:
+    """ "Why this token?": its logit as the sum the view draws (``result`` an ``Explanation``,
+    or None before one was asked for)."""
+    shows = (
+        "The chosen token's logit split into what wrote it: the embedding, each layer's "
+        "attention (and each head) and each MLP, through the final norm with its scale held at "
+        "this step's value; the chips are coloured by gradient × input; the graph keeps the "
+        "routes above the threshold."
+    )
+    try_this = "Right-click a response token → Why this token?, or pick a rival token in 'vs'."
+    if result is None:
+        return Explainer("Explain a token: its logit, piece by piece.", shows, (), (), try_this)
+    a = result.logits
+    attn, mlp = float(np.sum(a.heads)), float(np.sum(a.mlp))
+    top = np.unravel_index(int(np.argmax(a.heads)), a.heads.shape)
+    headline = (
+        f"{q(result.token_text)}: logit {a.logit:.2f} = embedding {a.embed:.2f} + attention "
+        f"{attn:.2f} + MLPs {mlp:.2f} + bias {a.residual:.2g}."
+    )
+    numbers = (
+        f"The largest head is layer {int(top[0])}, head {int(top[1])} "
+        f"({float(a.heads[top]):.2f}); the final norm's divisor is held at {a.norm_scale:.3g}.",
+    )
+    return Explainer(headline, shows, numbers, (), try_this)

@@ -1,0 +1,30 @@
+"""The KV cache card: the formula's bytes against the measured ones, and what head sharing saves."""
+
+from __future__ import annotations
+
+from llm_lens.core.cards.common import Explainer
+from llm_lens.core.records import ModelInfo, StepRecord
+
+
+def _sharing_text(info: ModelInfo, saving: float) -> str:
+    kind = info.head_sharing
+    if kind == "MHA":
+        return f"Multi-head attention (MHA): each of the {info.num_heads} heads caches its own K/V."
+    what = "Multi-query" if kind == "MQA" else "Grouped-query"
+    return f"{what} attention ({kind}) saves ×{saving:.3g} against full MHA."
+
+
+def kvcache_card(info: ModelInfo, step: StepRecord) -> Explainer:
+    kv = step.kv
+    shows = (
+        "The bytes the KV cache holds after each step, measured from its tensors, against "
+        "the formula; the dashed line is what full multi-head attention would need."
+    )
+    headline = (
+        f"Step {step.index}: 2 × {info.num_layers} layers × {info.num_kv_heads} KV heads × "
+        f"{info.head_dim} × {info.dtype_bytes} bytes × {kv.tokens} tokens = "
+        f"{kv.formula_bytes:,} bytes; measured {kv.bytes_total:,}."
+    )
+    saving = kv.mha_bytes / kv.bytes_total if kv.bytes_total else float("nan")
+    numbers = (_sharing_text(info, saving),)
+    return Explainer(headline, shows, numbers, (), "Run a longer prompt: the line stays straight.")

@@ -1,0 +1,157 @@
+"""A model's KV layout from its parsed config.json, without loading any weights.
+
+This reads the handful of config fields that fix the cache's size, under the several spellings
+model families use, and refuses to guess when a field is missing. Which layers keep a sliding
+window comes from the config's ``layer_types``, or from transformers' own config class where the
+file lists none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from llm_lens.core.kvcache.formula import MAX_COUNT, ConfigError, KVLayout, _show
+
+# Spellings of the same quantity across families, in the order they are tried.
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+_HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads")
+_HIDDEN_KEYS = ("hidden_size", "n_embd", "n_embed", "d_model")
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
+_FALCON_TYPES = frozenset({"falcon", "RefinedWeb", "RefinedWebModel"})
+
+
+def _get_int(cfg: Mapping[str, Any], keys: Sequence[str], where: str) -> int | None:
+    """The first of `keys` present and not null, checked to be a positive integer."""
+    for key in keys:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_COUNT:
+            raise ConfigError(
+                f"{where} field {key} must be a positive integer up to 2**53, got {_show(value)}"
+            )
+        return value
+    return None
+
+
+def _require_int(cfg: Mapping[str, Any], keys: Sequence[str], where: str) -> int:
+    value = _get_int(cfg, keys, where)
+    if value is None:
+        raise ConfigError(f"{where} has no {'/'.join(keys)}")
+    return value
+
+
+def _text_section(cfg: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
+    """The part of the config describing the language model, and its name for messages."""
+    text = cfg.get("text_config")
+    if isinstance(text, Mapping):
+        return text, "config text_config"
+    return cfg, "config"
+
+
+def _head_dim(cfg: Mapping[str, Any], heads: int, where: str) -> int:
+    """Explicit head_dim wins (Gemma: 256 with hidden 3072, 16 heads); else hidden // heads."""
+    explicit = _get_int(cfg, ("head_dim",), where)
+    if explicit is not None:
+        return explicit
+    hidden = _get_int(cfg, _HIDDEN_KEYS, where)
+    if hidden is None:
+        raise ConfigError(f"{where} has no head_dim and no {'/'.join(_HIDDEN_KEYS)}")
+    if hidden % heads:
+        raise ConfigError(f"{where} hidden size {hidden} is not divisible by {heads} heads")
+    return hidden // heads
+
+
+def _falcon_kv_heads(cfg: Mapping[str, Any], heads: int, where: str) -> int:
+    """Falcon's three layouts, with transformers' defaults for fields a config leaves out.
+
+    new_decoder_architecture (Falcon-40B/180B) uses num_kv_heads; otherwise multi_query (default
+    true in FalconConfig) means one shared KV head; otherwise every head is cached.
+    """
+    new_arch = cfg.get("new_decoder_architecture", cfg.get("model_type") == "RefinedWeb")
+    if new_arch:
+        kv = _get_int(cfg, ("num_kv_heads", "n_head_kv"), where)
+        return heads if kv is None else kv
+    return 1 if cfg.get("multi_query", True) else heads
+
+
+def _kv_heads(cfg: Mapping[str, Any], family: str, heads: int, where: str) -> int:
+    if family == "falcon":
+        return _falcon_kv_heads(cfg, heads, where)
+    kv = _get_int(cfg, ("num_key_value_heads",), where)
+    if kv is not None:
+        return kv
+    if cfg.get("multi_query") is True:  # GPT-BigCode / StarCoder spell MQA this way
+        return 1
+    return heads
+
+
+def _transformers_config(section: Mapping[str, Any]) -> Any | None:
+    """transformers' own config class for this section, which derives the layer types when
+    config.json lists none (Gemma 2 alternates, Gemma 3 follows ``sliding_window_pattern``, Qwen2
+    reads ``use_sliding_window`` and ``max_window_layers``) and fills its defaults; None when it
+    cannot say (an unknown family, or a config its class refuses)."""
+    try:
+        import logging
+        import warnings
+
+        from transformers import CONFIG_MAPPING
+
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return CONFIG_MAPPING[str(section.get("model_type"))](**section)
+    except Exception:
+        return None
+
+
+def _window_of(section: Mapping[str, Any], config: Any, key: str, where: str) -> int:
+    window = _get_int(section, (key,), where)
+    if window is None and isinstance(getattr(config, key, None), int):
+        window = int(getattr(config, key))
+    if window is None:
+        raise ConfigError(f"{where} has layers of sliding type but no {key}")
+    return window
+
+
+def _windows(section: Mapping[str, Any], layers: int, where: str) -> tuple[int, ...]:
+    """Per layer, the sliding window its cache keeps (0: full), as transformers builds it."""
+    config = None
+    types = section.get("layer_types")
+    if not isinstance(types, list):
+        config = _transformers_config(section)
+        types = getattr(config, "layer_types", None)
+    if isinstance(types, list):
+        out = []
+        for t in types:
+            if t in ("sliding_attention", "chunked_attention"):
+                key = "sliding_window" if t == "sliding_attention" else "attention_chunk_size"
+                out.append(_window_of(section, config, key, where))
+            else:
+                out.append(0)
+        return tuple(out)
+    window = _get_int(section, ("sliding_window",), where)
+    if window is None or section.get("use_sliding_window") is False:
+        return (0,) * layers
+    return (window,) * layers  # Mistral / Mixtral: every layer windowed
+
+
+def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
+    """Read the KV layout from a parsed config.json; raise ConfigError naming any missing field."""
+    if cfg.get("is_encoder_decoder") is True:
+        raise ConfigError("encoder-decoder configs are not supported (decoder-only models only)")
+    section, where = _text_section(cfg)
+    model_type = str(section.get("model_type") or cfg.get("model_type") or "unknown")
+    family = "falcon" if model_type in _FALCON_TYPES else model_type
+    layers = _require_int(section, _LAYER_KEYS, where)
+    heads = _require_int(section, _HEAD_KEYS, where)
+    return KVLayout(
+        family=family,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=_kv_heads(section, family, heads, where),
+        head_dim=_head_dim(section, heads, where),
+        context_length=_get_int(section, _CONTEXT_KEYS, where),
+        windows=_windows(section, layers, where),
+    )

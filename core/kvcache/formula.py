@@ -1,0 +1,122 @@
+"""The KV-cache size formula: what a layout holds per token and after N tokens.
+
+The cache, not the weights, is what grows with context: every token keeps one key and one value
+vector per layer per KV head. Layers with a sliding window (Mistral, Gemma 2/3's local layers,
+Qwen2 with ``use_sliding_window``) hold only the last ``window - 1`` tokens in transformers'
+``DynamicCache``, so at N tokens each layer is counted with what it holds: ``min(N, window - 1)``
+or N. :class:`KVLayout` is the formula from a config (:mod:`.config`); :func:`formula_bytes` the
+same from a loaded model's :class:`~llm_lens.core.records.ModelInfo`, beside what :mod:`.measure`
+finds in its cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llm_lens.core.errors import LensError
+from llm_lens.core.records import ModelInfo
+
+
+class ConfigError(LensError, ValueError):
+    """A config (or a request about one) that cannot be read; the message names what is wrong."""
+
+
+MAX_COUNT = 2**53  # larger counts are no model's (and overflow a float in the report)
+MAX_CONFIG_BYTES = 64 << 20  # a config.json is kilobytes; refuse to read a huge or endless file
+
+
+def _check_positive(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{name} must be a positive integer, got {_show(value)}")
+    if value > MAX_COUNT:
+        raise ConfigError(f"{name} must be at most 2**53, got {_show(value)}")
+
+
+def _show(value: Any) -> str:
+    text = (
+        repr(value)
+        if not isinstance(value, int) or value < 10**30
+        else f"a {len(str(value))}-digit number"
+    )
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """The shape of one model's KV cache: what is stored per token, per layer."""
+
+    family: str
+    num_layers: int
+    num_heads: int  # query heads
+    num_kv_heads: int  # KV heads actually cached: 1 for MQA, num_heads for MHA
+    head_dim: int
+    context_length: int | None
+    windows: tuple[int, ...] = ()  # per layer: its sliding window, 0 for full attention
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "num_heads", "num_kv_heads", "head_dim"):
+            _check_positive(name, getattr(self, name))
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(
+                f"num_kv_heads {self.num_kv_heads} does not divide num_heads {self.num_heads}"
+            )
+        if not self.windows:
+            object.__setattr__(self, "windows", (0,) * self.num_layers)
+        if len(self.windows) != self.num_layers:
+            raise ConfigError(
+                f"{len(self.windows)} layer types for {self.num_layers} layers in the config"
+            )
+
+    @property
+    def sliding_layers(self) -> int:
+        return sum(1 for w in self.windows if w > 0)
+
+    def held_tokens(self, tokens: int) -> tuple[int, ...]:
+        """Tokens each layer holds after `tokens`: all, or the last window − 1 (transformers'
+        ``DynamicSlidingWindowLayer``)."""
+        return tuple(tokens if w <= 0 else min(tokens, w - 1) for w in self.windows)
+
+    def bytes_per_token(self, dtype_bytes: int, batch: int = 1) -> int:
+        """Bytes one token adds to a full-attention cache: a key and a value per layer per KV
+        head (a windowed layer stops adding once its window is full)."""
+        return self._bytes(self.num_kv_heads, dtype_bytes, batch)
+
+    def total_bytes(self, tokens: int, dtype_bytes: int, batch: int = 1) -> int:
+        """Bytes the cache holds after `tokens` tokens of each of `batch` sequences."""
+        return self._held_bytes(self.num_kv_heads, tokens, dtype_bytes, batch)
+
+    def mha_total_bytes(self, tokens: int, dtype_bytes: int, batch: int = 1) -> int:
+        """`total_bytes` if every query head kept its own K/V."""
+        return self._held_bytes(self.num_heads, tokens, dtype_bytes, batch)
+
+    def _held_bytes(self, kv_heads: int, tokens: int, dtype_bytes: int, batch: int) -> int:
+        _check_positive("tokens", tokens)
+        per_layer_token = self._bytes(kv_heads, dtype_bytes, batch) // self.num_layers
+        return per_layer_token * sum(self.held_tokens(tokens))
+
+    def mha_bytes_per_token(self, dtype_bytes: int, batch: int = 1) -> int:
+        """What a token would cost if every query head kept its own K/V (no GQA/MQA saving)."""
+        return self._bytes(self.num_heads, dtype_bytes, batch)
+
+    def _bytes(self, kv_heads: int, dtype_bytes: int, batch: int) -> int:
+        _check_positive("dtype_bytes", dtype_bytes)
+        _check_positive("batch", batch)
+        return 2 * self.num_layers * kv_heads * self.head_dim * dtype_bytes * batch
+
+
+def held_tokens(seen: int, window: int) -> int:
+    """Tokens a layer holds after the model has seen ``seen``: all, or the last window − 1."""
+    return seen if window <= 0 else min(seen, window - 1)
+
+
+def formula_bytes(
+    info: ModelInfo, tokens: int, num_heads: int | None = None, windows: Sequence[int] = ()
+) -> int:
+    """Σ over layers of 2 × kv_heads × head_dim × bytes × tokens held (``num_heads`` overrides
+    kv_heads; a layer with a window > 0 holds at most window − 1 tokens)."""
+    heads = num_heads or info.num_kv_heads
+    per_token = 2 * heads * info.head_dim * info.dtype_bytes
+    windows = tuple(windows) or (0,) * info.num_layers
+    return sum(per_token * held_tokens(tokens, w) for w in windows)

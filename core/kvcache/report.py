@@ -1,0 +1,166 @@
+"""The KV-cache report of ``llm-lens kv``: a model spec's figures, and the lines a person reads.
+
+:func:`build_report` puts the formula's numbers for one layout, dtype, context and batch into a
+plain dict (the JSON output); :func:`format_report` writes it out with the formula and its numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from llm_lens.core.kvcache.config import _text_section, layout_from_config
+from llm_lens.core.kvcache.config_file import load_config
+from llm_lens.core.kvcache.formula import ConfigError, _check_positive
+from llm_lens.core.records import head_sharing
+
+DEFAULT_TOKENS = 4096
+DEFAULT_DTYPE = "float16"
+
+_DTYPE_BYTES: dict[str, int] = {
+    "float32": 4,
+    "fp32": 4,
+    "f32": 4,
+    "float16": 2,
+    "fp16": 2,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float8": 1,
+    "fp8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int8": 1,
+}
+_CANONICAL_DTYPE = {
+    "fp32": "float32",
+    "f32": "float32",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "fp8": "float8",
+}
+
+
+def _normalise_dtype(name: str) -> str:
+    key = name.strip().lower().removeprefix("torch.")
+    if key not in _DTYPE_BYTES:
+        valid = ", ".join(_DTYPE_BYTES)
+        raise ConfigError(f"unknown dtype {name!r}; valid names: {valid}")
+    return _CANONICAL_DTYPE.get(key, key)
+
+
+def dtype_bytes(name: str) -> int:
+    """Bytes per element of a dtype named as in configs or on the command line."""
+    return _DTYPE_BYTES[_normalise_dtype(name)]
+
+
+def _config_dtype(cfg: Mapping[str, Any]) -> str:
+    """The dtype the checkpoint was saved in; float16 when the config does not say."""
+    section, _ = _text_section(cfg)
+    for source in (section, cfg):
+        for key in ("torch_dtype", "dtype"):
+            value = source.get(key)
+            if isinstance(value, str):
+                return value
+    return DEFAULT_DTYPE
+
+
+def build_report(
+    spec: str, cfg: Mapping[str, Any], tokens: int, batch: int, dtype: str | None
+) -> dict[str, Any]:
+    _check_positive("tokens", tokens)
+    _check_positive("batch", batch)
+    layout = layout_from_config(cfg)
+    name = _normalise_dtype(dtype if dtype is not None else _config_dtype(cfg))
+    nbytes = _DTYPE_BYTES[name]
+    per_token = layout.bytes_per_token(nbytes, batch)
+    mha_per_token = layout.mha_bytes_per_token(nbytes, batch)
+    windows = sorted({w for w in layout.windows if w > 0})
+    return {
+        "model": spec,
+        "family": layout.family,
+        "num_layers": layout.num_layers,
+        "num_heads": layout.num_heads,
+        "num_kv_heads": layout.num_kv_heads,
+        "head_dim": layout.head_dim,
+        "dtype": name,
+        "tokens": tokens,
+        "batch": batch,
+        "bytes_per_token": per_token,
+        "total_bytes": layout.total_bytes(tokens, nbytes, batch),
+        "mha_bytes_per_token": mha_per_token,
+        "mha_total_bytes": layout.mha_total_bytes(tokens, nbytes, batch),
+        "gqa_ratio": layout.num_heads // layout.num_kv_heads,
+        "layer_windows": list(layout.windows),
+        "sliding_layers": layout.sliding_layers,
+        "sliding_windows": windows,
+        "held_tokens": list(layout.held_tokens(tokens)),
+    }
+
+
+def kv_report(spec: str, tokens: int, batch: int, dtype: str | None) -> dict[str, Any]:
+    """KV-cache figures for a model spec; dtype None means the config's own dtype (else float16)."""
+    return build_report(spec, load_config(spec), tokens, batch, dtype)
+
+
+def _human_bytes(n: int) -> str:
+    """Binary units (KiB/MiB/GiB/TiB), the way memory is sized."""
+    size, unit = float(n), "B"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{n} B" if unit == "B" else f"{size:.2f} {unit}"
+
+
+def _formula_lines(r: Mapping[str, Any], nbytes: int) -> list[str]:
+    """The formula and its numbers; with sliding windows, per group of layers holding alike."""
+    batch_term = " × batch" if r["batch"] != 1 else ""
+    batch_num = f" × {r['batch']}" if r["batch"] != 1 else ""
+    total = int(r["total_bytes"])
+    if not r.get("sliding_layers"):
+        numbers = f"2 × {r['num_layers']} × {r['num_kv_heads']} × {r['head_dim']} × {nbytes}"
+        return [
+            f"formula      2 × layers × kv_heads × head_dim × bytes × tokens{batch_term}",
+            f"             {numbers} × {r['tokens']}{batch_num} = {total} bytes",
+        ]
+    groups: dict[int, int] = {}
+    for w in r["layer_windows"]:
+        groups[w] = groups.get(w, 0) + 1
+    held = dict(zip(r["layer_windows"], r["held_tokens"], strict=True))
+    terms = " + ".join(f"{n} × {held[w]}" for w, n in sorted(groups.items()))
+    kinds = ", ".join(
+        f"{n} full-attention layers hold all {r['tokens']}" if w == 0 else
+        f"{n} layers with a {w}-token window hold min(tokens, {w - 1}) = {held[w]}"
+        for w, n in sorted(groups.items())
+    )  # fmt: skip
+    numbers = f"2 × {r['num_kv_heads']} × {r['head_dim']} × {nbytes}"
+    return [
+        f"formula      Σ layers 2 × kv_heads × head_dim × bytes × tokens held{batch_term}",
+        f"windows      {kinds}",
+        f"             {numbers} × ({terms}){batch_num} = {total} bytes",
+    ]
+
+
+def format_report(report: Mapping[str, Any]) -> str:
+    """A few lines for a person: the layout, the formula with its numbers, and the sizes."""
+    r = report
+    nbytes = dtype_bytes(str(r["dtype"]))
+    total, mha_total = int(r["total_bytes"]), int(r["mha_total_bytes"])
+    return "\n".join(
+        [
+            f"model        {r['model']}  ({r['family']})",
+            f"layout       {r['num_layers']} layers, {r['num_heads']} query heads, "
+            f"{r['num_kv_heads']} KV heads ({head_sharing(r['num_heads'], r['num_kv_heads'])}), "
+            f"head_dim {r['head_dim']}",
+            f"dtype        {r['dtype']} ({nbytes} bytes)",
+            *_formula_lines(r, nbytes),
+            f"per token    {_human_bytes(int(r['bytes_per_token']))} "
+            f"({r['bytes_per_token']} bytes)"
+            + (" while no window is full yet" if r.get("sliding_layers") else ""),
+            f"total        {_human_bytes(total)} ({total} bytes) for {r['tokens']} tokens, "
+            f"batch {r['batch']}",
+            f"as MHA       {_human_bytes(mha_total)} ({mha_total} bytes) if all "
+            f"{r['num_heads']} heads were cached ({r['gqa_ratio']}× the "
+            f"{head_sharing(r['num_heads'], r['num_kv_heads']).split()[0]} size)",
+        ]
+    )
