@@ -11,10 +11,12 @@ This package only names its parts, each a module with one job:
 
 - :mod:`.lens` the registered attention function and routing a model through it
 - :mod:`.taps` what one forward pass records (:class:`Tap`, :func:`tapping`, :class:`MapReady`)
-- :mod:`.maps` maps over the prompt (:func:`attention_map`, :func:`attention_overview`), the eager
-  function run a row block at a time and max-pooled, and work done ahead (:func:`halting`)
+- :mod:`.maps` the eager function run a row block at a time and max-pooled over the prompt, and
+  work done ahead (:func:`halting`)
 - :mod:`.prompt_maps` the prompt re-run that recomputes a layer's maps, and the maps kept for the
   next request
+- :mod:`.views` the entry points: one head's map (:func:`attention_map`) and every head's
+  thumbnail (:func:`attention_overview`)
 """
 
 from llm_lens.core.attention.lens import (
@@ -27,8 +29,6 @@ from llm_lens.core.attention.lens import (
 from llm_lens.core.attention.maps import (
     AttentionMap,
     Halted,
-    attention_map,
-    attention_overview,
     halt_check,
     halting,
     kv_head,
@@ -43,6 +43,7 @@ from llm_lens.core.attention.taps import (
     current_tap,
     tapping,
 )
+from llm_lens.core.attention.views import attention_map, attention_overview
 
 __all__ = [
     "ATTN_IMPLEMENTATION",

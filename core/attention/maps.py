@@ -1,10 +1,9 @@
-"""Attention maps over the prompt: the entry points, and the eager function run a row block at a
-time, max-pooled, with the masks it is given.
+"""Attention maps over the prompt: the eager function run a row block at a time, max-pooled,
+with the masks it is given.
 
-:func:`attention_map` and :func:`attention_overview` ask :mod:`~llm_lens.core.attention.prompt_maps`
-for the layer's maps; :func:`_pooled_maps` computes them from what a layer handed the attention
-function. Maps computed ahead of a request (:func:`halting`) stop between row blocks
-(:class:`Halted`) once something else is wanted.
+:func:`_pooled_maps` computes a layer's maps from what it handed the attention function
+(:mod:`~llm_lens.core.attention.views` has the entry points). Maps computed ahead of a request
+(:func:`halting`) stop between row blocks (:class:`Halted`) once something else is wanted.
 """
 
 from __future__ import annotations
@@ -17,8 +16,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from llm_lens.core.records import frozen
 
 _ahead = threading.local()  # the halting check of the thread computing maps ahead
 
@@ -208,44 +205,3 @@ def pool_rows(w: np.ndarray, block: int) -> np.ndarray:
     padded[:q, :t] = w
     pooled: np.ndarray = padded.reshape(qp // block, block, tp // block, block).max(axis=(1, 3))
     return pooled
-
-
-def attention_map(
-    engine: Any, cache: Any, hidden: np.ndarray, layer: int, head: int, max_size: int = 512
-) -> AttentionMap | None:
-    """One head's causal map over the prompt (``hidden``: the prefill's residual stream).
-
-    For prompts longer than ``max_size`` the map is computed in row blocks and max-pooled, so
-    at most ``block × T`` floats of a head exist at once. ``cache`` is unused (kept for callers:
-    a run without one has no live model state to recompute from).
-    """
-    from llm_lens.core.attention.prompt_maps import layer_maps
-
-    tokens = hidden.shape[1]
-    block = max(1, -(-tokens // max_size))  # ceil
-    maps = layer_maps(engine, hidden, layer, block, head)
-    if maps is None:
-        return None
-    positions = np.arange(0, tokens, block)
-    return AttentionMap(
-        layer, head, frozen(maps[head]), frozen(positions), frozen(positions), block > 1
-    )
-
-
-def attention_overview(
-    engine: Any, cache: Any, hidden: np.ndarray, size: int = 32
-) -> np.ndarray | None:
-    """(layers, heads, s, s) thumbnails of every head's prompt map (max-pooled to ``size``)."""
-    from llm_lens.core.attention.prompt_maps import every_layer_maps
-
-    info = engine.info
-    if not engine.attention_maps:
-        return None
-    out = np.zeros((info.num_layers, info.num_heads, size, size), np.float32)
-    tokens = hidden.shape[1]
-    block = max(1, -(-tokens // min(size, tokens)))
-    every = every_layer_maps(engine, hidden, block)
-    assert every is not None
-    for layer, maps in enumerate(every):
-        out[layer, :, : maps.shape[1], : maps.shape[2]] = maps[:, :size, :size]
-    return frozen(out)
