@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import json
 import os
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -190,3 +192,100 @@ def test_a_pickle_in_the_file_never_runs(tmp_path, saved, claimed):
 
 
 # ---- inspect and the documented example --------------------------------------------------------
+
+
+# ---- the container on its own: hand-built zips -------------------------------------------------
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    np.save(out, array, allow_pickle=False)
+    return out.getvalue()
+
+
+def hand_zip(path: Path, manifest: Any, members: dict[str, bytes]) -> Path:
+    """A zip written member by member with zipfile, never through save_session."""
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("manifest.json", json.dumps(manifest))
+        for name, data in members.items():
+            z.writestr(name, data)
+    return path
+
+
+def test_a_hand_built_zip_reads_back_every_array_exactly(tmp_path):
+    from llm_lens.core.sessions.container import open_zip, read_arrays, read_manifest
+
+    arrays = {
+        "a.npy": np.arange(6, dtype=np.float32).reshape(2, 3) / 7,
+        "codes.npy": np.array([0, 7, 255], np.uint8),
+        "fortran.npy": np.asfortranarray(np.arange(12, dtype=np.int64).reshape(3, 4)),
+        "big_endian.npy": np.array([1.5, -2.25, 1e30], dtype=">f4"),
+        "empty.npy": np.zeros((0, 5), np.int32),
+    }
+    entries = {n: {"dtype": a.dtype.name, "shape": list(a.shape)} for n, a in arrays.items()}
+    manifest = {"format": "llm-lens-session/2", "arrays": entries, "note": "kept"}
+    path = hand_zip(
+        tmp_path / "hand.llmlens", manifest, {n: npy_bytes(a) for n, a in arrays.items()}
+    )
+    with open_zip(path) as zf:
+        got_manifest = read_manifest(zf)
+        got = read_arrays(zf, got_manifest)
+    assert got_manifest == manifest
+    assert set(got) == set(arrays)
+    for name, want in arrays.items():
+        assert got[name].dtype == want.dtype.newbyteorder("=") and got[name].dtype.isnative, name
+        assert got[name].shape == want.shape and np.array_equal(got[name], want), name
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        ({"/etc/passwd": b"x"}, "unsafe member name '/etc/passwd'"),
+        ({"C:evil.npy": b"x"}, "unsafe member name 'C:evil.npy'"),
+        ({"runs/../../up.npy": b"x"}, "unsafe member name"),
+        ({"runs\\..\\up.npy": b"x"}, "unsafe member name"),
+    ],
+)
+def test_open_zip_refuses_unsafe_member_names(tmp_path, members, message):
+    from llm_lens.core.sessions.container import open_zip
+
+    path = hand_zip(tmp_path / "bad.llmlens", {"format": "llm-lens-session/3"}, members)
+    with pytest.raises(SessionError, match=re.escape(message)):
+        open_zip(path)
+
+
+def test_open_zip_refuses_a_member_written_twice_and_a_folder(tmp_path):
+    from llm_lens.core.sessions.container import open_zip
+
+    path = tmp_path / "twice.llmlens"
+    with zipfile.ZipFile(path, "w") as z, pytest.warns(UserWarning, match="Duplicate name"):
+        z.writestr("a.npy", b"first")
+        z.writestr("a.npy", b"second")
+    with pytest.raises(SessionError, match="the member 'a.npy' appears twice"):
+        open_zip(path)
+    with pytest.raises(SessionError, match="not a regular file"):
+        open_zip(tmp_path)
+    ok = hand_zip(tmp_path / "ok.llmlens", {"format": "llm-lens-session/3"}, {"a.npy": b"x"})
+    with open_zip(ok) as zf:  # control: the same zip without the second copy opens
+        assert zf.namelist() == ["manifest.json", "a.npy"]
+
+
+@pytest.mark.parametrize(
+    ("manifest", "message"),
+    [
+        ([1, 2], "manifest.json is not an object"),
+        ({"format": "llm-lens-session/0"}, "format 'llm-lens-session/0'"),
+        ({"format": 3}, "format 3"),
+        ({"format": "llm-lens-session/3"}, "the manifest lists no arrays"),
+        ({"format": "llm-lens-session/3", "arrays": {"x.npy": {"dtype": "float32"}}},
+         "array x.npy: bad shape None"),
+        ({"format": "llm-lens-session/3",
+          "arrays": {"x.npy": {"dtype": "int32", "shape": [2, True]}}}, "bad shape"),
+    ],
+)  # fmt: skip
+def test_read_manifest_and_arrays_refuse_what_they_cannot_trust(tmp_path, manifest, message):
+    from llm_lens.core.sessions.container import open_zip, read_arrays, read_manifest
+
+    path = hand_zip(tmp_path / "m.llmlens", manifest, {"x.npy": npy_bytes(np.zeros(2, np.int32))})
+    with open_zip(path) as zf, pytest.raises(SessionError, match=re.escape(message)):
+        read_arrays(zf, read_manifest(zf))
