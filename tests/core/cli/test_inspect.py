@@ -8,9 +8,7 @@ import pytest
 
 from llm_lens.core.cli.inspect import main as main_inspect
 from llm_lens.core.cli.inspect import write_trace_session
-from llm_lens.core.sessions.format import (
-    PARTS,
-)
+from llm_lens.core.sessions.format import PARTS
 from llm_lens.core.sessions.read import load_session
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -12,13 +12,8 @@ from typing import Any
 import numpy as np
 
 from llm_lens.core.records import StepRecord
-from llm_lens.core.sessions.compact import (
-    kept_ids,
-    weight_error_bound,
-)
-from llm_lens.core.sessions.format import (
-    SessionRun,
-)
+from llm_lens.core.sessions.compact import kept_ids, weight_error_bound
+from llm_lens.core.sessions.format import SessionRun
 
 HALF = {  # stored as float16; compact fields (format 3) are checked by assert_compact_step
     ("PrefillCapture", "hidden"),

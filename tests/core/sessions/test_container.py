@@ -14,9 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from llm_lens.core.sessions.format import (
-    SessionError,
-)
+from llm_lens.core.sessions.format import SessionError
 from llm_lens.core.sessions.read import load_session
 from tests.core.sessions.helpers import rewrite
 

@@ -6,10 +6,7 @@ from pathlib import Path
 
 from llm_lens.core.loop.engine import RunConfig
 from llm_lens.core.sampling import GREEDY
-from llm_lens.core.sessions.format import (
-    Session,
-    session_from_run,
-)
+from llm_lens.core.sessions.format import Session, session_from_run
 from llm_lens.core.sessions.read import load_session
 from llm_lens.core.sessions.write import save_session
 from tests.core.sessions.helpers import assert_same

@@ -8,9 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from llm_lens.core.sessions.compact import (
-    weight_error_bound,
-)
+from llm_lens.core.sessions.compact import weight_error_bound
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -18,10 +18,7 @@ import numpy as np
 
 from llm_lens.core.loop.engine import RunConfig
 from llm_lens.core.sampling import GREEDY, SamplingParams, restage
-from llm_lens.core.sessions.format import (
-    Session,
-    session_from_run,
-)
+from llm_lens.core.sessions.format import Session, session_from_run
 from llm_lens.core.sessions.read import load_session
 from llm_lens.core.sessions.write import save_session
 from tests.core.session_v2 import write_format_2

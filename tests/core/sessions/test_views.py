@@ -9,13 +9,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from llm_lens.core.sessions.compact import (
-    weight_error_bound,
-)
-from llm_lens.core.sessions.format import (
-    Session,
-    session_from_run,
-)
+from llm_lens.core.sessions.compact import weight_error_bound
+from llm_lens.core.sessions.format import Session, session_from_run
 from llm_lens.core.sessions.read import load_session
 from llm_lens.core.sessions.views import prompt_attention_maps
 from llm_lens.core.sessions.write import save_session

@@ -14,11 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from llm_lens.core.sessions.format import (
-    PARTS,
-    Session,
-    SessionError,
-)
+from llm_lens.core.sessions.format import PARTS, Session, SessionError
 from llm_lens.core.sessions.read import load_session
 from llm_lens.core.sessions.write import estimate_size, save_session
 from tests.core.sessions.helpers import assert_same
