@@ -186,18 +186,3 @@ def test_a_layer_projected_for_one_head_keeps_that_heads_queries_alone(long_run,
     engine.map_memo.clear()
     every = attention.attention_map(engine, run.cache, hidden, 1, 1, max_size=256).weights
     np.testing.assert_allclose(maps[1], every, atol=1e-6)
-
-
-def test_the_likely_next_maps_are_a_spin_box_step_away_inside_the_model():
-    from types import SimpleNamespace
-
-    from llm_lens.core.loop.analyses import likely_next
-
-    info = SimpleNamespace(num_layers=30, num_heads=9)
-    args = {"layer": 5, "head": 2, "max_size": 512}
-    assert [(a["layer"], a["head"], a["max_size"]) for a in likely_next("attention_map", args, info)
-            ] == [(6, 2, 512), (5, 3, 512), (4, 2, 512), (5, 1, 512)]  # fmt: skip
-    corner = {"layer": 29, "head": 0, "max_size": 256}
-    assert [(a["layer"], a["head"]) for a in likely_next("attention_map", corner, info)] == [
-        (29, 1), (28, 0)]  # fmt: skip
-    assert likely_next("lens", {"step": 3}, info) == []

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -88,53 +86,3 @@ def test_trace_errors_are_one_clear_line(args, needle, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("llm-lens trace: error:")
     assert needle in err[0]
-
-
-def test_entry_point_dispatches_kv_without_qt(tmp_path):
-    config = tmp_path / "config.json"
-    config.write_text(
-        json.dumps(
-            {
-                "model_type": "llama",
-                "num_hidden_layers": 30,
-                "num_attention_heads": 9,
-                "num_key_value_heads": 3,
-                "hidden_size": 576,
-                "max_position_embeddings": 8192,
-            }
-        )
-    )
-    code = (
-        "import sys; from llm_lens.desktop.cli import main; "
-        "rc = main(['kv', '--config', sys.argv[1], "
-        "'--tokens', '10', '--dtype', 'float32', '--json']); "
-        "assert 'PySide6' not in sys.modules; sys.exit(rc)"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(config)], capture_output=True, text=True, check=True
-    )
-    data = json.loads(out.stdout)
-    assert data["bytes_per_token"] == 46080 and data["total_bytes"] == 460800
-    assert data["mha_bytes_per_token"] == 138240
-
-
-def test_trace_branches_and_saves_the_tree(tmp_path, loaded):
-    """``--branch`` grows branches with the same history the window uses; ``--session`` keeps
-    the whole tree, each branch's parent pointing at the step it left."""
-    from llm_lens.core.sessions.read import load_session
-
-    session = tmp_path / "tree.llmlens"
-    prompt = "Explain transformers like I am 12"
-    greedy = ("--greedy", "--max-new-tokens", "4")
-    plain = _trace(tmp_path, prompt, *greedy)
-    forced = plain["steps"][2]["top"][1]["id"]  # the runner-up at step 2
-    data = _trace(tmp_path, prompt, *greedy, "--branch", f"2:{forced}", "--session", str(session))
-    (branch,) = data["branches"]
-    assert [s["token_id"] for s in branch["steps"][:2]] == [
-        s["token_id"] for s in plain["steps"][:2]
-    ]
-    assert branch["steps"][2]["token_id"] == forced and len(branch["steps"]) == 2 + 1 + 4
-    runs = load_session(session).runs
-    assert len(runs) == 2 and runs[0].parent is None and runs[1].parent == (runs[0].run_id, 2)
-    assert [s.token.id for s in runs[1].steps] == [s["token_id"] for s in branch["steps"]]
-    assert main(["trace", prompt, *greedy, "--quiet", "--branch", "9:x"]) == 2  # no step 9
