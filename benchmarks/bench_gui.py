@@ -159,14 +159,14 @@ def worker_idle(win: Any, gaps: GapClock | None = None) -> None:
 
     def marker() -> threading.Event:
         done = threading.Event()
-        worker.submit("bench_marker", ("bench_marker",), done.set)
+        worker.submit("bench_marker", ("bench_marker",), lambda _bench: done.set())
         win.controller.request_serve()
         return done
 
     if gaps is not None:
         gaps.start()
     wait(500)  # the panes render and ask for their analyses
-    worker.wanted.set()  # no guess computed ahead starts (one running stops) until the next run
+    worker.flags.want()  # no guess computed ahead starts (one running stops) until the next run
     first = marker()
     for _ in range(12000):  # a long prompt's deferred analyses take long on a busy machine
         if first.is_set():
@@ -183,7 +183,7 @@ def headless(win: Any, text: str, chat: bool, tokens: int) -> dict[str, float]:
     from llm_lens.core.sampling import GREEDY
 
     worker_idle(win)
-    engine = win.controller.worker.engine
+    engine = win.controller.worker.workbench.engine
     run = engine.start(engine.tokenize(text, chat), GREEDY, RunConfig(max_new_tokens=tokens))
     return figures(run.run_all())
 
@@ -351,7 +351,7 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     from llm_lens.desktop.model_thread.worker import TRIM_AFTER_ANSWER_MS
 
     ctl = win.controller
-    engine = ctl.worker.engine
+    engine = ctl.worker.workbench.engine
     length = engine.info.context_length - tokens
     encode = engine.tokenizer.encode  # the filler may take more tokens than the context holds
     ids = encode(FILLER * (length // 8 + 1), add_special_tokens=False)[:length]
@@ -373,8 +373,8 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     analyses_gap = max(gaps.gaps, default=0.0)
     wait(TRIM_AFTER_ANSWER_MS + 300)  # the worker gives the freed heap back after its answers
     rss_settled = _rss_mb() - rss0
-    run = ctl.worker.store.runs[ctl.run_id]
-    ctl.worker.wanted.clear()  # guesses may run again (worker_idle stopped them)
+    run = ctl.worker.workbench.store.runs[ctl.run_id]
+    ctl.worker.flags.nothing_wanted()  # guesses may run again (worker_idle stopped them)
     shown = win.panes["Attention"].layer_box.value()
     top = engine.info.num_layers - 1
 
@@ -401,7 +401,7 @@ def full_context(win: Any, tokens: int, gaps: GapClock) -> None:
     window_gap = max(gaps.gaps, default=0.0)
     near = {n + d for n in (shown, *layers, *far, *steps) for d in (-1, 0, 1)}  # asked, guessed
     fresh = next((n for n in range(engine.info.num_layers) if n not in near), top)
-    ctl.worker.ahead.clear()  # no guess computing beside it
+    ctl.worker.queue.ahead.clear()  # no guess computing beside it
     pause(0.5)
     engine.map_memo.clear()  # (a small model has no layer left that nothing asked for)
     t0 = time.perf_counter()  # the same on the GUI thread, the process's default torch threads
@@ -546,23 +546,23 @@ def main() -> int:
     win.controller.sig_error.connect(errors.append)
     win.load(args.model)
     wait_for(win.controller.sig_model_loaded, 600, win.controller.sig_error)
-    if win.controller.worker.engine is None:
+    if not win.controller.worker.workbench.loaded:
         print(f"the model did not load: {'; '.join(errors) or 'no answer in 600 s'}", flush=True)
         return 1
     from llm_lens.core.sampling import GREEDY
 
     win.controller.request_params(GREEDY)  # the controls' settings are the runs', as for Run
     wait(3000)  # the vocabulary projection and first analyses
-    engine = win.controller.worker.engine
+    engine = win.controller.worker.workbench.engine
     print(
         f"device {engine.device}, dtype {engine.info.dtype}, {sys.platform}, "
         f"{os.cpu_count()} cores, torch threads {_torch_threads()}, {load()}",
         flush=True,
     )
     if args.no_ahead:
-        from llm_lens.desktop.model_thread import worker
+        from llm_lens.core.runs import budget
 
-        worker.AHEAD_AFTER_MS = float("inf")
+        budget.AHEAD_AFTER_MS = float("inf")
     if args.full_context:
         full_context(win, args.tokens, gaps)
         win.close()

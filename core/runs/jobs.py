@@ -1,10 +1,11 @@
 """Model-side jobs of the comparison, beam and branch views.
 
-Each job is a generator of ``(tag, payload)`` pairs that the window's model thread
-(``llm_lens.desktop.model_thread.worker.Worker.stream``) runs. No Qt here, and no
-cache or tensor in a payload: records, tuples of them and plain numbers only. The runs and
-their history are the worker's ``store`` and ``history`` (:mod:`llm_lens.core.runs.history`),
-touched only on the model thread.
+Each job takes the :class:`~llm_lens.core.runs.workbench.Workbench` and yields ``(tag, payload)``
+pairs: a script iterates ``job(bench)``, the window's model thread
+(``llm_lens.desktop.model_thread.worker.Worker.stream``) turns each into a signal. No Qt here, and
+no cache or tensor in a payload: records, tuples of them and plain numbers only. The runs and
+their history are the workbench's ``store`` and ``history`` (:mod:`llm_lens.core.runs.history`),
+touched only on its thread.
 
 A branch is shown the way it reads (``llm_lens.core.runs.branching.PathRun``): the root's
 prompt, the steps
@@ -15,13 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llm_lens.core.records import PrefillCapture, PromptTokens, RunSummary, StepRecord
 from llm_lens.core.sampling import SamplingParams
 
+if TYPE_CHECKING:
+    from llm_lens.core.runs.workbench import Workbench
+
 Item = tuple[str, Any]
-Job = Callable[[Any], Iterator[Item]]
+Job = Callable[["Workbench"], Iterator[Item]]
 
 
 @dataclass(frozen=True)
@@ -98,24 +102,24 @@ def compare_job(
     configs: Sequence[SamplingParams],
     max_new: int,
     run_ids: Sequence[int],
-    drop: Callable[[Any], None],
+    drop: Callable[[Workbench], None],
     samples: bool = False,
 ) -> Job:
     """Columns from one shared prefill (``core.compare.start_shared``), streamed round-robin.
-    ``drop(worker)`` first forgets the runs of the previous comparison."""
+    ``drop(bench)`` first forgets the runs of the previous comparison."""
 
-    def job(worker: Any) -> Iterator[Item]:
+    def job(bench: Workbench) -> Iterator[Item]:
         from llm_lens.core.loop.engine import RunConfig
         from llm_lens.core.runs.compare import start_shared
 
-        engine = worker.engine
-        drop(worker)
+        engine = bench.engine
+        drop(bench)
         prompt = engine.tokenize(text, chat)
         config = RunConfig(max_new_tokens=max_new)
-        comparison = start_shared(engine, prompt, list(configs), config, worker.cancel)
+        comparison = start_shared(engine, prompt, list(configs), config, bench.cancel)
         for run, run_id in zip(comparison.runs, run_ids, strict=True):
             run.run_id = run_id  # type: ignore[attr-defined]  # live runs, not recorded columns
-            worker.store.keep(run_id, run)
+            bench.store.keep(run_id, run)
         ms = comparison.shared_prefill_ms
         yield (
             "compare_started",
@@ -133,12 +137,12 @@ def compare_job(
 def beam_job(text: str, chat: bool, beams: int, max_new: int) -> Job:
     """``core.beam.BeamSearch`` step by step, then its result."""
 
-    def job(worker: Any) -> Iterator[Item]:
+    def job(bench: Workbench) -> Iterator[Item]:
         from llm_lens.core.runs.beam import BeamSearch
 
-        engine = worker.engine
+        engine = bench.engine
         prompt = engine.tokenize(text, chat)
-        search = BeamSearch(engine, prompt, beams, max_new, cancel=worker.cancel)
+        search = BeamSearch(engine, prompt, beams, max_new, cancel=bench.cancel)
         yield "beam_started", prompt
         for step in search:
             live = tuple(engine.texts.join(b) for b in step.beams)
@@ -149,14 +153,14 @@ def beam_job(text: str, chat: bool, beams: int, max_new: int) -> Job:
     return job
 
 
-def register_job(worker: Any, run_id: int) -> Callable[[], None]:
+def register_job(run_id: int) -> Callable[[Workbench], None]:
     """An analysis job that makes a kept run answer analyses again (after a newer run)."""
 
-    def job() -> None:
-        run = worker.store.kept.get(run_id)
+    def job(bench: Workbench) -> None:
+        run = bench.store.kept.get(run_id)
         if run is None:
             raise ValueError("that run is no longer kept on the model thread: run it again")
-        worker.store.runs[run_id] = run
+        bench.store.runs[run_id] = run
 
     return job
 
@@ -169,14 +173,14 @@ def grow_job(
     recorded: Any = None,
 ) -> Job:  # fmt: skip
     """Branch the shown run at path step ``step`` with ``token_id``, or (``step`` None) let it
-    go on from its end; the new path streams like a run and joins the worker's
+    go on from its end; the new path streams like a run and joins the workbench's
     :class:`~llm_lens.core.runs.history.RunHistory`. ``recorded`` is the shown run's
     ``SessionRun`` when it was opened from a session (it is revived first)."""
 
-    def job(worker: Any) -> Iterator[Item]:
-        history, store = worker.history, worker.store
-        growth = history.grow(worker.engine, store, shown_id, step, token_id, max_new, new_id,
-                              recorded, worker.cancel)  # fmt: skip
+    def job(bench: Workbench) -> Iterator[Item]:
+        history, store = bench.history, bench.store
+        growth = history.grow(bench.engine, store, shown_id, step, token_id, max_new, new_id,
+                              recorded, bench.cancel)  # fmt: skip
         revived = growth.revived
         if revived is not None:
             yield "revived", (revived.max_logit_diff, revived.logit_scale, revived.matches)

@@ -1,7 +1,7 @@
 """Comparisons, beam search and branching for the views, run on the worker as streaming jobs.
 
 Owned by the :class:`~desktop.controller.Controller` as ``controller.compare``. The jobs
-(:mod:`desktop.compare_jobs`) run on the model thread through ``Worker.stream``; their items come
+(:mod:`llm_lens.core.runs.jobs`) run on the model thread through ``Worker.stream``; their items come
 back here and leave as this object's signals. A branch streams into the panes like a live run.
 """
 
@@ -116,8 +116,8 @@ class CompareController(QObject):
         ids = [self.ctl.new_run_id() for _ in configs]
         old = [i for i in (self.start.run_ids if self.start else ()) if i != self.ctl.run_id]
 
-        def drop(worker: Any) -> None:  # on the model thread
-            worker.store.forget([i for i in old if not worker.history.holds(i)])
+        def drop(bench: Any) -> None:  # on the model thread
+            bench.store.forget([i for i in old if not bench.history.holds(i)])
 
         self._run("compare", compare_job(text, chat, configs, max_new, ids, drop, samples))
 
@@ -185,7 +185,7 @@ class CompareController(QObject):
 
     def set_reuse_prefix(self, on: bool) -> None:
         """Let the next runs read only the part of the prompt the last run's cache lacks."""
-        self.ctl.worker.reuse_prefix = bool(on)
+        self.ctl.worker.flags.set_reuse_prefix(on)
 
     def alternatives(self, k: int) -> list[Any]:
         """The selected step's top-k tokens with raw and after-sampling probabilities."""
@@ -229,7 +229,7 @@ class CompareController(QObject):
                 ctl.request_select(step)
             return
         ctl.worker.submit("register_run", ("register_run", shown.run_id),
-                          register_job(ctl.worker, shown.run_id))  # fmt: skip
+                          register_job(shown.run_id))  # fmt: skip
         ctl.request_serve()
         ctl.show_run(
             shown.run_id, shown.prompt, shown.prefill, shown.steps, shown.summary, shown.params

@@ -7,13 +7,14 @@ Panes subscribe to the controller, never to the worker, and write back only thro
 from __future__ import annotations
 
 import itertools
-import threading
 from collections import OrderedDict
 from functools import partial
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
+from llm_lens.core.runs.flags import WorkerFlags
+from llm_lens.core.runs.workbench import RunRequest
 from llm_lens.desktop.model_thread.worker import Worker
 from llm_lens.desktop.state.scheduler import REPAINT_MS
 
@@ -64,7 +65,7 @@ class Controller(QObject):
     sig_token_selected = Signal(int)
 
     _load_requested = Signal(object, str, str)
-    _run_requested = Signal(int, str, bool, object, object, bool)
+    _run_requested = Signal(object)  # a RunRequest
     _serve_requested = Signal()
     _stream_requested = Signal(int, object)
 
@@ -96,8 +97,8 @@ class Controller(QObject):
         self._asked: set[tuple[Any, ...]] = set()
         self._thread = QThread()
         self._thread.setObjectName("llm-lens-model")
-        self.worker = Worker()
-        self.worker.panes_ready = threading.Event()
+        # the window's only hold on the worker besides its signals: it never sets its fields
+        self.worker = Worker(WorkerFlags(wait_for_panes=True))
         self.worker.moveToThread(self._thread)
         self._wire()
         self._flush = QTimer(self, singleShot=True, interval=REPAINT_MS)
@@ -131,8 +132,8 @@ class Controller(QObject):
     def request_load(
         self, spec: str | None = None, device: str = "auto", dtype: str = "auto"
     ) -> None:
-        self.worker.cancel.set()  # a running generation ends first; the load queues behind it
-        self.worker.wanted.set()
+        self.worker.flags.cancel_run()  # a running generation ends first; the load queues behind
+        self.worker.flags.want()
         self._set_busy(True)
         self._load_requested.emit(spec, device, dtype)
 
@@ -162,13 +163,12 @@ class Controller(QObject):
         self.run_params = params
         self.follow_live = True
         self._set_busy(True)
-        self.worker.wanted.set()
-        self._run_requested.emit(self.run_id, text, chat, params, config, parse_special)
+        self.worker.flags.want()
+        self._run_requested.emit(RunRequest(self.run_id, text, chat, params, config, parse_special))
 
     def request_stop(self) -> None:
         """Cancel the running generation (between steps) or model load (between stages)."""
-        self.worker.cancel.set()
-        self.worker.load_cancel.set()
+        self.worker.flags.stop()
 
     def request_select(self, index: int) -> None:
         if not self.steps:
@@ -212,6 +212,8 @@ class Controller(QObject):
         ``sig_result(kind, key, result)``. A run reopened from a session answers from its
         recording, or from the model when it matches.
         """
+        flags = self.worker.flags
+        flags.show(self.run_id)  # guesses computed ahead for another run are not wanted
         run_scoped = kind not in ("embedding_projection", "neighbours", "positions")
         scope = self.run_id if run_scoped else getattr(self.info, "weights_id", "")
         key = (kind, scope, *sorted(args.items()))
@@ -225,18 +227,18 @@ class Controller(QObject):
             self._asked.add(key)
             run_id, recorded = self.run_id, self.recorded
 
-            def job(args: dict[str, Any] = args, ahead: bool = False) -> Any:
-                from llm_lens.core.loop.analyses import compute
+            def job(bench: Any, args: dict[str, Any] = args, ahead: bool = False) -> Any:
+                from llm_lens.core.loop.analyses import compute  # on the model thread: values only
 
-                if ahead and self.run_id != run_id:
+                if ahead and flags.shown_run_id != run_id:
                     return None  # a guess for a run no longer shown
-                run = recorded.run if recorded is not None else self.worker.store.runs.get(run_id)
-                return compute(kind, self.worker.engine, run, args)
+                run = recorded.run if recorded is not None else bench.store.runs.get(run_id)
+                return compute(kind, bench.engine, run, args)
 
             from llm_lens.core.loop.analyses import likely_next
 
             guesses = likely_next(kind, args, self.model_info)
-            ahead = tuple(partial(job, nxt, True) for nxt in guesses)
+            ahead = tuple(partial(job, args=nxt, ahead=True) for nxt in guesses)
             self.worker.submit(kind, key, job, ahead)
             self._serve_requested.emit()
         return None
@@ -280,7 +282,7 @@ class Controller(QObject):
 
     def request_stream(self, job_id: int, job: Any) -> None:
         """Run a streaming job on the worker (see ``Worker.stream``)."""
-        self.worker.wanted.set()
+        self.worker.flags.want()
         self._stream_requested.emit(job_id, job)
 
     def request_serve(self) -> None:
@@ -302,7 +304,7 @@ class Controller(QObject):
         self, run_id: int, prompt: Any, prefill: Any, steps: Any, summary: Any, params: Any = None
     ) -> None:
         """Show a finished run made on the worker (a comparison column, a branch) in every pane
-        as if it had just run live; analyses read ``worker.store.runs[run_id]``."""
+        as if it had just run live; analyses read the workbench's ``store.runs[run_id]``."""
         if self.busy:  # the live run's late records and end are dropped from now on
             self.request_stop()
             self._set_busy(False)
@@ -374,8 +376,7 @@ class Controller(QObject):
         if run_id != self.run_id or not self.preparing:
             return
         self.preparing = False
-        if self.worker.panes_ready is not None:
-            self.worker.panes_ready.set()
+        self.worker.flags.panes_cleared()
 
     def _on_prefill(self, run_id: int, prefill: Any) -> None:
         if run_id == self.run_id:
@@ -442,7 +443,7 @@ class Controller(QObject):
 
     def shutdown(self, timeout_ms: int = 10000) -> None:
         """Cancel any run and stop the thread (it finishes the step it is in)."""
-        self.worker.closing.set()  # analyses deferred to the run's end are not wanted now
+        self.worker.flags.close()  # analyses deferred to the run's end are not wanted now
         self.request_stop()
         self._thread.quit()
         self._thread.wait(timeout_ms)

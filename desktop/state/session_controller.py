@@ -138,9 +138,9 @@ class SessionController(QObject):
                 made = session_from_run(run, info, label, parent)
             return with_explanations(made, explained.get(made.run_id, {}))
 
-        def job() -> Any:  # on the model thread: core objects only
+        def job(bench: Any) -> Any:  # on the model thread: core objects only
             session = recorded or assemble_session(
-                info, worker.history, worker.store, run_id, make, compared, only, origin
+                info, bench.history, bench.store, run_id, make, compared, only, origin
             )
             # without the recorded lens (autosave), keep the residual vectors to recompute it
             size = save_session(path, session, progress, not with_views,
@@ -177,7 +177,7 @@ class SessionController(QObject):
         finish = ctl.summary.finish_reason if ctl.summary else None
         worker = ctl.worker
 
-        def job() -> Any:
+        def job(bench: Any) -> Any:
             from llm_lens.core.exports import trace
             from llm_lens.core.exports.report import html_report, write_report
             from llm_lens.core.layers import logit_lens
@@ -189,7 +189,7 @@ class SessionController(QObject):
             else:
                 lenses = [
                     recorded.get("lens", {"step": s.index, "k": 1}) if recorded
-                    else logit_lens(worker.engine, s, 1) for s in steps
+                    else logit_lens(bench.engine, s, 1) for s in steps
                 ]  # fmt: skip
                 data = trace.trace_dict(info.as_dict(), prompt, params, steps, lenses, finish)
                 trace.write_json(data, path)
@@ -217,6 +217,6 @@ class SessionController(QObject):
         from llm_lens.core.sessions.read import load_session
 
         self.ctl.worker.submit(
-            "open_session", ("open_session", path), lambda: (path, load_session(path))
+            "open_session", ("open_session", path), lambda _bench: (path, load_session(path))
         )
         self.ctl.request_serve()

@@ -118,9 +118,9 @@ def test_the_pane_asks_once_per_step_and_vs_and_reuses_the_result(qtbot, window_
         if kind == "explain":
             asked.append(key)
 
-            def run():
+            def run(bench):
                 threads.append(threading.current_thread())
-                return job()
+                return job(bench)
 
             return submit(kind, key, run, ahead)
         return submit(kind, key, job, ahead)

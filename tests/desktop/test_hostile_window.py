@@ -29,13 +29,14 @@ class _BrokenEngine:
 
 
 def test_a_bug_on_the_model_thread_is_one_line_and_a_log(logs, capsys):
+    from llm_lens.core.runs.workbench import RunRequest
     from llm_lens.desktop.model_thread.worker import Worker
 
     worker = Worker()
     errors = []
     worker.sig_error.connect(lambda where, message: errors.append((where, message)))
-    worker.engine = _BrokenEngine()
-    worker.run(1, "hi", True, None, None, False)
+    worker.workbench.engine = _BrokenEngine()
+    worker.run(RunRequest(1, "hi", True, None, None, False))
     ((where, message),) = errors
     assert where == "run"
     assert message.startswith("unexpected error while running on broken-model")

@@ -66,7 +66,7 @@ def test_selecting_a_token_in_one_pane_highlights_it_in_every_other(qtbot, shown
     np.testing.assert_allclose(panes["Embeddings"].linked["point"], proj.coords[token_id])
     paths = ctl.request_analysis("hidden_paths")
     np.testing.assert_allclose(panes["Embeddings"].linked["path"], paths.coords[pos])
-    angles = position_view(ctl.worker.engine.model, n).rope[0].angles[pos]
+    angles = position_view(ctl.worker.workbench.engine.model, n).rope[0].angles[pos]
     np.testing.assert_allclose(panes["Positions"].linked["angle_row"], angles)
     lines = panes["Attention lines"]
     assert lines.view.selected == pos and set(lines.shown[0].tolist()) == {pos}

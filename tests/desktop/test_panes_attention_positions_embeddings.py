@@ -128,7 +128,9 @@ def test_positions_pane_is_the_models_rope(qtbot, ran, tmp_path):
     info = ran.info
     rope = view.rope[0]
     # the model's own rotary module, not a recomputation from θ
-    np.testing.assert_array_equal(rope.inv_freq, ran.worker.engine.model.model.rotary_emb.inv_freq)
+    np.testing.assert_array_equal(
+        rope.inv_freq, ran.worker.workbench.engine.model.model.rotary_emb.inv_freq
+    )
     _x, y = pane.freq_curve.getOriginalDataset()
     np.testing.assert_array_equal(y, rope.inv_freq)
     np.testing.assert_array_equal(pane.angles.image, rope.angles)
@@ -179,7 +181,7 @@ def test_embeddings_vocabulary_overlay_and_neighbours(qtbot, ran, tmp_path):
     qtbot.mouseClick(pane.vocab_widget.viewport(), Qt.MouseButton.LeftButton, pos=widget_pos)
     assert f"Nearest to {token}" in pane.neighbour_title.text()  # the click asked for it
     qtbot.waitUntil(lambda: pane.neighbour_list.count() == 10, timeout=60_000)
-    expected = embeddings.neighbours(ran.worker.engine, token)
+    expected = embeddings.neighbours(ran.worker.workbench.engine, token)
     got = [pane.neighbour_list.item(i).data(Qt.ItemDataRole.UserRole) for i in range(10)]
     assert got == expected.ids.tolist()
     sims = [pane.neighbour_list.item(i).data(Qt.ItemDataRole.UserRole + 1) for i in range(10)]
@@ -248,11 +250,11 @@ def test_the_maps_beside_an_asked_map_are_computed_ahead(qtbot, ran, monkeypatch
     attention module and gives what a fresh computation gives."""
     from llm_lens.core import attention
     from llm_lens.core.attention import prompt_maps
-    from llm_lens.desktop.model_thread import worker as worker_module
+    from llm_lens.core.runs import budget
 
-    monkeypatch.setattr(worker_module, "AHEAD_AFTER_MS", 0.0)
+    monkeypatch.setattr(budget, "AHEAD_AFTER_MS", 0.0)
     monkeypatch.setattr(prompt_maps, "EVERY_HEAD_SCORES", 0)
-    engine = ran.worker.engine
+    engine = ran.worker.workbench.engine
     wait_result(qtbot, ran, "attention_map", layer=5, head=2, max_size=512)
     guessed = {(6, 2), (5, 3), (4, 2), (5, 1)}
     qtbot.waitUntil(lambda: guessed <= set(engine.map_memo.get("maps", {})), timeout=30_000)
@@ -266,7 +268,7 @@ def test_the_maps_beside_an_asked_map_are_computed_ahead(qtbot, ran, monkeypatch
         for hook in hooks:
             hook.remove()
     assert calls == []
-    run = ran.worker.store.runs[ran.run_id]
+    run = ran.worker.workbench.store.runs[ran.run_id]
     for amap, (layer, head) in ((got, (6, 2)), (other, (5, 3))):
         engine.map_memo.clear()
         fresh = attention.attention_map(engine, run.cache, run.prefill.hidden, layer, head, 512)

@@ -107,7 +107,7 @@ def tiny_controller(qtbot, tiny_engine):
     from llm_lens.desktop.state.controller import Controller
 
     ctl = Controller()
-    ctl.worker.engine = tiny_engine
+    ctl.worker.workbench.engine = tiny_engine
     ctl.info = ctl.model_info = tiny_engine.info
     yield ctl
     ctl.shutdown()
@@ -261,4 +261,4 @@ def test_a_runs_prefill_starts_once_the_panes_have_cleared(qtbot, tiny_controlle
         ctl.request_run("the cat sat on the mat", False, GREEDY, 4)
     assert len(cleared) >= 2 and began
     assert max(cleared) <= began[0]  # both panes cleared before the prefill began
-    assert not ctl.preparing and ctl.worker.panes_ready.is_set()
+    assert not ctl.preparing and ctl.worker.flags.panes_ready.is_set()

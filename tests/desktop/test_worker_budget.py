@@ -9,34 +9,36 @@ import numpy as np
 import pytest
 
 from llm_lens.core.loop.engine import RunConfig
+from llm_lens.core.runs.budget import ANALYSIS_SHARE
+from llm_lens.core.runs.workbench import RunRequest
 from llm_lens.core.sampling import GREEDY
-from llm_lens.desktop.model_thread.worker import ANALYSIS_SHARE, Worker
+from llm_lens.desktop.model_thread.worker import Worker
 
 
 def test_analyses_between_steps_stay_within_their_share(tiny_engine):
     worker = Worker()
-    worker.engine = tiny_engine
+    worker.workbench.engine = tiny_engine
     steps: list[object] = []
     worker.sig_step.connect(lambda _run, record: steps.append(record))
     served: list[int] = []
 
     def job(i: int):
-        def run() -> int:
+        def run(_bench) -> int:
             served.append(len(steps))
             time.sleep(0.03)
             return i
 
         return run
 
-    worker.cost_ms = {"attention_overview": 0.0}  # timed before: cheap, as far as it knows
+    worker.queue.cost_ms = {"attention_overview": 0.0}  # timed before: cheap, as far as it knows
     for i in range(6):
         worker.submit("attention_overview", ("overview", i), job(i))
-    worker.run(1, "the cat sat on the mat", False, GREEDY, RunConfig(max_new_tokens=8))
+    worker.run(RunRequest(1, "the cat sat on the mat", False, GREEDY, RunConfig(max_new_tokens=8)))
     assert len(steps) == 8
     model_ms = sum(s.timing.total_ms for s in steps)
     during = len(served)
     assert during == 1  # the first at once; then 30 ms each: not between steps of a few ms
-    assert worker.analysis_ms <= ANALYSIS_SHARE * model_ms + 40.0
+    assert worker.queue.analysis_ms <= ANALYSIS_SHARE * model_ms + 40.0
     worker.serve()  # the run ended: the rest run now
     assert len(served) == 6 and served[-1] == 8
 
@@ -45,9 +47,9 @@ def test_a_newer_per_step_request_drops_the_pending_one():
     worker = Worker()
     results: list[tuple[str, object, object]] = []
     worker.sig_result.connect(lambda kind, key, result: results.append((kind, key, result)))
-    worker.submit("lens", ("lens", 1), lambda: "lens 1")
-    worker.submit("prompt_lens", ("prompt_lens",), lambda: "prompt")
-    worker.submit("lens", ("lens", 2), lambda: "lens 2")
+    worker.submit("lens", ("lens", 1), lambda _bench: "lens 1")
+    worker.submit("prompt_lens", ("prompt_lens",), lambda _bench: "prompt")
+    worker.submit("lens", ("lens", 2), lambda _bench: "lens 2")
     assert results == [("lens", ("lens", 1), None)]  # dropped, nothing cached
     worker.serve()
     assert results[1:] == [
@@ -58,12 +60,12 @@ def test_a_newer_per_step_request_drops_the_pending_one():
 
 def test_a_job_that_would_overrun_the_budget_waits_while_a_cheap_one_runs(tiny_engine):
     worker = Worker()
-    worker.engine = tiny_engine
-    worker.cost_ms = {"attention_overview": 5_000.0, "lens": 0.0}
+    worker.workbench.engine = tiny_engine
+    worker.queue.cost_ms = {"attention_overview": 5_000.0, "lens": 0.0}
     order: list[str] = []
-    worker.submit("attention_overview", ("overview",), lambda: order.append("overview"))
-    worker.submit("lens", ("lens", 1), lambda: order.append("lens"))
-    worker.run(1, "the cat sat on the mat", False, GREEDY, RunConfig(max_new_tokens=4))
+    worker.submit("attention_overview", ("overview",), lambda _bench: order.append("overview"))
+    worker.submit("lens", ("lens", 1), lambda _bench: order.append("lens"))
+    worker.run(RunRequest(1, "the cat sat on the mat", False, GREEDY, RunConfig(max_new_tokens=4)))
     assert order == ["lens"]  # the overview took 5 s last time: not between these steps
     worker.serve()
     assert order == ["lens", "overview"]
@@ -75,8 +77,8 @@ def test_the_prefill_does_not_pay_for_analyses_between_decode_steps():
     from types import SimpleNamespace
 
     worker = Worker()
-    worker.engine = object()  # the job below does not use it
-    worker.cost_ms = {"lens": 50.0}
+    worker.workbench.engine = object()  # the job below does not use it
+    worker.queue.cost_ms = {"lens": 50.0}
     ran: list[int] = []
     steps = [(0, 1000.0), (1, 10.0), (2, 10.0), (3, 10.0)]
 
@@ -89,7 +91,7 @@ def test_the_prefill_does_not_pay_for_analyses_between_decode_steps():
                 ),
             )
 
-    worker.submit("lens", ("lens", 3), lambda: ran.append(1))
+    worker.submit("lens", ("lens", 3), lambda _bench: ran.append(1))
     worker._drive(1, job, "run")
     assert ran == []  # 10 % of 1,030 ms would have let it run after the first decode step
     worker.serve()
@@ -102,8 +104,8 @@ def test_a_cost_timed_on_a_short_context_grows_with_a_longer_one():
     from types import SimpleNamespace
 
     worker = Worker()
-    worker.engine = object()
-    worker.cost_ms, worker.cost_tokens = {"attention_map": 20.0}, {"attention_map": 40}
+    worker.workbench.engine = object()
+    worker.queue.cost_ms, worker.queue.cost_tokens = {"attention_map": 20.0}, {"attention_map": 40}
     ran: list[int] = []
 
     def job(_worker):
@@ -111,12 +113,12 @@ def test_a_cost_timed_on_a_short_context_grows_with_a_longer_one():
             timing = SimpleNamespace(total_ms=10.0)
             yield "step", SimpleNamespace(index=index, position=999 + index, timing=timing)
 
-    worker.submit("attention_map", ("map", 0, 0), lambda: ran.append(1))
+    worker.submit("attention_map", ("map", 0, 0), lambda _bench: ran.append(1))
     worker._drive(1, job, "run")
     assert ran == []  # 39 ms of budget: 20 ms at 40 tokens is ~500 ms at 1,000
-    assert worker._expected_ms("attention_map") == 20.0 * 1039 / 40
+    assert worker.queue.expected_ms("attention_map") == 20.0 * 1039 / 40
     worker.serve()
-    assert ran == [1] and worker.cost_tokens["attention_map"] == 1039
+    assert ran == [1] and worker.queue.cost_tokens["attention_map"] == 1039
 
 
 def test_a_kind_never_timed_waits_for_the_run_end_and_a_memo_hit_does_not_make_it_cheap(
@@ -125,17 +127,17 @@ def test_a_kind_never_timed_waits_for_the_run_end_and_a_memo_hit_does_not_make_i
     """The first attention map of a session costs an unknown time: it waits for the run's end.
     A later request answered from the memo (0 ms) leaves half the estimate, not zero."""
     worker = Worker()
-    worker.engine = tiny_engine
+    worker.workbench.engine = tiny_engine
     order: list[str] = []
-    worker.submit("attention_overview", ("overview",), lambda: order.append("overview"))
-    worker.run(1, "the cat sat on the mat", False, GREEDY, RunConfig(max_new_tokens=4))
+    worker.submit("attention_overview", ("overview",), lambda _bench: order.append("overview"))
+    worker.run(RunRequest(1, "the cat sat on the mat", False, GREEDY, RunConfig(max_new_tokens=4)))
     assert order == []
     worker.serve()
     assert order == ["overview"]
-    worker.cost_ms["attention_map"] = 200.0
-    worker.submit("attention_map", ("map", 0, 0), lambda: None)  # a memo hit: no time at all
+    worker.queue.cost_ms["attention_map"] = 200.0
+    worker.submit("attention_map", ("map", 0, 0), lambda _bench: None)  # a memo hit: no time at all
     worker.serve()
-    assert worker.cost_ms["attention_map"] >= 100.0
+    assert worker.queue.cost_ms["attention_map"] >= 100.0
 
 
 class Trims(list):
@@ -144,7 +146,7 @@ class Trims(list):
 
     def worker(self, engine) -> Worker:
         worker = Worker()
-        worker.engine = engine
+        worker.workbench.engine = engine
         worker._release_memory = lambda: self.append(time.perf_counter())
         return worker
 
@@ -162,7 +164,7 @@ def test_the_heap_is_trimmed_after_the_windows_last_repaints(
 
     monkeypatch.setattr(worker_module, "TRIM_DELAY_MS", 200)
     worker = trims.worker(tiny_engine)
-    worker.run(1, "the cat", False, GREEDY, RunConfig(max_new_tokens=2))
+    worker.run(RunRequest(1, "the cat", False, GREEDY, RunConfig(max_new_tokens=2)))
     ended = time.perf_counter()
     assert trims == []
     qtbot.waitUntil(lambda: len(trims) == 1, timeout=3000)
@@ -179,11 +181,11 @@ def test_the_heap_goes_back_after_long_analyses_once_the_answer_is_drawn(
 
     monkeypatch.setattr(worker_module, "RELEASE_AFTER_MS", 5.0)  # the first job, not the second
     worker = trims.worker(tiny_engine)
-    worker.submit("lens", ("lens", 0), lambda: time.sleep(0.01))
+    worker.submit("lens", ("lens", 0), lambda _bench: time.sleep(0.01))
     worker.serve()
     answered = time.perf_counter()
     assert trims == []
-    worker.submit("lens", ("lens", 1), lambda: None)  # asked before the delay was over
+    worker.submit("lens", ("lens", 1), lambda _bench: None)  # asked before the delay was over
     qtbot.wait(worker_module.TRIM_AFTER_ANSWER_MS + 100)
     assert trims == []
     worker.serve()
@@ -203,8 +205,8 @@ def test_a_runs_end_trim_overdue_after_long_analyses_waits_for_their_answer(
 
     monkeypatch.setattr(worker_module, "TRIM_DELAY_MS", 100)
     worker = trims.worker(tiny_engine)
-    worker.run(1, "the cat", False, GREEDY, RunConfig(max_new_tokens=2))
-    worker.submit("lens", ("lens", 0), lambda: time.sleep(0.3))  # the run end's delay passes
+    worker.run(RunRequest(1, "the cat", False, GREEDY, RunConfig(max_new_tokens=2)))
+    worker.submit("lens", ("lens", 0), lambda _bench: time.sleep(0.3))  # the run end's delay passes
     worker.serve()
     answered = time.perf_counter()
     qtbot.wait(50)  # the overdue timer fires
@@ -227,11 +229,11 @@ def test_what_work_ahead_freed_goes_back_once_nothing_is_asked(
     worker = trims.worker(tiny_engine)
     log: list[str] = []
 
-    def guess() -> None:
+    def guess(_bench) -> None:
         time.sleep(0.01)
         log.append("guess")
 
-    worker.submit("attention_map", ("asked",), lambda: time.sleep(0.06), (guess,))
+    worker.submit("attention_map", ("asked",), lambda _bench: time.sleep(0.06), (guess,))
     worker.serve()
     qtbot.waitUntil(lambda: log == ["guess"], timeout=3000)
     guessed = time.perf_counter()
@@ -250,18 +252,18 @@ def test_jobs_served_while_no_run_streams_use_every_core(tiny_engine, monkeypatc
     monkeypatch.delenv("LLM_LENS_THREADS", raising=False)
     model_threads = torch.get_num_threads()
     worker = Worker()
-    worker.engine = tiny_engine
-    worker.cost_ms = {"lens": 0.0}  # cheap, as far as it knows: served between steps
+    worker.workbench.engine = tiny_engine
+    worker.queue.cost_ms = {"lens": 0.0}  # cheap, as far as it knows: served between steps
     threads: list[int] = []
-    worker.submit("lens", ("lens", 1), lambda: threads.append(torch.get_num_threads()))
-    worker.run(1, "the cat sat on the mat", False, GREEDY, RunConfig(max_new_tokens=3))
-    worker.submit("lens", ("lens", 2), lambda: threads.append(torch.get_num_threads()))
+    worker.submit("lens", ("lens", 1), lambda _bench: threads.append(torch.get_num_threads()))
+    worker.run(RunRequest(1, "the cat sat on the mat", False, GREEDY, RunConfig(max_new_tokens=3)))
+    worker.submit("lens", ("lens", 2), lambda _bench: threads.append(torch.get_num_threads()))
     worker.serve()
     assert threads == [model_threads, os.cpu_count()]
     assert torch.get_num_threads() == model_threads
 
     monkeypatch.setenv("LLM_LENS_THREADS", str(model_threads))  # the user's count holds
-    worker.submit("lens", ("lens", 3), lambda: threads.append(torch.get_num_threads()))
+    worker.submit("lens", ("lens", 3), lambda _bench: threads.append(torch.get_num_threads()))
     worker.serve()
     assert threads[-1] == model_threads
 
@@ -281,7 +283,7 @@ def test_likely_next_requests_run_ahead_while_idle_and_give_way(tiny_engine, qtb
     monkeypatch.setattr(prompt_maps, "EVERY_HEAD_SCORES", 0)  # one head's map, in row blocks
     monkeypatch.setattr(attention, "ROWS_AT_ONCE", 16)
     worker = Worker()
-    worker.engine = tiny_engine
+    worker.workbench.engine = tiny_engine
     run = tiny_engine.start(tiny_engine.tokenize("the cat sat on the mat " * 6, chat=False),
                             GREEDY, RunConfig(max_new_tokens=2))  # fmt: skip
     run.run_all()
@@ -290,20 +292,22 @@ def test_likely_next_requests_run_ahead_while_idle_and_give_way(tiny_engine, qtb
     worker.sig_result.connect(lambda kind, key, result: results.append(key))
     log: list[str] = []
 
-    def slow() -> str:
+    def slow(_bench) -> str:
         time.sleep(0.06)
         return "asked"
 
-    def ahead_map() -> None:
+    def ahead_map(_bench) -> None:
         log.append("map")
         if log.count("map") == 1:  # something is asked while it computes (as a window asks)
-            worker.submit("lens", ("lens", 1), lambda: log.append("lens"))
+            worker.submit("lens", ("lens", 1), lambda _bench: log.append("lens"))
             QTimer.singleShot(0, worker.serve)
         attention.attention_map(tiny_engine, run.cache, hidden, 1, 3, max_size=512)
         log.append("map done")
 
     tiny_engine.map_memo.clear()
-    worker.submit("attention_map", ("asked",), slow, (ahead_map, lambda: log.append("second")))
+    worker.submit(
+        "attention_map", ("asked",), slow, (ahead_map, lambda _bench: log.append("second"))
+    )
     worker.serve()
     qtbot.waitUntil(lambda: "second" in log, timeout=5000)
     assert log == ["map", "lens", "map", "map done", "second"]
@@ -314,15 +318,21 @@ def test_likely_next_requests_run_ahead_while_idle_and_give_way(tiny_engine, qtb
     np.testing.assert_array_equal(kept, fresh.weights)
 
     log.clear()  # a kind that took long on this run: a quick answer (a guess) guesses on
-    worker.submit("attention_map", ("hit",), lambda: None, (lambda: log.append("next"),))
+    worker.submit(
+        "attention_map", ("hit",), lambda _bench: None, (lambda _bench: log.append("next"),)
+    )
     worker.serve()
     qtbot.waitUntil(lambda: log == ["next"], timeout=5000)
-    worker.submit("attention_map", ("slow",), slow, (lambda: log.append("guess"),))
+    worker.submit("attention_map", ("slow",), slow, (lambda _bench: log.append("guess"),))
     worker.serve()
-    worker.run(2, "the cat", False, GREEDY, RunConfig(max_new_tokens=1))  # queued before it
+    worker.run(
+        RunRequest(2, "the cat", False, GREEDY, RunConfig(max_new_tokens=1))
+    )  # queued before it
     qtbot.wait(50)
-    assert log == ["next"] and worker.ahead == []
-    worker.submit("attention_map", ("quick",), lambda: None, (lambda: log.append("guess"),))
+    assert log == ["next"] and worker.queue.ahead == []
+    worker.submit(
+        "attention_map", ("quick",), lambda _bench: None, (lambda _bench: log.append("guess"),)
+    )
     worker.serve()  # a new run: nothing of this kind took long yet
     qtbot.wait(50)
     assert log == ["next"]
@@ -404,7 +414,7 @@ def test_a_run_the_history_lets_go_is_freed_on_the_model_thread(qtbot, tiny_engi
 
     monkeypatch.setattr(history, "MAX_ROOTS", 1)  # each run lets the one before go
     ctl = Controller()
-    ctl.worker.engine = tiny_engine
+    ctl.worker.workbench.engine = tiny_engine
     ctl.info = ctl.model_info = tiny_engine.info
     try:
         with qtbot.waitSignal(ctl.sig_run_finished, timeout=60_000):
