@@ -275,13 +275,13 @@ def test_likely_next_requests_run_ahead_while_idle_and_give_way(tiny_engine, qtb
     guesses of a kind that took no long time on this run do not run."""
     from PySide6.QtCore import QTimer
 
-    from llm_lens.core.attention import maps as attention  # where ROWS_AT_ONCE is read
-    from llm_lens.core.attention import prompt_maps
+    from llm_lens.core import attention
+    from llm_lens.core.attention import maps, prompt_maps
     from llm_lens.desktop.model_thread import worker as worker_module
 
     monkeypatch.setattr(worker_module, "AHEAD_DELAY_MS", 0)
     monkeypatch.setattr(prompt_maps, "EVERY_HEAD_SCORES", 0)  # one head's map, in row blocks
-    monkeypatch.setattr(attention, "ROWS_AT_ONCE", 16)
+    monkeypatch.setattr(maps, "ROWS_AT_ONCE", 16)  # where it is read
     worker = Worker()
     worker.workbench.engine = tiny_engine
     run = tiny_engine.start(tiny_engine.tokenize("the cat sat on the mat " * 6, chat=False),
