@@ -102,7 +102,10 @@ def test_layer_stack_norms_lens_and_prompt_heatmap(qtbot, ran, tmp_path, monkeyp
     # following a live run: no lens is asked for
     asked = []
     monkeypatch.setattr(ran, "request_analysis", lambda kind, **a: asked.append(kind))
-    ran.busy, ran.follow_live = True, True
+    from dataclasses import replace
+
+    ran.busy = True
+    ran.show_state(replace(ran.shown, follow_live=True))
     pane.render(ran.steps[4])
     assert asked == [] and WAIT_TEXT in pane.lens_status.text()
     assert pane.lens_table.rowCount() == 0  # the old step's lens is not shown for this one

@@ -243,11 +243,11 @@ def test_tokens_pane(qtbot, ran, tmp_path):
     pane.show_ids.setChecked(True)
     assert view.chips[0].width > width
     full = list(steps)
-    ran.steps = full[:3]
+    ran.show_state(dataclasses.replace(ran.shown, steps=tuple(full[:3])))
     pane.render(None)
     assert len(view.chips) == len(prompt) + 3
     assert len(pane.cl100k_view.chips) < len(expected)
-    ran.steps = full
+    ran.show_state(dataclasses.replace(ran.shown, steps=tuple(full)))
     pane.render(None)
     assert [c.token_id for c in view.chips] == prompt.ids + [s.token.id for s in full]
     cl_view = pane.cl100k_view
