@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -17,6 +18,7 @@ from llm_lens.core.runs.flags import WorkerFlags
 from llm_lens.core.runs.workbench import RunRequest
 from llm_lens.desktop.model_thread.worker import Worker
 from llm_lens.desktop.state.scheduler import REPAINT_MS
+from llm_lens.desktop.state.shown import Shown, shown_property
 
 
 class Controller(QObject):
@@ -64,6 +66,23 @@ class Controller(QObject):
     sig_explain_requested = Signal(int)
     sig_token_selected = Signal(int)
 
+    # what is shown, read-only (``Shown``): only this class's methods replace it
+    info = shown_property("info")
+    prompt = shown_property("prompt")
+    prefill = shown_property("prefill")
+    steps = shown_property("steps")
+    summary = shown_property("summary")
+    run_params = shown_property("run_params")
+    run_id = shown_property("run_id")
+    recorded = shown_property("recorded")
+    session = shown_property("session")
+    session_path = shown_property("session_path")
+    session_index = shown_property("session_index")
+    dirty = shown_property("dirty")
+    selected = shown_property("selected")
+    token = shown_property("token")
+    follow_live = shown_property("follow_live")
+
     _load_requested = Signal(object, str, str)
     _run_requested = Signal(object)  # a RunRequest
     _serve_requested = Signal()
@@ -73,25 +92,11 @@ class Controller(QObject):
         super().__init__(parent)
         from llm_lens.core.sampling import SamplingParams
 
-        self.info: Any = None  # the model of what is shown (a recorded run's model, or live)
-        self.model_info: Any = None  # the model loaded on the worker
-        self.recorded: Any = None  # RecordedAnalysis while a session's run is shown
-        self.session: Any = None
-        self.session_path: str | None = None
-        self.session_index = -1  # the run of ``session`` shown
-        self.dirty = False  # a live run not saved yet
-        self.prompt: Any = None
-        self.prefill: Any = None
-        self.summary: Any = None
-        self.steps: list[Any] = []
-        self.selected = -1
-        self.token = -1  # the selected token's position in prompt + response (desktop.selection)
-        self.follow_live = True
+        self._model_info: Any = None  # the model loaded on the worker
+        self._params = SamplingParams()  # the sampler settings of the next run
+        self.__shown = Shown(run_params=self._params)  # replaced by this class's methods only
         self.busy = False
         self.preparing = False  # a run started: the panes clear while its prefill waits
-        self.params = SamplingParams()
-        self.run_params = self.params  # the settings of the run shown
-        self.run_id = 0
         self._ids = itertools.count(1)
         self._results: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._asked: set[tuple[Any, ...]] = set()
@@ -159,9 +164,7 @@ class Controller(QObject):
             self.sig_error.emit(str(exc))
             return
         self.request_stop()
-        self.run_id = next(self._ids)
-        self.run_params = params
-        self.follow_live = True
+        self._replace(run_id=next(self._ids), run_params=params, follow_live=True)
         self._set_busy(True)
         self.worker.flags.want()
         self._run_requested.emit(RunRequest(self.run_id, text, chat, params, config, parse_special))
@@ -174,9 +177,9 @@ class Controller(QObject):
         if not self.steps:
             return
         index = max(0, min(index, len(self.steps) - 1))
-        self.follow_live = index == len(self.steps) - 1
-        if index != self.selected:
-            self.selected = index
+        changed = index != self.selected
+        self._replace(selected=index, follow_live=index == len(self.steps) - 1)
+        if changed:
             self.sig_selection_changed.emit(index)
 
     def request_head(self, layer: int, head: int) -> None:
@@ -191,16 +194,36 @@ class Controller(QObject):
     def request_select_token(self, position: int, with_step: bool = False) -> None:
         """Select the token at ``position`` of prompt + response in every pane (-1: none);
         ``with_step`` also selects the step that chose a response token."""
-        from llm_lens.desktop.state.selection import select_token
+        from llm_lens.desktop.state.selection import resolve_token
 
-        select_token(self, position, with_step)
+        position, step = resolve_token(self, position, with_step)
+        if step is not None:
+            self.request_select(step)
+        if position != self.token:
+            self._replace(token=position)
+            self.sig_token_selected.emit(position)
 
     def request_params(self, params: Any) -> None:
-        self.params = params
+        self._params = params
         self.sig_params_changed.emit(params)
 
+    @property
+    def params(self) -> Any:
+        """The sampler settings the next run uses (``request_params`` changes them)."""
+        return self._params
+
+    @property
+    def model_info(self) -> Any:
+        """The ``ModelInfo`` of the model loaded on the worker (None before a load)."""
+        return self._model_info
+
+    @property
+    def shown(self) -> Shown:
+        """What is shown, as one frozen value (the properties above read its fields)."""
+        return self._shown
+
     def current_step(self) -> Any:
-        return self.steps[self.selected] if 0 <= self.selected < len(self.steps) else None
+        return self._shown.current_step()
 
     def request_analysis(self, kind: str, **args: Any) -> Any:
         """The cached result of an analysis, or None after scheduling it on the worker.
@@ -256,15 +279,64 @@ class Controller(QObject):
         """An analysis result already computed (None if not), without scheduling anything."""
         return self._results.get((kind, scope, *sorted(args.items())))
 
-    def show_recorded(self, session: Any, path: str | None, recorded: Any) -> None:
-        """Make a session's run (``recorded``, a ``RecordedAnalysis``) the shown one; the
-        caller announces it (``SessionController.show``)."""
-        self._reset()
-        self.session, self.session_path, self.dirty = session, path, False
-        self.recorded = recorded
+    def show_recorded(
+        self, session: Any, path: str | None, recorded: Any, index: int, info: Any
+    ) -> None:
+        """Make run ``index`` of ``session`` (``recorded``, its ``RecordedAnalysis``, made with
+        the model ``info``) the shown one under a fresh run id: late records of a live run are
+        dropped from now on. Emits ``sig_model_loaded`` when ``info`` is not the model shown;
+        the caller announces the run (``SessionController.show``)."""
+        from llm_lens.core.records import RunSummary
+
+        run_id = self.new_run_id()
+        self._replace(session_index=index, run_id=run_id)
+        if self.info is None or info != self.info:
+            self._replace(info=info)
+            self.sig_model_loaded.emit(info)
         run = recorded.run
-        self.prompt, self.prefill, self.steps = run.prompt, run.prefill, list(run.steps)
-        self.follow_live = True
+        summary = RunSummary.of(run_id, run.prompt, run.steps, run.finish_reason)
+        self._shown = self._shown.cleared(
+            session=session, session_path=path, dirty=False, recorded=recorded,
+            prompt=run.prompt, prefill=run.prefill, steps=tuple(run.steps), summary=summary,
+            follow_live=True,
+        )  # fmt: skip
+
+    def replace_session(self, session: Any) -> None:
+        """The shown run's file becomes ``session`` (its copy with fresh run ids, kept as the
+        origin of revived runs: ``SessionController.keep_origin``)."""
+        self._replace(session=session)
+
+    def mark_saved(self, session: Any, path: str) -> None:
+        """The shown runs were saved as ``session`` in ``path``: nothing left unsaved."""
+        self._replace(session=session, session_path=path, dirty=False)
+
+    def use_model(self, info: Any) -> None:
+        """Take ``info`` as the loaded model and the shown run's model without a load and
+        without telling the panes (a test or script that put an engine on the worker)."""
+        self._model_info = info
+        self._replace(info=info)
+
+    def show_state(self, shown: Shown) -> None:
+        """Show ``shown`` as it is, announcing nothing: for a test or script that draws the
+        panes itself (the window's paths are the methods that announce)."""
+        self._shown = shown
+
+    @property
+    def _shown(self) -> Shown:
+        return self.__shown
+
+    @_shown.setter
+    def _shown(self, shown: Shown) -> None:
+        """Every new value passes here: the model thread learns which run is shown, so that
+        guesses computed ahead for another run are dropped at once (not at the next request)."""
+        self.__shown = shown
+        worker = self.__dict__.get("worker")
+        if worker is not None and worker.flags.shown_run_id != shown.run_id:
+            worker.flags.show(shown.run_id)
+
+    def _replace(self, **changes: Any) -> None:
+        """Replace fields of what is shown (the one place besides whole new values)."""
+        self._shown = replace(self._shown, **changes)
 
     def recorded_run(self) -> Any:
         """The ``SessionRun`` shown, or None for a live run."""
@@ -295,9 +367,7 @@ class Controller(QObject):
     def adopt_run(self, run_id: int, params: Any) -> None:
         """Make ``run_id`` the shown live run before a job streams it (a branch)."""
         self.request_stop()
-        self.run_id = run_id
-        self.run_params = params
-        self.follow_live = True
+        self._replace(run_id=run_id, run_params=params, follow_live=True)
         self._set_busy(True)
 
     def show_run(
@@ -308,15 +378,13 @@ class Controller(QObject):
         if self.busy:  # the live run's late records and end are dropped from now on
             self.request_stop()
             self._set_busy(False)
-        self.run_id = run_id
-        if self.info != self.model_info:
-            self.info = self.model_info
-            self.sig_model_loaded.emit(self.model_info)
-        self.recorded = self.session = self.session_path = None
-        self._reset()
-        self.prompt, self.prefill, self.steps, self.summary = prompt, prefill, list(steps), summary
-        self.run_params = params if params is not None else self.run_params
-        self.follow_live, self.dirty = True, True
+        self._replace(run_id=run_id)
+        self._show_loaded_model()
+        self._shown = self._shown.cleared(
+            recorded=None, session=None, session_path=None, prompt=prompt, prefill=prefill,
+            steps=tuple(steps), summary=summary, follow_live=True, dirty=True,
+            run_params=params if params is not None else self.run_params,
+        )  # fmt: skip
         self.sig_run_started.emit(prompt)
         self.sig_session_changed.emit()
         self.emit_steps()
@@ -333,36 +401,29 @@ class Controller(QObject):
         configure_threads()
         self._collector.settle()
         self.sessions.forget_origin()  # its runs belong to another model
-        self.info = self.model_info = info
-        self.recorded = self.session = self.session_path = None
-        self._reset()
+        self._model_info = info
+        self._shown = self._shown.cleared(info=info, recorded=None, session=None, session_path=None)
         self._results.clear()
         self._asked.clear()
         self._set_busy(False)
         self.sig_model_loaded.emit(info)
 
-    def _reset(self) -> None:
-        self.steps, self.prompt, self.prefill, self.summary, self.selected = (
-            [],
-            None,
-            None,
-            None,
-            -1,
-        )
-        self.token = -1
+    def _show_loaded_model(self) -> None:
+        """The loaded model becomes the shown one (``sig_model_loaded`` if it was not): a
+        recorded run of another model was shown."""
+        if self.info != self.model_info:
+            self._replace(info=self.model_info)
+            self.sig_model_loaded.emit(self.model_info)
 
     def _on_run_started(self, run_id: int, prompt: Any) -> None:
         if run_id != self.run_id:
             return
-        if self.info != self.model_info:  # a recorded run of another model was shown
-            self.info = self.model_info
-            self.sig_model_loaded.emit(self.model_info)
-        self.recorded = self.session = self.session_path = None
-        self._reset()
+        self._show_loaded_model()
+        self._shown = self._shown.cleared(recorded=None, session=None, session_path=None)
         model_wide = {k: v for k, v in self._results.items() if isinstance(k[1], str)}
         self._results = OrderedDict(model_wide)
         self._asked = {k for k in self._asked if isinstance(k[1], str)}
-        self.prompt = prompt
+        self._replace(prompt=prompt)
         self.preparing = True  # the panes clear now, at their normal rate; then the prefill
         self.sig_run_started.emit(prompt)
         self.sig_session_changed.emit()
@@ -380,12 +441,12 @@ class Controller(QObject):
 
     def _on_prefill(self, run_id: int, prefill: Any) -> None:
         if run_id == self.run_id:
-            self.prefill = prefill
+            self._replace(prefill=prefill)
 
     def _on_step(self, run_id: int, record: Any) -> None:
         if run_id != self.run_id:
             return  # a superseded run's late record
-        self.steps.append(record)
+        self._shown = self._shown.with_step(record)
         self._panes_ready(run_id)
         if not self._flush.isActive():
             self._flush.start()
@@ -394,7 +455,7 @@ class Controller(QObject):
         """Announce the steps that arrived (and follow the newest while live)."""
         self.sig_steps_changed.emit()
         if self.follow_live and self.steps:
-            self.selected = len(self.steps) - 1
+            self._replace(selected=len(self.steps) - 1)
             self.sig_selection_changed.emit(self.selected)
 
     def _on_finished(self, run_id: int, summary: Any) -> None:
@@ -402,8 +463,7 @@ class Controller(QObject):
             return
         self._flush.stop()
         self.emit_steps()
-        self.summary = summary
-        self.dirty = True
+        self._replace(summary=summary, dirty=True)
         self._set_busy(False)
         self.sig_run_finished.emit(summary)
 
@@ -419,7 +479,7 @@ class Controller(QObject):
         if kind == "save_session":
             path, size, session = result
             if key[1] != self.sessions.autosave_path():
-                self.session, self.session_path, self.dirty = session, path, False
+                self.mark_saved(session, path)
             self.sig_saved.emit(path, size)
             return
         if result is None:

@@ -1,9 +1,9 @@
 """One selected token, shared by every pane.
 
 The selection is a position in the sequence the model reads: 0 … n−1 are the prompt's tokens,
-n + i is the response token chosen at step i. It lives in the controller (``token``,
-``sig_token_selected``, ``request_select_token``) as the selected step does; panes only reflect
-it, and write it back through ``request_select_token``.
+n + i is the response token chosen at step i. It lives in the controller's shown value
+(``controller.token``, ``sig_token_selected``, ``request_select_token``) as the selected step
+does; panes only reflect it, and write it back through ``request_select_token``.
 """
 
 from __future__ import annotations
@@ -48,14 +48,8 @@ def first_position_of(controller: Any, token_id: int) -> int:
     return -1
 
 
-def select_token(controller: Any, position: int, with_step: bool = False) -> None:
-    """The body of ``Controller.request_select_token``: clamp, store, tell the panes."""
-    n = token_count(controller)
-    position = position if 0 <= position < n else -1
-    if with_step:
-        step = step_of(controller, position)
-        if step is not None:
-            controller.request_select(step)
-    if position != controller.token:
-        controller.token = position
-        controller.sig_token_selected.emit(position)
+def resolve_token(controller: Any, position: int, with_step: bool) -> tuple[int, int | None]:
+    """What ``Controller.request_select_token`` selects: ``position`` clamped (-1 when it is
+    no token shown), and with ``with_step`` the step that chose it (None: no step to select)."""
+    position = position if 0 <= position < token_count(controller) else -1
+    return position, step_of(controller, position) if with_step else None

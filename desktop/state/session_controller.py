@@ -55,21 +55,14 @@ class SessionController(QObject):
     def show(self, session: Any, path: str | None = None, index: int = -1) -> None:
         """Show a run of a loaded ``Session`` in every pane, marked as recorded (``index`` -1:
         the run the file says was shown when it was saved)."""
-        from llm_lens.core.records import ModelInfo, RunSummary
+        from llm_lens.core.records import ModelInfo
         from llm_lens.core.sessions.views import RecordedAnalysis
 
         ctl = self.ctl
         index = session.shown_index if index < 0 else index
         run = session.runs[index]
-        ctl.session_index = index
         ctl.request_stop()
-        ctl.run_id = ctl.new_run_id()  # late records of a live run are dropped from now on
-        info = ModelInfo(**session.model)
-        if ctl.info is None or info != ctl.info:
-            ctl.info = info
-            ctl.sig_model_loaded.emit(info)
-        ctl.show_recorded(session, path, RecordedAnalysis(run))
-        ctl.summary = RunSummary.of(ctl.run_id, run.prompt, run.steps, run.finish_reason)
+        ctl.show_recorded(session, path, RecordedAnalysis(run), index, ModelInfo(**session.model))
         ctl.sig_run_started.emit(run.prompt)
         ctl.emit_steps()
         ctl.sig_run_finished.emit(ctl.summary)
@@ -89,7 +82,7 @@ class SessionController(QObject):
         if self.origin is None or self.origin.session is not ctl.session:
             self.origin = Origin.of(ctl.session, ctl.session_path, ctl.new_run_id)
             run = self.origin.session.runs[ctl.session_index]
-            ctl.session = self.origin.session
+            ctl.replace_session(self.origin.session)
         self.origin.revived[run.run_id] = ctl.run_id
 
     def forget_origin(self) -> None:

@@ -64,7 +64,7 @@ def test_three_columns_equal_separate_runs_and_follow_selection(qtbot, window, e
 
     ctl = window.controller
     view.columns[1].show_button.click()
-    assert ctl.steps == columns[1] and ctl.selected == 2
+    assert ctl.steps == tuple(columns[1]) and ctl.selected == 2
     assert ctl.run_id == ctl.compare.start.run_ids[1] and ctl.recorded is None
     from tests.desktop.conftest import wait_result
 

@@ -7,6 +7,7 @@ the pane say there are no experts.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +125,8 @@ def test_dense_model_says_it_has_no_experts(qtbot: Any, tokenizer: Any) -> None:
         qtbot.addWidget(pane)
         pane.resize(600, 400)
         pane.show()
-        ctl.info, ctl.prompt, ctl.steps, ctl.selected = engine.info, run.prompt, run.steps, 1
+        ctl.show_state(replace(ctl.shown, info=engine.info, prompt=run.prompt,
+                               steps=tuple(run.steps), selected=1))  # fmt: skip
         pane.render(ctl.current_step())
         assert pane.dense_label.isVisible() and pane.dense_label.text() == DENSE
         assert not pane.graphics.isVisible() and pane.routing is None

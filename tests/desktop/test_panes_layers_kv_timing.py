@@ -102,7 +102,10 @@ def test_layer_stack_norms_lens_and_prompt_heatmap(qtbot, ran, tmp_path, monkeyp
     # following a live run: no lens is asked for
     asked = []
     monkeypatch.setattr(ran, "request_analysis", lambda kind, **a: asked.append(kind))
-    ran.busy, ran.follow_live = True, True
+    from dataclasses import replace
+
+    ran.busy = True
+    ran.show_state(replace(ran.shown, follow_live=True))
     pane.render(ran.steps[4])
     assert asked == [] and WAIT_TEXT in pane.lens_status.text()
     assert pane.lens_table.rowCount() == 0  # the old step's lens is not shown for this one
@@ -230,7 +233,7 @@ def test_timing_bars_marker_and_click(qtbot, ran, tmp_path):
     assert len(bars["forward"].opts["height"]) == 0 and not pane.marker.isVisible()
 
 
-def test_timing_says_when_the_waits_were_not_measured(qtbot, ran, tmp_path, monkeypatch):
+def test_timing_says_when_the_waits_were_not_measured(qtbot, ran, tmp_path):
     """Where the records could not measure the model thread's waits (several torch threads, a
     GPU that sleeps the thread), the pane says so instead of showing 0 ms of waiting, and the
     CSV leaves those cells empty."""
@@ -242,7 +245,7 @@ def test_timing_says_when_the_waits_were_not_measured(qtbot, ran, tmp_path, monk
         dataclasses.replace(s, timing=dataclasses.replace(s.timing, waits_measured=False))
         for s in ran.steps
     ]
-    monkeypatch.setattr(ran, "steps", unmeasured)
+    ran.show_state(dataclasses.replace(ran.shown, steps=tuple(unmeasured)))
     pane = TimingPane(ran)
     qtbot.addWidget(pane)
     pane.render(ran.current_step())
@@ -259,7 +262,7 @@ def test_timing_says_when_the_waits_were_not_measured(qtbot, ran, tmp_path, monk
         dataclasses.replace(s, timing=dataclasses.replace(s.timing, waits_measured=True))
         for s in unmeasured
     ]
-    monkeypatch.setattr(ran, "steps", measured)
+    ran.show_state(dataclasses.replace(ran.shown, steps=tuple(measured)))
     pane.render(ran.current_step())
     names = [label.text for _, label in pane.plot.legend.items]
     assert names == [name for _, name, _ in PARTS]

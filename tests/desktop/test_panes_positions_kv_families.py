@@ -145,8 +145,8 @@ def kv_pane(qtbot, bare):
 
 
 def test_kv_pane_mistral_window(kv_pane, bare) -> None:
-    bare.info, steps = _kv_records("mistral")
-    bare.steps = steps
+    info, steps = _kv_records("mistral")
+    bare.show_state(replace(bare.shown, info=info, steps=tuple(steps)))
     kv_pane.render(steps[0])
     text = kv_pane.formula_label.text()
     last = steps[0].kv
@@ -162,8 +162,8 @@ def test_kv_pane_mistral_window(kv_pane, bare) -> None:
 
 
 def test_kv_pane_gemma2_alternating(kv_pane, bare) -> None:
-    bare.info, steps = _kv_records("gemma2")
-    bare.steps = steps
+    info, steps = _kv_records("gemma2")
+    bare.show_state(replace(bare.shown, info=info, steps=tuple(steps)))
     kv_pane.render(steps[-1])
     text = kv_pane.formula_label.text()
     assert "tokens seen: 14; 2 full-attention layers hold all of them, 2 with a 5-token" in text
@@ -181,8 +181,9 @@ def test_kv_pane_says_when_the_tensors_hold_other_heads(kv_pane, bare) -> None:
     kv = _steps(model)[0][1]
     if kv.cached_kv_heads == 2:  # not order: transformers ≥ 5.2x stores Falcon's 2 KV heads
         pytest.skip("this transformers' Falcon caches its 2 KV heads: no mismatch to show")
-    bare.info = replace(info, num_kv_heads=2)
-    bare.steps = [_Step(0, kv, True)]
+    bare.show_state(
+        replace(bare.shown, info=replace(info, num_kv_heads=2), steps=(_Step(0, kv, True),))
+    )
     kv_pane.render(bare.steps[0])
     text = kv_pane.formula_label.text()
     assert "the cache holds K/V for 4 heads per layer, the config has 2 KV heads" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -67,11 +68,11 @@ def test_a_render_is_painted_once_inside_the_scheduler_unit(qtbot, ran):
     pane.show()
     qtbot.waitExposed(pane)
     for index in (1, 2, 1, 2):  # both steps' labels measured: the axis has its width
-        ran.selected = index
+        ran.show_state(replace(ran.shown, selected=index))
         pane.render_and_paint()
         qtbot.wait(50)
     paints = PaintCounter(pane.plot_widget.viewport())
-    ran.selected = 1
+    ran.show_state(replace(ran.shown, selected=1))
     pane.render_and_paint()
     assert paints.count == 1
     assert pane.render_times_ms and pane.paint_times_ms

@@ -243,11 +243,11 @@ def test_tokens_pane(qtbot, ran, tmp_path):
     pane.show_ids.setChecked(True)
     assert view.chips[0].width > width
     full = list(steps)
-    ran.steps = full[:3]
+    ran.show_state(dataclasses.replace(ran.shown, steps=tuple(full[:3])))
     pane.render(None)
     assert len(view.chips) == len(prompt) + 3
     assert len(pane.cl100k_view.chips) < len(expected)
-    ran.steps = full
+    ran.show_state(dataclasses.replace(ran.shown, steps=tuple(full)))
     pane.render(None)
     assert [c.token_id for c in view.chips] == prompt.ids + [s.token.id for s in full]
     cl_view = pane.cl100k_view
@@ -263,7 +263,7 @@ def test_tokens_pane(qtbot, ran, tmp_path):
     assert float(rows[len(prompt)][7]) == pytest.approx(full[0].prob)
 
 
-def test_a_new_run_keeps_the_chips_its_prompt_shares(qtbot, ran, monkeypatch):
+def test_a_new_run_keeps_the_chips_its_prompt_shares(qtbot, ran):
     """A run of the same prompt, or of one that shares its start, rebuilds only the chips that
     differ, and the pane ends exactly as a fresh pane would show that prompt."""
     from llm_lens.core.records import TokenInfo
@@ -280,8 +280,11 @@ def test_a_new_run_keeps_the_chips_its_prompt_shares(qtbot, ran, monkeypatch):
         (changed, 3),  # differs at token 3
     ):
         before = list(pane.model_view.chips)
-        monkeypatch.setattr(ran, "prompt", dataclasses.replace(prompt, tokens=tokens))
-        monkeypatch.setattr(ran, "steps", [])
+        ran.show_state(
+            dataclasses.replace(
+                ran.shown, prompt=dataclasses.replace(prompt, tokens=tokens), steps=()
+            )
+        )
         pane._on_run_started(ran.prompt)
         pane.render(None)
         chips = pane.model_view.chips
@@ -318,10 +321,8 @@ def test_tokens_lay_out_a_chunk_a_turn_and_end_as_in_one_go(qtbot, ran, monkeypa
     assert chip_state(pane) == chip_state(whole)
 
     half = show(qtbot, TokensPane(ran))  # a run of a shorter prompt starts halfway
-    monkeypatch.setattr(
-        ran, "prompt", dataclasses.replace(ran.prompt, tokens=ran.prompt.tokens[:-3])
-    )
-    monkeypatch.setattr(ran, "steps", [])
+    shorter = dataclasses.replace(ran.prompt, tokens=ran.prompt.tokens[:-3])
+    ran.show_state(dataclasses.replace(ran.shown, prompt=shorter, steps=()))
     half._on_run_started(ran.prompt)
     for _ in range(100):
         half.render(None)

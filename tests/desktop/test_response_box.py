@@ -3,6 +3,8 @@ tokens: the bytes stay visible (‹f0 9f›) until the character's last byte arr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from llm_lens.core.sampling import GREEDY
 
 REPLACEMENT = "\ufffd"
@@ -66,7 +68,7 @@ def test_a_streamed_token_adds_to_the_box_keeping_the_readers_place(qtbot, contr
     box, bar = panel.response, panel.response.verticalScrollBar()
     panel._on_run_started(None)
     for k in range(1, len(steps) + 1):  # as the controller's flushes announce them
-        controller.steps = steps[:k]
+        controller.show_state(replace(controller.shown, steps=tuple(steps[:k])))
         panel._on_steps()
         assert box.toPlainText() == generated_text([s.token for s in steps[:k]])
         if k == 24:
@@ -112,7 +114,7 @@ def test_streamed_pieces_build_the_box_a_whole_text_would(qtbot, controller):
     whole = QTextBrowser()
     qtbot.addWidget(whole)
     for k in range(1, len(steps) + 1):
-        controller.steps = steps[:k]
+        controller.show_state(replace(controller.shown, steps=tuple(steps[:k])))
         panel._on_steps()
         whole.setPlainText(panel._response_text(steps[:k]))
         assert panel.response.toPlainText() == whole.toPlainText()

@@ -108,7 +108,7 @@ def tiny_controller(qtbot, tiny_engine):
 
     ctl = Controller()
     ctl.worker.workbench.engine = tiny_engine
-    ctl.info = ctl.model_info = tiny_engine.info
+    ctl.use_model(tiny_engine.info)
     yield ctl
     ctl.shutdown()
 

@@ -415,7 +415,7 @@ def test_a_run_the_history_lets_go_is_freed_on_the_model_thread(qtbot, tiny_engi
     monkeypatch.setattr(history, "MAX_ROOTS", 1)  # each run lets the one before go
     ctl = Controller()
     ctl.worker.workbench.engine = tiny_engine
-    ctl.info = ctl.model_info = tiny_engine.info
+    ctl.use_model(tiny_engine.info)
     try:
         with qtbot.waitSignal(ctl.sig_run_finished, timeout=60_000):
             ctl.request_run("the cat sat on the mat", False, GREEDY, 3)
