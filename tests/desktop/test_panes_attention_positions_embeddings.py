@@ -35,7 +35,8 @@ def _render(pane, controller, index):
 
 
 def test_attention_prefill_and_decode_maps(qtbot, ran, tmp_path):
-    from llm_lens.desktop.panes.attention import TILE, AttentionPane, visible_text
+    from llm_lens.desktop.panes.attention import TILE, AttentionPane
+    from llm_lens.desktop.widgets.token_text import visible_text
 
     pane = AttentionPane(ran)
     qtbot.addWidget(pane)
@@ -232,7 +233,8 @@ def test_svg_export(qtbot, ran, tmp_path):
 
 def test_pooling_helpers():
     from llm_lens.core.attention import pool_rows
-    from llm_lens.desktop.panes.attention import strip, visible_text
+    from llm_lens.desktop.panes.attention import strip
+    from llm_lens.desktop.widgets.token_text import visible_text
 
     w = np.arange(25, dtype=np.float32).reshape(5, 5)
     np.testing.assert_array_equal(pool_rows(w, 2), [[6, 8, 9], [16, 18, 19], [21, 23, 24]])
