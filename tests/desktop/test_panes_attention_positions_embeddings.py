@@ -100,8 +100,8 @@ def test_attention_overview_at_prefill(qtbot, ran):
 def test_a_long_prompts_overview_shows_the_recorded_rows(qtbot, ran, monkeypatch):
     """Past OVERVIEW_TOKENS the prefill's overview tiles are each head's recorded last row
     (asking nothing of the worker) and the header says why."""
-    from llm_lens.desktop.panes.attention import pane as attention_pane
     from llm_lens.desktop.panes.attention import TILE, AttentionPane, strip
+    from llm_lens.desktop.panes.attention import pane as attention_pane
 
     monkeypatch.setattr(attention_pane, "OVERVIEW_TOKENS", 4)
     pane = AttentionPane(ran)

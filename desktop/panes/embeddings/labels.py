@@ -1,5 +1,5 @@
-"""How the Embeddings pane lays out its plots: token names that never overlap, and a range
-that leaves the far-off paths out."""
+"""How the Embeddings pane lays out and reads its plots: token names that never overlap, a range
+that leaves the far-off paths out, and the point nearest the mouse."""
 
 from __future__ import annotations
 
@@ -75,3 +75,25 @@ def typical_range(
     pts = coords[~far].reshape(-1, 2) if (~far).any() else coords.reshape(-1, 2)
     (x0, y0), (x1, y1) = pts.min(axis=0).tolist(), pts.max(axis=0).tolist()
     return (x0, y0), (x1, y1), [int(i) for i in np.flatnonzero(far)]
+
+
+def nearest_point(
+    coords: np.ndarray,
+    first: Sequence[int],
+    pixel: tuple[float, float],
+    x: float,
+    y: float,
+    max_px: float,
+) -> int | None:
+    """The id of the point of ``coords`` nearest to (x, y) within ``max_px`` screen pixels
+    (``pixel``: the view's size of one pixel), looking among the ids ``first`` before all."""
+    pw, ph = pixel[0] or 1.0, pixel[1] or 1.0
+    for pool in (np.array(first, np.int64), None):
+        pts = coords if pool is None else coords[pool]
+        if pts.shape[0] == 0:
+            continue
+        d2 = ((pts[:, 0] - x) / pw) ** 2 + ((pts[:, 1] - y) / ph) ** 2
+        best = int(np.argmin(d2))
+        if d2[best] <= max_px**2:
+            return best if pool is None else int(pool[best])
+    return None

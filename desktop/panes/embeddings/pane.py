@@ -17,12 +17,19 @@ from PySide6 import QtWidgets as qw
 from PySide6.QtCore import QPointF, Qt
 
 from llm_lens.core import explain_text as ex
-from llm_lens.desktop.panes.embeddings.labels import Labels, distinct, typical_range
+from llm_lens.desktop.panes.embeddings.labels import (
+    Labels,
+    distinct,
+    nearest_point,
+    typical_range,
+)
 from llm_lens.desktop.panes.embeddings.readouts import (
     SelectionMarks,
     card_of,
+    path_rows,
     path_text,
     point_text,
+    vocab_rows,
 )
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.selection import first_position_of, selected_token
@@ -152,18 +159,9 @@ class EmbeddingsPane(Pane):
         """Vocabulary id of the point nearest to view coordinates (x, y), highlighted first."""
         if self.projection is None:
             return None
-        coords = self.projection.coords
-        pw, ph = self.vocab_plot.getViewBox().viewPixelSize()
-        pw, ph = pw or 1.0, ph or 1.0
-        for pool in (np.array(self.response_ids + self.prompt_ids, np.int64), None):
-            pts = coords if pool is None else coords[pool]
-            if pts.shape[0] == 0:
-                continue
-            d2 = ((pts[:, 0] - x) / pw) ** 2 + ((pts[:, 1] - y) / ph) ** 2
-            best = int(np.argmin(d2))
-            if d2[best] <= max_px**2:
-                return best if pool is None else int(pool[best])
-        return None
+        pixel = self.vocab_plot.getViewBox().viewPixelSize()
+        first = self.response_ids + self.prompt_ids
+        return nearest_point(self.projection.coords, first, pixel, x, y, max_px)
 
     def _view_point(self, scene_pos: QPointF) -> QPointF | None:
         vb = self.vocab_plot.getViewBox()
@@ -404,20 +402,9 @@ class EmbeddingsPane(Pane):
 
     def csv_table(self) -> tuple[Sequence[str], Sequence[Sequence[Any]]]:
         if self.mode.currentIndex() == 0:
-            if self.projection is None:
-                return ("token id", "text", "x", "y"), []
+            coords = None if self.projection is None else self.projection.coords
             ids = distinct(self.prompt_ids + self.response_ids)
-            xy = self.projection.coords
-            rows = [(i, self._texts.get(i, ""), float(xy[i, 0]), float(xy[i, 1])) for i in ids]
-            return ("token id", "text", "x", "y"), rows
-        header = ("position", "token", "layer", "x", "y")
-        if self.paths is None or self.controller.prompt is None:
-            return header, []
-        tokens = self.controller.prompt.tokens
-        c = self.paths.coords
-        rows = [
-            (p, tokens[p].text, layer, float(c[p, layer, 0]), float(c[p, layer, 1]))
-            for p in range(c.shape[0])
-            for layer in range(c.shape[1])
-        ]
-        return header, rows
+            return ("token id", "text", "x", "y"), vocab_rows(coords, ids, self._texts)
+        prompt = self.controller.prompt
+        coords = None if self.paths is None or prompt is None else self.paths.coords
+        return ("position", "token", "layer", "x", "y"), path_rows(coords, prompt)

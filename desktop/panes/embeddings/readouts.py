@@ -1,5 +1,5 @@
 """What the Embeddings pane says about a point and the selected token: hover lines, the
-embedding norm and the card, and the marks of the selected token on both plots."""
+embedding norm and the card, the marks of the selected token on both plots, and its CSV rows."""
 
 from __future__ import annotations
 
@@ -100,3 +100,22 @@ def card_of(controller: Controller, projection: Any) -> ex.Explainer | None:
         xy = projection.coords[tid]
         norm = embedding_norm(controller, tid)
     return ex.embeddings_card(text, tid, xy, norm, projection.explained, len(projection.coords))
+
+
+def vocab_rows(coords: Any, ids: list[int], texts: dict[int, str]) -> list[tuple[Any, ...]]:
+    """CSV rows of the highlighted vocabulary points: id, text, x, y (none before the map)."""
+    if coords is None:
+        return []
+    return [(i, texts.get(i, ""), float(coords[i, 0]), float(coords[i, 1])) for i in ids]
+
+
+def path_rows(coords: Any, prompt: Any) -> list[tuple[Any, ...]]:
+    """CSV rows of the layer paths: position, token, layer, x, y (none before the paths)."""
+    if coords is None:
+        return []
+    c, tokens = coords, prompt.tokens
+    return [
+        (p, tokens[p].text, layer, float(c[p, layer, 0]), float(c[p, layer, 1]))
+        for p in range(c.shape[0])
+        for layer in range(c.shape[1])
+    ]
