@@ -3,7 +3,7 @@
 Each pane names its plots and the pure function that reads one of them
 (:meth:`Pane.hover_targets`: view coordinates in, one line out, '' outside the data), so tests
 call those directly; :func:`install_hover` shows the line in the pane's readout label
-(:meth:`Pane.hover_label`) while the mouse moves over the plots.
+(:meth:`Pane.readout_label`) while the mouse moves over the plots.
 """
 
 from __future__ import annotations
@@ -39,6 +39,6 @@ def install_hover(panes: Mapping[str, Pane], controller: Controller) -> None:
         targets = pane.hover_targets()
         if not targets:
             continue
-        label = pane.hover_label()
+        label = pane.readout_label()
         for target in targets:
             _watch(target, label)

@@ -64,7 +64,7 @@ class Pane(QWidget):
 
     A pane holds its whole story: besides drawing, it marks the selected token
     (:meth:`install_marks`, :meth:`mark_token`), names what is under the mouse
-    (:meth:`hover_targets`, :meth:`hover_label`) and fills its "how to read this" card
+    (:meth:`hover_targets`, :meth:`readout_label`) and fills its "how to read this" card
     (:meth:`explainer`, :meth:`attach_card`). ``desktop.teaching`` calls these hooks for every
     pane alike; the defaults do nothing.
     """
@@ -240,7 +240,7 @@ class Pane(QWidget):
         """The plots whose hover readout this pane writes (none by default)."""
         return []
 
-    def hover_label(self) -> QLabel:
+    def readout_label(self) -> QLabel:
         """The label the hover readout writes to: by default a new line under the pane."""
         label = QLabel()
         label.setWordWrap(True)

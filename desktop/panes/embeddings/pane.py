@@ -388,7 +388,7 @@ class EmbeddingsPane(Pane):
             HoverTarget(self.paths_plot, self.path_point_text),
         ]
 
-    def hover_label(self) -> qw.QLabel:
+    def readout_label(self) -> qw.QLabel:
         """Its own hover line, which the readout replaces (it says more: coordinates, norm)."""
         self._hover_proxy.disconnect()
         return self.hover
