@@ -22,11 +22,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from llm_lens.core import cards as ex
 from llm_lens.core.arithmetic import top_links
-from llm_lens.desktop.panes.attention import MAP_SIZE, visible_text
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.selection import context_tokens
+from llm_lens.desktop.widgets.common import ATTENTION_MAP_SIZE as MAP_SIZE
 from llm_lens.desktop.widgets.pane import Pane
+from llm_lens.desktop.widgets.token_text import visible_text
 
 LIMIT = 300  # lines drawn at most
 ROW = 16  # pixels per token row
@@ -100,6 +102,7 @@ class AttentionLinesPane(Pane):
     """One head's (or one layer's mean) attention as lines from queries to keys."""
 
     title = "Attention lines"
+    card_follows_token = True
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(controller, parent)
@@ -218,15 +221,12 @@ class AttentionLinesPane(Pane):
         self.view.set_data([], self.shown, -1)
         self.status.setText("")
 
-    @staticmethod
-    def explain(pane: Any, ctl: Any) -> Any:
-        from llm_lens.core.cards import attention_card
-
-        if pane.matrix.size == 0:
+    def explainer(self) -> ex.Explainer | None:
+        if self.matrix.size == 0:
             return None
-        tokens = context_tokens(ctl)
-        pos = ctl.token if 0 <= ctl.token < pane.matrix.shape[0] else pane.matrix.shape[0] - 1
-        head = -1 if pane.mean_heads.isChecked() else pane.head_box.value()
-        return attention_card(
-            pane.layer_box.value(), head, pane.matrix, 1, [t.text for t in tokens], pos
+        ctl, tokens = self.controller, context_tokens(self.controller)
+        pos = ctl.token if 0 <= ctl.token < self.matrix.shape[0] else self.matrix.shape[0] - 1
+        head = -1 if self.mean_heads.isChecked() else self.head_box.value()
+        return ex.attention_card(
+            self.layer_box.value(), head, self.matrix, 1, [t.text for t in tokens], pos
         )

@@ -27,10 +27,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from llm_lens.desktop.panes.flow_view import FlowView
-from llm_lens.desktop.panes.tokens import Chip, ChipView, piece_label
+from llm_lens.core import cards as ex
 from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.widgets.flow_view import FlowView
 from llm_lens.desktop.widgets.pane import Pane, steady_axes
+from llm_lens.desktop.widgets.token_text import Chip, ChipView, piece_label
 
 VS_CHOICES = 8  # the alternatives offered: the step's top tokens after the chosen one
 SETTLE_MS = 400  # a selection must rest this long before it is explained unasked (scrubbing
@@ -299,6 +300,10 @@ class AttributionPane(Pane):
         self.heads.clear()
         self.chips.set_chips([])
         self.flow.clear()
+
+    # ----------------------------------------------------------------- its story
+    def explainer(self) -> ex.Explainer | None:
+        return ex.attribution_card(self.result)
 
     # ----------------------------------------------------------------- export
     def plot_items(self) -> list[Any]:

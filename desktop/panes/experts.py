@@ -18,9 +18,11 @@ from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from llm_lens.desktop.panes.attention import label_step, visible_text
+from llm_lens.core import cards as ex
 from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.state.selection import context_tokens
 from llm_lens.desktop.widgets.pane import Pane, steady_axes
+from llm_lens.desktop.widgets.token_text import label_step, visible_text
 
 DENSE = "this model has no experts (dense MLP): every token goes through the same MLP in each layer"
 ALL_LAYERS = "all layers: how many sent it to each expert"
@@ -48,6 +50,7 @@ class ExpertsPane(Pane):
     """Router probabilities and chosen experts per layer, and the experts of every token."""
 
     title = "Experts"
+    card_follows_token = True
     live_interval_ms = 100
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
@@ -289,6 +292,19 @@ class ExpertsPane(Pane):
             f"{len(r.layers)} layers · position {self.position} '{text}': layer "
             f"{int(r.layers[layer])} sent it to experts {went}"
         )
+
+    # ----------------------------------------------------------------- its story
+    def explainer(self) -> ex.Explainer | None:
+        ctl = self.controller
+        step = ctl.current_step()
+        if step is None:
+            return None
+        name = getattr(ctl.info, "name", "This model")
+        if step.routing is None or self.routing is None:
+            return ex.experts_card(None, None, name) if step.routing is None else None
+        tokens = context_tokens(ctl)
+        text = tokens[self.position].text if 0 <= self.position < len(tokens) else None
+        return ex.experts_card(self.routing, text, name)
 
     # ----------------------------------------------------------------- clear / export
     def clear(self) -> None:

@@ -17,6 +17,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
+from llm_lens.core import cards as ex
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.widgets.pane import Pane, steady_axes
 
@@ -248,6 +249,12 @@ class KVCachePane(Pane):
         if any(0 < w <= step.kv.tokens for w in windows):
             return "one token, in the full-attention layers only: the windowed ones are full"
         return "one token"
+
+    # ----------------------------------------------------------------- its story
+    def explainer(self) -> ex.Explainer | None:
+        ctl = self.controller
+        step = ctl.current_step()
+        return None if step is None or ctl.info is None else ex.kvcache_card(ctl.info, step)
 
     # ----------------------------------------------------------------- export
     def plot_items(self) -> list[Any]:

@@ -25,8 +25,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from llm_lens.core import cards as ex
 from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.state.selection import first_position_of
+from llm_lens.desktop.widgets.marks import MARK_PEN, rect_xy
 from llm_lens.desktop.widgets.pane import Pane, steady_axes
+from llm_lens.desktop.widgets.token_text import visible
 
 LENS_K = 5
 PROMPT_LENS_TOKENS = 1024  # the prompt lens unembeds every layer at every position: past this
@@ -35,8 +39,9 @@ WAIT_TEXT = "lens computed when the run ends or when you select a step"
 
 
 def shown(text: str) -> str:
-    """A token's text with its whitespace made visible (␣ space, ↵ newline, ⇥ tab)."""
-    return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍") or "∅"
+    """A token's text with its whitespace made visible, as every pane shows it
+    (:func:`~llm_lens.desktop.widgets.token_text.visible`)."""
+    return visible(text)
 
 
 def first_agreement(lens: Any) -> int | None:
@@ -274,6 +279,49 @@ class LayerStackPane(Pane):
         text = self.hover_text(int(np.floor(p.y())), int(np.floor(p.x())))
         if text:
             self.hover_label.setText(text)
+
+    # ----------------------------------------------------------------- its story
+    def install_marks(self) -> bool:
+        """A box round the selected token's column of the prompt lens; a click on the heatmap
+        selects its position, one on a lens cell where that cell's token occurs."""
+        self._box = pg.PlotDataItem(pen=MARK_PEN)
+        self.heat_plot.addItem(self._box, ignoreBounds=True)
+        self.heat_plot.scene().sigMouseClicked.connect(self._heat_clicked)
+        self.lens_table.cellClicked.connect(self._lens_cell_clicked)
+        return True
+
+    def _heat_clicked(self, ev: Any) -> None:
+        vb = self.heat_plot.vb
+        if self._prompt_lens is not None and vb.sceneBoundingRect().contains(ev.scenePos()):
+            x = int(np.floor(vb.mapSceneToView(ev.scenePos()).x()))
+            if 0 <= x < self._prompt_lens.top1_ids.shape[1]:
+                self.controller.request_select_token(x)
+
+    def _lens_cell_clicked(self, row: int, column: int) -> None:
+        """A lens table cell names a vocabulary token: select where it occurs in the run."""
+        lens = self._lens
+        if lens is not None and row < lens.top_ids.shape[0]:
+            pos = first_position_of(self.controller, int(lens.top_ids[row, column]))
+            if pos >= 0:
+                self.controller.request_select_token(pos)
+
+    def mark_token(self, position: int) -> None:
+        lens = self._prompt_lens
+        if lens is None or not 0 <= position < lens.top1_ids.shape[1]:
+            self._box.setData([], [])
+            self.linked = {}
+            return
+        self._box.setData(*rect_xy(position, 0, position + 1, lens.top1_ids.shape[0]))
+        self.linked = {
+            "lens_column": position,
+            "lens_top1": tuple(row[position] for row in lens.top1_texts),
+        }
+
+    def explainer(self) -> ex.Explainer | None:
+        step = self.controller.current_step()
+        if step is None:
+            return None
+        return ex.layers_card(step, self._lens if self._lens_step == step.index else None)
 
     # ----------------------------------------------------------------- export
     def plot_items(self) -> list[Any]:

@@ -14,45 +14,30 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from llm_lens.core import cards as ex
 from llm_lens.core.records import StepRecord
-from llm_lens.desktop.panes.tokens import piece_label, visible
 from llm_lens.desktop.state.controller import Controller
-from llm_lens.desktop.widgets.pane import Pane, steady_axes
+from llm_lens.desktop.widgets.bars import (
+    BAR_BRUSH,
+    CHOSEN_BRUSH,
+    bar_values,
+    horizontal_bars,
+    tick_label,
+)
+from llm_lens.desktop.widgets.card import Card
+from llm_lens.desktop.widgets.pane import HoverTarget, Pane, steady_axes
+from llm_lens.desktop.widgets.token_text import piece_label
+
+__all__ = ["CHOSEN_BRUSH", "LogitsPane", "bar_values", "tick_label"]
 
 TOP = 20
-BAR_BRUSH = pg.mkBrush(90, 140, 220)
-CHOSEN_BRUSH = pg.mkBrush(245, 150, 40)
-LABEL_CHARS = 16
-
-
-def tick_label(rank: int, text: str) -> str:
-    """'3. ·the' — rank (1-based) and visible text, shortened to stay on the axis."""
-    shown = visible(text)
-    if len(shown) > LABEL_CHARS:
-        shown = shown[: LABEL_CHARS - 1] + "…"
-    return f"{rank}. {shown}"
-
-
-def bar_values(probs: np.ndarray, log: bool) -> tuple[np.ndarray, float]:
-    """Bar ends and the common baseline: (probs, 0), or (log10 probs, a floor below them)."""
-    if not log:
-        return probs.astype(np.float64), 0.0
-    values = np.log10(np.maximum(probs.astype(np.float64), 1e-30))
-    return values, float(math.floor(values.min()) - 0.5)
-
-
-def horizontal_bars(n: int) -> pg.BarGraphItem:
-    """``n`` horizontal bars at rows 0…n−1, all of width 0, built once and later resized."""
-    zeros = np.zeros(n)
-    return pg.BarGraphItem(
-        x0=zeros, y=np.arange(n), width=zeros, height=0.75, brushes=[BAR_BRUSH] * n, pen=None
-    )
 
 
 class LogitsPane(Pane):
     """Top-20 of the selected step's raw distribution, the chosen token highlighted."""
 
     title = "Logits"
+    card_follows_params = True
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(controller, parent)
@@ -147,6 +132,32 @@ class LogitsPane(Pane):
         self.plot.setXRange(0.0, 1.0, padding=0)  # an empty plot: probabilities 0…1
         self.plot.setYRange(-0.6, TOP - 0.4, padding=0)
         self.info.setText("no step selected")
+
+    # ----------------------------------------------------------------- its story
+    def bar_text(self, y: float) -> str:
+        """'rank 1: ' type' id 1234 · logit 17.21 · probability 91.20 %'."""
+        step, row = self._step, int(round(y))
+        if step is None or not 0 <= row < min(len(step.top_ids), TOP):
+            return ""
+        return (
+            f"rank {row + 1}: {step.top_texts[row]!r} id {int(step.top_ids[row])} · "
+            f"logit {float(step.top_logits[row]):.3f} · "
+            f"probability {float(step.top_probs[row]):.4%}"
+        )
+
+    def hover_targets(self) -> list[HoverTarget]:
+        return [HoverTarget(self.plot, lambda x, y: self.bar_text(y))]
+
+    def explainer(self) -> ex.Explainer | None:
+        ctl = self.controller
+        step = ctl.current_step()
+        params = ctl.run_params if ctl.busy else ctl.params  # no re-staging beside a streaming run
+        return None if step is None else ex.logits_card(step, params, params == ctl.run_params)
+
+    def attach_card(self, card: Card) -> None:
+        """The softmax written out is in the card's body: showing logits opens it."""
+        super().attach_card(card)
+        self.show_logits.toggled.connect(card.toggle.setChecked)
 
     # ----------------------------------------------------------------- export
     def plot_items(self) -> list[Any]:

@@ -16,10 +16,13 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QComboBox, QLabel, QStackedWidget, QVBoxLayout, QWidget
 
+from llm_lens.core import cards as ex
 from llm_lens.core.positions import ALIBI, LEARNED, ROPE, PositionView, RopeSet
-from llm_lens.desktop.panes.attention import visible_text
 from llm_lens.desktop.state.controller import Controller
-from llm_lens.desktop.widgets.pane import Pane
+from llm_lens.desktop.state.selection import context_tokens, selected_token
+from llm_lens.desktop.widgets.marks import MARK_PEN, rect_xy
+from llm_lens.desktop.widgets.pane import HoverTarget, Pane
+from llm_lens.desktop.widgets.token_text import visible_text
 
 EMPTY_POSITIONS = 64  # positions drawn before any prompt exists
 ALIBI_DISTANCE = 64  # distances drawn in the ALiBi bias curves
@@ -39,6 +42,7 @@ class PositionsPane(Pane):
     """RoPE angles and frequencies, a learned table and its similarity, or ALiBi slopes."""
 
     title = "Positions"
+    card_follows_token = True
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(controller, parent)
@@ -251,6 +255,53 @@ class PositionsPane(Pane):
         self.stack.setVisible(False)
         self.rope_choice.setVisible(False)
         self.summary.setText(note)
+
+    # ----------------------------------------------------------------- its story
+    def _shown_rope(self) -> RopeSet | None:
+        """The rotary set drawn, or None for a learned table, ALiBi or no positions."""
+        return self.rope if self.view is not None and self.view.rope else None
+
+    def install_marks(self) -> bool:
+        """A band over the selected token's row of rotation angles."""
+        self._band = pg.PlotDataItem(pen=MARK_PEN)
+        self.angle_plot.addItem(self._band, ignoreBounds=True)
+        return True
+
+    def mark_token(self, position: int) -> None:
+        rope = self._shown_rope()
+        if rope is None or not 0 <= position < rope.angles.shape[0]:
+            self._band.setData([], [])
+            self.linked = {}
+            return
+        self._band.setData(*rect_xy(0, position, rope.angles.shape[1], position + 1))
+        self.linked = {"angle_row": np.asarray(rope.angles[position]).copy()}
+
+    def angle_text(self, x: float, y: float) -> str:
+        """'position 5 'the', dimension pair 3: angle 1.23 rad mod 2π (frequency …)'."""
+        rope = self._shown_rope()
+        if rope is None:  # a learned table or ALiBi: no rotation angles
+            return ""
+        row, pair = int(math.floor(y)), int(math.floor(x))
+        if not (0 <= row < rope.angles.shape[0] and 0 <= pair < rope.angles.shape[1]):
+            return ""
+        tokens = context_tokens(self.controller)
+        text = f" {tokens[row].text!r}" if row < len(tokens) else ""
+        return (
+            f"position {row}{text}, dimension pair {pair}: angle "
+            f"{float(rope.angles[row, pair]):.3f} rad mod 2π (frequency "
+            f"{float(rope.inv_freq[pair]):.4g} rad / token)"
+        )
+
+    def hover_targets(self) -> list[HoverTarget]:
+        return [HoverTarget(self.angle_plot, self.angle_text)]
+
+    def explainer(self) -> ex.Explainer | None:
+        rope, ctl = self._shown_rope(), self.controller
+        if rope is None or ctl.info is None:  # learned positions or ALiBi: the pane says which
+            return None
+        chosen = selected_token(ctl)
+        pos, text = (chosen[0], chosen[1].text) if chosen is not None else (0, None)
+        return ex.positions_card(rope.theta, rope.inv_freq, pos, text)
 
     # ----------------------------------------------------------------- clear / export
     def clear(self) -> None:

@@ -21,6 +21,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
+from llm_lens.core import cards as ex
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.widgets.pane import Pane, steady_axes
 
@@ -236,6 +237,11 @@ class TimingPane(Pane):
             line.blockSignals(True)
             line.setValue(step.index)
             line.blockSignals(False)
+
+    # ----------------------------------------------------------------- its story
+    def explainer(self) -> ex.Explainer | None:
+        ctl = self.controller
+        return ex.timing_card(ctl.steps, len(ctl.prompt)) if ctl.prompt is not None else None
 
     # ----------------------------------------------------------------- export
     def plot_items(self) -> list[Any]:

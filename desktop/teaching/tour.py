@@ -91,7 +91,7 @@ class TourDialog(QDialog):
         self._move_selection(title)
         pane.setFocus()
         pane.render_and_paint()  # the card reads what this pane shows now
-        explainer = explainer_of(title, pane, window.controller)
+        explainer = explainer_of(pane)
         said = explainer.headline if explainer is not None else "(nothing to show yet)"
         said = html.escape(said)  # token texts such as <|im_start|> are not markup
         self.visited.append(title)

@@ -29,10 +29,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from llm_lens.desktop.panes.tokens import visible
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.scheduler import REPAINT_MS
 from llm_lens.desktop.views.compare_view import error_label
+from llm_lens.desktop.widgets.token_text import visible
 
 RUN_ID = Qt.ItemDataRole.UserRole
 

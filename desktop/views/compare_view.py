@@ -31,10 +31,10 @@ from PySide6.QtWidgets import (
 
 from llm_lens.core.errors import LensError
 from llm_lens.core.sampling import MAX_CONFIGS as MAX_COLUMNS
-from llm_lens.desktop.panes.tokens import Chip, ChipView, response_chip
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.scheduler import REPAINT_MS
 from llm_lens.desktop.views.sampler_rows import SamplerRow, describe_params
+from llm_lens.desktop.widgets.token_text import Chip, ChipView, response_chip
 
 ERROR_STYLE = "QLabel { background: #b3261e; color: white; padding: 6px; }"
 DIVERGE = QColor("#d93025")

@@ -166,3 +166,7 @@ def _paint_elided(widget: QWidget, text: str, alignment: Qt.AlignmentFlag) -> No
     widget.setToolTip("" if shown == text else text)
     painter.drawText(rect, int(alignment | Qt.AlignmentFlag.AlignVCenter), shown)
     painter.end()
+
+
+ATTENTION_MAP_SIZE = 256  # prompt maps longer than this come back max-pooled from the worker; the
+# Attention and Attention lines panes ask for the same size, so one computed map serves both

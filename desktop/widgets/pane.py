@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from PySide6.QtCore import QCoreApplication, QEvent
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QLabel, QWidget
 
 from llm_lens.core.fileio import atomic_write
 from llm_lens.desktop.state.controller import Controller
+
+if TYPE_CHECKING:
+    from llm_lens.core.cards import Explainer
+    from llm_lens.desktop.widgets.card import Card
 
 LAYOUT_ROUNDS = 3  # rounds of posted layout requests a pane's paint sends: the pane's, a card's,
 # the pane's again for the card's new height (one more is harmless: nothing is pending)
@@ -27,6 +31,15 @@ def steady_axes(*plots: Any) -> None:
     for plot in plots:
         for name in ("left", "right"):
             plot.getAxis(name).setStyle(autoReduceTextSpace=False)
+
+
+class HoverTarget(NamedTuple):
+    """A plot whose hover readout a pane writes: ``text_of(x, y)`` gets the view coordinates
+    under the mouse and returns one line ('' outside the data: the readout keeps its text)."""
+
+    plot: Any  # a pyqtgraph PlotItem
+    text_of: Callable[[float, float], str]
+    scene: Any = None  # the scene whose mouse moves to follow (None: the plot's own)
 
 
 def plain_axes(root: QWidget) -> None:
@@ -48,10 +61,18 @@ class Pane(QWidget):
     less often, within the scheduler's share of the GUI thread; ``on_result``
     receives analysis results the pane asked for with
     ``controller.request_analysis``. ``title`` names the dock.
+
+    A pane holds its whole story: besides drawing, it marks the selected token
+    (:meth:`install_marks`, :meth:`mark_token`), names what is under the mouse
+    (:meth:`hover_targets`, :meth:`readout_label`) and fills its "how to read this" card
+    (:meth:`explainer`, :meth:`attach_card`). ``desktop.teaching`` calls these hooks for every
+    pane alike; the defaults do nothing.
     """
 
     title = "Pane"
     live_interval_ms = 0  # slower than the scheduler's LIVE_MS while a run streams (heavy panes)
+    card_follows_token = False  # the card's numbers are about the selected token
+    card_follows_params = False  # ... or about the sampling settings
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -63,6 +84,9 @@ class Pane(QWidget):
         self._deferred = False  # a render skipped while hidden during a run: due when shown
         self._held = False  # the minimum size is fixed (at the first show)
         self._in_front = True  # its dock's tab is the one shown (set_in_front)
+        self.linked: dict[str, Any] = {}  # what the selection marks show (tests read data)
+        self.card: Card | None = None  # its "how to read this" card, once attached
+        self.readout: QLabel | None = None  # its hover readout line, once made
         controller.sig_selection_changed.connect(self.schedule)
         controller.sig_steps_changed.connect(self.schedule)
         controller.sig_run_started.connect(self._on_run_started)
@@ -199,6 +223,45 @@ class Pane(QWidget):
 
     def on_result(self, kind: str, key: object, result: object) -> None:
         """Analysis results arrive here; ignore the kinds this pane did not ask for."""
+
+    # ----------------------------------------------------------------- its story
+    def install_marks(self) -> bool:
+        """Add the items that mark the selected token and the gestures that select one.
+
+        Returns False (the default) when this pane shows no single token: it is then never
+        asked to :meth:`mark_token`."""
+        return False
+
+    def mark_token(self, position: int) -> None:
+        """Move the marks to context position ``position`` (-1: none) and keep what they
+        highlight in :attr:`linked`. Called after each render and when the selection moves."""
+
+    def hover_targets(self) -> list[HoverTarget]:
+        """The plots whose hover readout this pane writes (none by default)."""
+        return []
+
+    def readout_label(self) -> QLabel:
+        """The label the hover readout writes to: by default a new line under the pane."""
+        label = QLabel()
+        label.setWordWrap(True)
+        label.setToolTip("What is under the mouse")
+        layout = self.layout()
+        if layout is not None:
+            layout.addWidget(label)
+        self.readout = label
+        return label
+
+    def explainer(self) -> Explainer | None:
+        """The card text now: the selected step's numbers in words (None: nothing to explain,
+        the default). May raise IndexError, ValueError or KeyError while a new run arrives."""
+        return None
+
+    def attach_card(self, card: Card) -> None:
+        """Put the card at the bottom of the pane (override to also wire it to a control)."""
+        layout = self.layout()
+        if layout is not None:
+            layout.addWidget(card)
+        self.card = card
 
     # ----------------------------------------------------------------- export
     def plot_items(self) -> list[Any]:

@@ -13,7 +13,7 @@ from PySide6.QtCore import QPoint, Qt
 
 from llm_lens.core.positions import position_view
 from llm_lens.core.sampling import GREEDY
-from llm_lens.desktop.teaching.linking import overview_cell
+from llm_lens.desktop.panes.attention import overview_cell
 from tests.desktop.conftest import wait_result
 
 
@@ -90,22 +90,20 @@ def test_selecting_a_token_in_one_pane_highlights_it_in_every_other(qtbot, shown
 
 
 def test_hover_readouts_and_cards_carry_the_records_numbers(qtbot, shown):
-    from llm_lens.desktop.teaching import hover
-
     win, ctl = shown, shown.controller
     panes = win.panes
     att = panes["Attention"]
-    text = hover.attention_cell_text(att, 1.5, 4.5)
+    text = att.cell_text(1.5, 4.5)
     assert f"weight {float(att.matrix[4, 1]):.4f}" in text
     assert repr(ctl.prompt.tokens[1].text) in text and "layer 0, head 0" in text
-    assert "future token" in hover.attention_cell_text(att, 4.5, 1.5)
+    assert "future token" in att.cell_text(4.5, 1.5)
     step = ctl.current_step()
-    bar = hover.logits_bar_text(panes["Logits"], 0.1)
+    bar = panes["Logits"].bar_text(0.1)
     assert f"logit {float(step.top_logits[0]):.3f}" in bar and f"id {int(step.top_ids[0])}" in bar
     emb = panes["Embeddings"]
     tid = ctl.prompt.tokens[2].id
     x, y = emb.projection.coords[tid]
-    point = hover.embedding_point_text(emb, ctl, float(x), float(y))
+    point = emb.point_text(float(x), float(y))
     norm = float(np.linalg.norm(ctl.prefill.hidden[0, 2]))
     assert f"PC1 {float(x):.3f}" in point and f"‖e‖ {norm:.3f}" in point
 
@@ -197,8 +195,7 @@ def test_grid_marks_land_on_the_cell_that_shows_the_position(n):
     """The mark of position p in a decode tile is the strip cell where a one-hot row at p
     lands; in a prefill tile, the pooled cell of the overview."""
     from llm_lens.core.attention import pool_rows
-    from llm_lens.desktop.panes.attention import strip
-    from llm_lens.desktop.teaching.linking import TILE, strip_bin
+    from llm_lens.desktop.panes.attention import TILE, strip, strip_bin
 
     for p in range(n):
         row = np.zeros(n, np.float32)

@@ -35,7 +35,8 @@ def _render(pane, controller, index):
 
 
 def test_attention_prefill_and_decode_maps(qtbot, ran, tmp_path):
-    from llm_lens.desktop.panes.attention import TILE, AttentionPane, visible_text
+    from llm_lens.desktop.panes.attention import TILE, AttentionPane
+    from llm_lens.desktop.widgets.token_text import visible_text
 
     pane = AttentionPane(ran)
     qtbot.addWidget(pane)
@@ -99,8 +100,8 @@ def test_attention_overview_at_prefill(qtbot, ran):
 def test_a_long_prompts_overview_shows_the_recorded_rows(qtbot, ran, monkeypatch):
     """Past OVERVIEW_TOKENS the prefill's overview tiles are each head's recorded last row
     (asking nothing of the worker) and the header says why."""
-    from llm_lens.desktop.panes import attention as attention_pane
     from llm_lens.desktop.panes.attention import TILE, AttentionPane, strip
+    from llm_lens.desktop.panes.attention import pane as attention_pane
 
     monkeypatch.setattr(attention_pane, "OVERVIEW_TOKENS", 4)
     pane = AttentionPane(ran)
@@ -234,7 +235,8 @@ def test_svg_export(qtbot, ran, tmp_path):
 
 def test_pooling_helpers():
     from llm_lens.core.attention import pool_rows
-    from llm_lens.desktop.panes.attention import strip, visible_text
+    from llm_lens.desktop.panes.attention import strip
+    from llm_lens.desktop.widgets.token_text import visible_text
 
     w = np.arange(25, dtype=np.float32).reshape(5, 5)
     np.testing.assert_array_equal(pool_rows(w, 2), [[6, 8, 9], [16, 18, 19], [21, 23, 24]])

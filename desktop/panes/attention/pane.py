@@ -17,37 +17,27 @@ from PySide6.QtCore import QSignalBlocker, Signal
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
+from llm_lens.core import cards as ex
+from llm_lens.desktop.panes.attention.cells import (
+    TILE,
+    SelectionMarks,
+    cell_text,
+    map_position_at,
+    strip,
+    tile_cell,
+    tile_text,
+)
 from llm_lens.desktop.state.controller import Controller
-from llm_lens.desktop.widgets.pane import Pane, steady_axes
+from llm_lens.desktop.state.selection import context_tokens
+from llm_lens.desktop.widgets.common import ATTENTION_MAP_SIZE
+from llm_lens.desktop.widgets.pane import HoverTarget, Pane, steady_axes
+from llm_lens.desktop.widgets.token_text import label_step, visible_text
 
-MAP_SIZE = 256  # prompt maps longer than this come back max-pooled from the worker
+MAP_SIZE = ATTENTION_MAP_SIZE
 MAX_IMAGE = 1024  # cells per side of the heatmap, at most
-TILE = 32  # pixels per side of one overview thumbnail
 OVERVIEW_TOKENS = 2048  # longer prompts: the overview shows each head's recorded last row (every
 # head's whole map is layers × heads × T² scores: minutes of the worker at 8,192 tokens)
 BUCKET = 32  # the heatmap's image grows in steps of this many cells (stable shapes)
-_WHITESPACE = str.maketrans({" ": "·", "\n": "↵", "\t": "→", "\r": "␍"})
-
-
-def visible_text(text: str, limit: int = 10) -> str:
-    """Token text with whitespace made visible and long pieces shortened, for axis labels."""
-    shown = text.translate(_WHITESPACE) or "∅"
-    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
-
-
-def label_step(cells: float, pixels: float, label_px: float) -> int:
-    """Show every k-th of ``cells`` labels along ``pixels`` so that each gets ``label_px``."""
-    per_cell = max(pixels, 1.0) / max(cells, 1.0)
-    return max(1, math.ceil(label_px / per_cell))
-
-
-def strip(row: np.ndarray, bins: int) -> np.ndarray:
-    """A 1-D attention row resampled to ``bins`` cells: max-pooled, or repeated if short."""
-    n = row.shape[-1]
-    if n >= bins:
-        edges = (np.arange(bins) * n) // bins
-        return np.maximum.reduceat(row, edges, axis=-1)
-    return row[..., (np.arange(bins) * n) // bins]
 
 
 def gqa_note(info: Any, head: int) -> str:
@@ -87,6 +77,7 @@ class AttentionPane(Pane):
     """Heatmap of the selected layer/head (queries × keys) and a clickable grid of all heads."""
 
     title = "Attention"
+    card_follows_token = True
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(controller, parent)
@@ -331,6 +322,63 @@ class AttentionPane(Pane):
                 " tokens)"
             )
         self.header.setText(" · ".join(parts))
+
+    # ----------------------------------------------------------------- its story
+    def install_marks(self) -> bool:
+        """Boxes round the selected token's row and column on the map, lines through it in
+        every tile; a click on the map selects a token."""
+        self._marks = SelectionMarks(self.map_plot, self.grid_plot)
+        self.map_plot.scene().sigMouseClicked.connect(self._map_clicked)
+        return True
+
+    def _map_clicked(self, ev: Any) -> None:
+        position = self.map_cell_at(ev.scenePos())
+        if position is not None:
+            self.controller.request_select_token(position)
+
+    def map_cell_at(self, scene_pos: Any) -> int | None:
+        """The token position a click at ``scene_pos`` on the map selects."""
+        return map_position_at(self.map_plot, self.positions, scene_pos)
+
+    def mark_token(self, position: int) -> None:
+        ctl = self.controller
+        n_prompt = len(ctl.prompt) if ctl.prompt is not None else 0
+        cell, row = tile_cell(ctl.current_step(), n_prompt, position)
+        self.linked = {
+            **self._marks.show(self.matrix, self.block, position),
+            **self._marks.show_tiles(self._grid_shape, cell, row),
+        }
+
+    def cell_text(self, x: float, y: float) -> str:
+        """'query 12 'bank' → key 3 'the': weight 0.412 · layer 3, head 5'."""
+        text = cell_text(self.matrix, self.positions, self.texts, self.block, x, y)
+        if not text:
+            return ""
+        return f"{text} · layer {self.layer_box.value()}, head {self.head_box.value()}"
+
+    def tile_text(self, x: float, y: float) -> str:
+        """'layer 3, head 5: largest weight in the thumbnail 0.91 · click to show this head'."""
+        return tile_text(self._grid_shape, self.tiles.image, x, y)
+
+    def hover_targets(self) -> list[HoverTarget]:
+        return [
+            HoverTarget(self.map_plot, self.cell_text),
+            HoverTarget(self.grid_plot, self.tile_text),
+        ]
+
+    def explainer(self) -> ex.Explainer | None:
+        if self.matrix.size == 0:
+            return None
+        ctl, tokens = self.controller, context_tokens(self.controller)
+        pos = ctl.token if ctl.token >= 0 else len(self.positions) * self.block - 1
+        return ex.attention_card(
+            self.layer_box.value(),
+            self.head_box.value(),
+            self.matrix,
+            self.block,
+            [t.text for t in tokens],
+            min(pos, len(tokens) - 1),
+        )
 
     # ----------------------------------------------------------------- clear / export
     def clear(self) -> None:

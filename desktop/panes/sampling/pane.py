@@ -9,33 +9,29 @@ penalty, temperature, top-k, top-p and min-p reshape and cut the distribution.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QCheckBox,
-    QDoubleSpinBox,
     QLabel,
-    QSlider,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
+from llm_lens.core import cards as ex
 from llm_lens.core.errors import SamplingError
 from llm_lens.core.records import StepRecord
-from llm_lens.core.sampling import STAGE_ORDER, SamplingParams, staged
-from llm_lens.desktop.panes.logits import BAR_BRUSH, CHOSEN_BRUSH, horizontal_bars, tick_label
+from llm_lens.core.sampling import STAGE_ORDER, SamplingParams
+from llm_lens.desktop.panes.sampling.controls import SamplingControls
+from llm_lens.desktop.panes.sampling.stages import SHOW, StageView, recorded_views, stage_views
 from llm_lens.desktop.state.controller import Controller
-from llm_lens.desktop.widgets.common import FlowLayout, group
-from llm_lens.desktop.widgets.pane import Pane, steady_axes
+from llm_lens.desktop.widgets.bars import BAR_BRUSH, CHOSEN_BRUSH, horizontal_bars, tick_label
+from llm_lens.desktop.widgets.pane import HoverTarget, Pane, steady_axes
 
 STAGES = ("raw", *STAGE_ORDER)
 STAGED_KEPT = 64  # staged steps kept (a few KB each)
-SHOW = 15
+
 SHORT = {
     "repetition_penalty": "rep. penalty",
     "temperature": "temperature",
@@ -54,166 +50,11 @@ NOTE_LIVE = (
 )
 
 
-@dataclass(frozen=True)
-class StageView:
-    """One stage as plotted: the raw top-15 tokens' probabilities after this stage."""
-
-    name: str
-    probs: np.ndarray  # (SHOW,) float64, same token ids in every stage
-    kept: int  # tokens with non-zero probability
-    removed_mass: float  # of the previous stage's distribution
-
-
-def stage_views(step: StepRecord, params: SamplingParams) -> list[StageView]:
-    """Run the recorded raw logits through the active stages (core.sampling.staged: shared
-    with the cards)."""
-    import torch
-
-    ids = torch.from_numpy(np.array(step.top_ids[:SHOW]))
-    views = []
-    for stage in staged(step, params):
-        probs = stage.probs[0]  # (vocab,)
-        views.append(
-            StageView(
-                stage.name,
-                probs[ids].double().numpy(),
-                int((probs > 0).sum()),
-                float(stage.removed_mass),
-            )
-        )
-    return views
-
-
-def recorded_views(step: StepRecord, params: SamplingParams) -> list[StageView] | None:
-    """The stages the loop recorded for ``step``, as plotted, when they are those of ``params``.
-
-    The loop staged the step on the model thread already (``StepRecord.stages``: each stage's
-    top-n); :func:`~llm_lens.core.arithmetic.recorded_probs` reads each shown token there, or
-    says None (a repetition penalty pushed it beyond what was recorded): re-stage the logits.
-    """
-    from llm_lens.core.arithmetic import recorded_probs
-
-    shown = []  # per shown token, its probability after each stage
-    for token in step.top_ids[:SHOW]:
-        probs = recorded_probs(step, params, int(token))
-        if probs is None:
-            return None
-        shown.append([p.prob for p in probs])
-    table = np.array(shown, np.float64).reshape(len(shown), len(step.stages))
-    return [
-        StageView(stage.name, table[:, n].copy(), stage.kept, stage.removed_mass)
-        for n, stage in enumerate(step.stages)
-    ]
-
-
-def _double(low: float, high: float, step: float, decimals: int) -> QDoubleSpinBox:
-    box = QDoubleSpinBox()
-    box.setRange(low, high)
-    box.setSingleStep(step)
-    box.setDecimals(decimals)
-    box.setKeyboardTracking(False)
-    return box
-
-
-class SamplingControls(QWidget):
-    """The sampling settings as widgets; ranges allow invalid values so errors show inline.
-
-    Signals:
-        sig_edited(): the user changed a control.
-    """
-
-    sig_edited = Signal()
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.temp_slider = QSlider(Qt.Orientation.Horizontal)
-        self.temp_slider.setRange(0, 200)
-        self.temperature = _double(0.0, 2.0, 0.05, 2)
-        self.top_k = QSpinBox()
-        self.top_k.setRange(0, 49152)
-        self.top_k.setSpecialValueText("off")
-        self.top_p = _double(0.0, 1.0, 0.01, 3)
-        self.min_p = _double(0.0, 1.0, 0.01, 3)
-        self.repetition_penalty = _double(0.0, 5.0, 0.05, 2)
-        self.seed = QSpinBox()
-        self.seed.setRange(-1, 2**31 - 1)
-        self.seed.setSpecialValueText("random")
-        self.greedy = QCheckBox("greedy")
-        for box in (self.top_k, self.seed):
-            box.setKeyboardTracking(False)
-        self._lay_out()
-        self.temp_slider.valueChanged.connect(lambda v: self.temperature.setValue(v / 100))
-        self.temperature.valueChanged.connect(self._sync_slider)
-        for box in (
-            self.temperature,
-            self.top_k,
-            self.top_p,
-            self.min_p,
-            self.repetition_penalty,
-            self.seed,
-        ):
-            box.valueChanged.connect(self.sig_edited)
-        self.greedy.toggled.connect(self.sig_edited)
-
-    def _lay_out(self) -> None:
-        """Label-and-box groups that wrap onto more lines in a narrow pane."""
-        self.temp_slider.setMinimumWidth(80)
-        flow = FlowLayout(self)
-        flow.addWidget(
-            group(QLabel("temperature (0 = greedy)"), self.temp_slider, self.temperature)
-        )
-        for label, box in (
-            ("top-k", self.top_k),
-            ("top-p", self.top_p),
-            ("min-p", self.min_p),
-            ("repetition penalty", self.repetition_penalty),
-            ("seed", self.seed),
-        ):
-            flow.addWidget(group(QLabel(label), box))
-        flow.addWidget(self.greedy)
-
-    def _sync_slider(self, value: float) -> None:
-        self.temp_slider.blockSignals(True)
-        self.temp_slider.setValue(round(value * 100))
-        self.temp_slider.blockSignals(False)
-
-    def read(self) -> SamplingParams:
-        """The settings shown; raises SamplingError for an invalid combination."""
-        seed = self.seed.value()
-        return SamplingParams(
-            temperature=self.temperature.value(),
-            top_k=self.top_k.value(),
-            top_p=self.top_p.value(),
-            min_p=self.min_p.value(),
-            repetition_penalty=self.repetition_penalty.value(),
-            seed=None if seed < 0 else seed,
-            greedy=self.greedy.isChecked(),
-        )
-
-    def reflect(self, params: SamplingParams) -> None:
-        """Show ``params`` without emitting sig_edited."""
-        values = (
-            (self.temperature, params.temperature),
-            (self.top_k, params.top_k),
-            (self.top_p, params.top_p),
-            (self.min_p, params.min_p),
-            (self.repetition_penalty, params.repetition_penalty),
-            (self.seed, -1 if params.seed is None else params.seed),
-        )
-        for box, value in values:
-            box.blockSignals(True)
-            box.setValue(value)
-            box.blockSignals(False)
-        self._sync_slider(params.temperature)
-        self.greedy.blockSignals(True)
-        self.greedy.setChecked(params.greedy)
-        self.greedy.blockSignals(False)
-
-
 class SamplingPane(Pane):
     """Sampling settings, and the selected step's distribution through each active stage."""
 
     title = "Sampling"
+    card_follows_params = True
     live_interval_ms = 150  # three plots
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
@@ -238,6 +79,7 @@ class SamplingPane(Pane):
         self.params: SamplingParams = controller.params
         self.shown_params: SamplingParams = self.params  # the settings of the stages shown
         self.views: list[StageView] = []
+        self.draw: Any = None  # the draw its card replays for the stages shown
         self._placed: tuple[str, ...] = ()
         self._step: StepRecord | None = None
         self._key: tuple[Any, ...] | None = None
@@ -402,6 +244,34 @@ class SamplingPane(Pane):
     def _set_error(self, message: str) -> None:
         self.error.setText(message)
         self.error.setVisible(bool(message))
+
+    # ----------------------------------------------------------------- its story
+    def bar_text(self, stage: str, y: float) -> str:
+        """A bar of one stage: the raw token, its logit and raw probability, and after it."""
+        step, row = self._step, int(round(y))
+        view = next((v for v in self.views if v.name == stage), None)
+        if step is None or view is None or not 0 <= row < len(view.probs):
+            return ""
+        return (
+            f"rank {row + 1}: {step.top_texts[row]!r} id {int(step.top_ids[row])} · "
+            f"logit {float(step.top_logits[row]):.3f} · raw probability "
+            f"{float(step.top_probs[row]):.4%} · after {stage}: {float(view.probs[row]):.4%}"
+        )
+
+    def hover_targets(self) -> list[HoverTarget]:
+        return [
+            HoverTarget(plot, lambda x, y, n=name: self.bar_text(n, y), self.glw.scene())
+            for name, plot in self.plots.items()
+        ]
+
+    def explainer(self) -> ex.Explainer | None:
+        """The card of the stages shown; it also keeps the draw it replays (:attr:`draw`)."""
+        step = self.controller.current_step()
+        if step is None:
+            return None
+        params = self.shown_params
+        explainer, self.draw = ex.sampling_card(step, params, params == self.controller.run_params)
+        return explainer
 
     # ----------------------------------------------------------------- export
     def plot_items(self) -> list[Any]:

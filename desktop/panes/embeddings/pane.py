@@ -16,71 +16,36 @@ import pyqtgraph as pg
 from PySide6 import QtWidgets as qw
 from PySide6.QtCore import QPointF, Qt
 
-from llm_lens.desktop.panes.attention import visible_text
+from llm_lens.core import cards as ex
+from llm_lens.desktop.panes.embeddings.labels import (
+    Labels,
+    distinct,
+    nearest_point,
+    typical_range,
+)
+from llm_lens.desktop.panes.embeddings.readouts import (
+    SelectionMarks,
+    card_of,
+    path_rows,
+    path_text,
+    point_text,
+    vocab_rows,
+)
 from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.state.selection import first_position_of, selected_token
 from llm_lens.desktop.widgets.common import ElidedLabel
-from llm_lens.desktop.widgets.pane import Pane
+from llm_lens.desktop.widgets.pane import HoverTarget, Pane
+from llm_lens.desktop.widgets.token_text import visible_text
 
-MAX_LABELS = 60  # text labels drawn at once in either mode
 HOVER_PX = 8  # how close (in pixels) the mouse must be to a point to name it
 MODES = ("vocabulary", "layer paths")
-
-
-def _distinct(ids: Sequence[int]) -> list[int]:
-    """Ids in first-seen order, each once."""
-    return list(dict.fromkeys(int(i) for i in ids))
-
-
-class _Labels:
-    """A fixed pool of TextItems on one plot, placed greedily so that no two overlap.
-
-    Points come in priority order; one that would overlap an earlier label stays unlabelled
-    (its dot remains, and hovering names it). Zooming re-runs the placement.
-    """
-
-    def __init__(self, plot: Any) -> None:
-        self.plot = plot
-        self.points: list[tuple[Any, str]] = []
-        self.items = [pg.TextItem(anchor=(0, 1), color=(235, 235, 235)) for _ in range(MAX_LABELS)]
-        for item in self.items:
-            item.setVisible(False)
-            plot.addItem(item, ignoreBounds=True)
-        plot.getViewBox().sigRangeChanged.connect(self.place)
-
-    def set(self, points: Sequence[tuple[Any, str]]) -> None:
-        self.points = list(points[: 3 * MAX_LABELS])
-        self.place()
-
-    def place(self, *_: object) -> None:
-        pw, ph = self.plot.getViewBox().viewPixelSize()
-        sized = np.isfinite(pw) and np.isfinite(ph) and pw > 0 and ph > 0
-        boxes: list[tuple[float, float, float, float]] = []
-        for xy, text in self.points:
-            if len(boxes) == len(self.items):
-                break
-            if sized:
-                x, y = float(xy[0]) / pw, float(xy[1]) / ph
-                box = (x, y, x + 7 * len(text) + 6, y + 15)  # pixels: text above-right of xy
-                if any(
-                    box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
-                    for b in boxes
-                ):
-                    continue
-            else:
-                box = (0.0, 0.0, 0.0, 0.0)
-            item = self.items[len(boxes)]
-            boxes.append(box)
-            item.setText(text)
-            item.setPos(float(xy[0]), float(xy[1]))
-            item.setVisible(True)
-        for item in self.items[len(boxes) :]:
-            item.setVisible(False)
 
 
 class EmbeddingsPane(Pane):
     """Vocabulary map with highlighted prompt/response tokens, or per-token layer paths."""
 
     title = "Embeddings"
+    card_follows_token = True
 
     def __init__(self, controller: Controller, parent: qw.QWidget | None = None) -> None:
         super().__init__(controller, parent)
@@ -148,7 +113,7 @@ class EmbeddingsPane(Pane):
         self.neighbour_dots = pg.ScatterPlotItem(size=10, symbol="x", pen=None, brush="m")
         for item in (self.vocab, self.prompt_dots, self.response_dots, self.neighbour_dots):
             plot.addItem(item)
-        self.vocab_labels = _Labels(plot)
+        self.vocab_labels = Labels(plot)
         self._hover_proxy = pg.SignalProxy(
             plot.scene().sigMouseMoved, rateLimit=30, slot=lambda args: self._on_hover(args[0])
         )
@@ -167,7 +132,7 @@ class EmbeddingsPane(Pane):
         self.end_dots = pg.ScatterPlotItem(size=9, symbol="t", pen=pg.mkPen("w"), brush="y")
         plot.addItem(self.start_dots)
         plot.addItem(self.end_dots)
-        self.path_labels = _Labels(plot)
+        self.path_labels = Labels(plot)
         self.depth_bar = pg.ColorBarItem(
             values=(0, 1), colorMap=self.cmap, interactive=False, width=10, label="layer"
         )
@@ -194,18 +159,9 @@ class EmbeddingsPane(Pane):
         """Vocabulary id of the point nearest to view coordinates (x, y), highlighted first."""
         if self.projection is None:
             return None
-        coords = self.projection.coords
-        pw, ph = self.vocab_plot.getViewBox().viewPixelSize()
-        pw, ph = pw or 1.0, ph or 1.0
-        for pool in (np.array(self.response_ids + self.prompt_ids, np.int64), None):
-            pts = coords if pool is None else coords[pool]
-            if pts.shape[0] == 0:
-                continue
-            d2 = ((pts[:, 0] - x) / pw) ** 2 + ((pts[:, 1] - y) / ph) ** 2
-            best = int(np.argmin(d2))
-            if d2[best] <= max_px**2:
-                return best if pool is None else int(pool[best])
-        return None
+        pixel = self.vocab_plot.getViewBox().viewPixelSize()
+        first = self.response_ids + self.prompt_ids
+        return nearest_point(self.projection.coords, first, pixel, x, y, max_px)
 
     def _view_point(self, scene_pos: QPointF) -> QPointF | None:
         vb = self.vocab_plot.getViewBox()
@@ -285,10 +241,10 @@ class EmbeddingsPane(Pane):
                 self.explained.setText(waiting)
                 return
             self._set_vocab(proj, ctl.info.weights_id)
-        ex = self.projection.explained
+        share = self.projection.explained
         self.explained.setText(
             f"PCA of all {len(self.projection.coords):,} input embeddings: "
-            f"PC1 {ex[0]:.1%}, PC2 {ex[1]:.1%} of the variance"
+            f"PC1 {share[0]:.1%}, PC2 {share[1]:.1%} of the variance"
         )
         self._render_overlay(step)
 
@@ -306,12 +262,12 @@ class EmbeddingsPane(Pane):
         """Prompt and response tokens up to the selected step, labelled (reused TextItems)."""
         ctl = self.controller
         coords = self.projection.coords
-        self.prompt_ids = _distinct(ctl.prompt.ids) if ctl.prompt is not None else []
+        self.prompt_ids = distinct(ctl.prompt.ids) if ctl.prompt is not None else []
         upto = ctl.steps[: step.index + 1] if step is not None else []
-        self.response_ids = _distinct(r.token.id for r in upto)
+        self.response_ids = distinct(r.token.id for r in upto)
         self.prompt_dots.setData(pos=coords[np.array(self.prompt_ids, np.int64)].reshape(-1, 2))
         self.response_dots.setData(pos=coords[np.array(self.response_ids, np.int64)].reshape(-1, 2))
-        labelled = _distinct(self.response_ids[::-1] + self.prompt_ids)
+        labelled = distinct(self.response_ids[::-1] + self.prompt_ids)
         self.vocab_labels.set(
             [(coords[i], visible_text(self._texts.get(i, str(i)), 12)) for i in labelled]
         )
@@ -326,8 +282,8 @@ class EmbeddingsPane(Pane):
             return
         self.paths, self._paths_run = paths, ctl.run_id
         self._draw_paths(paths.coords, ctl.prompt.tokens)
-        ex = paths.explained
-        note = f"PCA of the prompt's residual states: PC1 {ex[0]:.1%}, PC2 {ex[1]:.1%}"
+        share = paths.explained
+        note = f"PCA of the prompt's residual states: PC1 {share[0]:.1%}, PC2 {share[1]:.1%}"
         far = self._fit_view(paths.coords)
         if far:
             names = ", ".join(
@@ -350,18 +306,10 @@ class EmbeddingsPane(Pane):
         )
 
     def _fit_view(self, coords: np.ndarray) -> list[int]:
-        """Range over the typical paths; returns the far-off tokens left out (attention sinks).
-
-        A sink token's residual can be ten times longer than the others', which would
-        squeeze every other path into a corner.
-        """
-        centre = np.median(coords.reshape(-1, 2), axis=0)
-        reach = np.linalg.norm(coords - centre, axis=-1).max(axis=1)  # (tokens,)
-        far = reach > 5 * max(float(np.median(reach)), 1e-6)
-        pts = coords[~far].reshape(-1, 2) if (~far).any() else coords.reshape(-1, 2)
-        (x0, y0), (x1, y1) = pts.min(axis=0).tolist(), pts.max(axis=0).tolist()
+        """Range over the typical paths; returns the far-off tokens left out (attention sinks)."""
+        (x0, y0), (x1, y1), far = typical_range(coords)
         self.paths_plot.setRange(xRange=(x0, x1), yRange=(y0, y1), padding=0.05)
-        return [int(i) for i in np.flatnonzero(far)]
+        return far
 
     def _ensure_segments(self, layers: int) -> None:
         """Per-layer segment items, rebuilt only when a model with another depth arrives."""
@@ -399,25 +347,64 @@ class EmbeddingsPane(Pane):
         self.paths, self._paths_run, self._seen_steps = None, -1, 0
         self.neighbour_list.clear()
 
+    # ----------------------------------------------------------------- its story
+    def install_marks(self) -> bool:
+        """A ring on the selected token's point and its path; a click on a point selects
+        where that token occurs in the run."""
+        self._marks = SelectionMarks(self.vocab_plot, self.paths_plot)
+        self.vocab_plot.scene().sigMouseClicked.connect(self._select_clicked)
+        return True
+
+    def _select_clicked(self, ev: Any) -> None:
+        point = self._view_point(ev.scenePos())
+        token = None if point is None else self.nearest(point.x(), point.y())
+        if token is not None:
+            pos = first_position_of(self.controller, token)
+            if pos >= 0:
+                self.controller.request_select_token(pos)
+
+    def mark_token(self, position: int) -> None:
+        chosen = selected_token(self.controller)
+        self.linked = self._marks.show(self.projection, self.paths, chosen)
+
+    def point_text(self, x: float, y: float) -> str:
+        """A vocabulary point: token, its PCA coordinates, and its embedding norm where known."""
+        token = self.nearest(x, y)
+        if token is None:
+            return ""
+        xy = self.projection.coords[token]
+        return point_text(self.controller, token, xy, self._texts.get(token))
+
+    def path_point_text(self, x: float, y: float) -> str:
+        """The nearest point of the layer paths: position, token, layer, coordinates, ‖h‖."""
+        if self.paths is None:
+            return ""
+        pixel = self.paths_plot.getViewBox().viewPixelSize()
+        return path_text(self.controller, self.paths.coords, pixel, x, y)
+
+    def hover_targets(self) -> list[HoverTarget]:
+        return [
+            HoverTarget(self.vocab_plot, self.point_text),
+            HoverTarget(self.paths_plot, self.path_point_text),
+        ]
+
+    def readout_label(self) -> qw.QLabel:
+        """Its own hover line, which the readout replaces (it says more: coordinates, norm)."""
+        self._hover_proxy.disconnect()
+        return self.hover
+
+    def explainer(self) -> ex.Explainer | None:
+        return card_of(self.controller, self.projection)
+
+    # ----------------------------------------------------------------- export
     def plot_items(self) -> list[Any]:
         return [self.vocab_plot if self.mode.currentIndex() == 0 else self.paths_plot]
 
     def csv_table(self) -> tuple[Sequence[str], Sequence[Sequence[Any]]]:
         if self.mode.currentIndex() == 0:
-            if self.projection is None:
-                return ("token id", "text", "x", "y"), []
-            ids = _distinct(self.prompt_ids + self.response_ids)
-            xy = self.projection.coords
-            rows = [(i, self._texts.get(i, ""), float(xy[i, 0]), float(xy[i, 1])) for i in ids]
-            return ("token id", "text", "x", "y"), rows
-        header = ("position", "token", "layer", "x", "y")
-        if self.paths is None or self.controller.prompt is None:
-            return header, []
-        tokens = self.controller.prompt.tokens
-        c = self.paths.coords
-        rows = [
-            (p, tokens[p].text, layer, float(c[p, layer, 0]), float(c[p, layer, 1]))
-            for p in range(c.shape[0])
-            for layer in range(c.shape[1])
-        ]
-        return header, rows
+            coords = None if self.projection is None else self.projection.coords
+            ids = distinct(self.prompt_ids + self.response_ids)
+            return ("token id", "text", "x", "y"), vocab_rows(coords, ids, self._texts)
+        prompt = self.controller.prompt
+        coords = None if self.paths is None or prompt is None else self.paths.coords
+        return ("position", "token", "layer", "x", "y"), path_rows(coords, prompt)

@@ -13,7 +13,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Signal
 
-from llm_lens.desktop.panes.attention import visible_text
+from llm_lens.desktop.widgets.token_text import visible_text
 
 KIND_COLOURS = {0: (66, 133, 244), 1: (150, 150, 150), 2: (244, 160, 0)}  # attn, residual, mlp
 
