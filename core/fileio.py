@@ -12,6 +12,9 @@ on the next save.
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
+import math
 import os
 import stat
 import tempfile
@@ -67,9 +70,12 @@ def write_target(path: str | os.PathLike[str]) -> Path:
 
 
 def output_target(out: str | None) -> Path | None:
-    """Where a command's ``--out`` goes: None for stdout (no option, or ``-``), else the checked
-    :func:`write_target`. An empty name is refused, never taken as stdout."""
-    return None if out is None or out == STDOUT else write_target(out)
+    """Where a command's ``--out`` goes: None for stdout (no option, or ``-``), a FIFO,
+    /dev/null or a terminal as it is (:func:`stream_output`: written into, never replaced),
+    else the checked :func:`write_target`. An empty name is refused, never taken as stdout."""
+    if out is None or out == STDOUT:
+        return None
+    return stream_output(out) or write_target(out)
 
 
 def _kind(mode: int) -> str:
@@ -138,3 +144,100 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def _stream_ok(st: os.stat_result) -> bool:
+    """A FIFO, /dev/null or a terminal: an output the user names to be written into, never
+    replaced (any other device, a disk above all, is refused)."""
+    if stat.S_ISFIFO(st.st_mode):
+        return True
+    if not stat.S_ISCHR(st.st_mode):
+        return False
+    null = os.stat(os.devnull)
+    return st.st_rdev == null.st_rdev or os.major(st.st_rdev) in TERMINAL_MAJORS
+
+
+TERMINAL_MAJORS = (4, 5, *range(136, 144))  # Linux: ttys, /dev/tty, pseudo-terminals
+
+
+def stream_output(path: str | os.PathLike[str]) -> Path | None:
+    """``path`` when it names (through links) a FIFO, /dev/null or a terminal, which an
+    output is written into rather than replaced; None for anything else."""
+    target = user_path(path)
+    try:
+        st = os.stat(target)
+    except OSError:
+        return None
+    return target if _stream_ok(st) else None
+
+
+def write_stream_text(path: Path, text: str) -> None:
+    """Write ``text`` into a FIFO, /dev/null or a terminal. A FIFO that no one reads is refused
+    at once (it would block for ever) rather than waited on."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise PathError(f"{path}: a FIFO that no one is reading; nothing written") from exc
+        raise PathError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+    try:
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "w", encoding="utf-8", closefd=False) as f:
+            f.write(text)
+    except OSError as exc:
+        raise PathError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+    finally:
+        os.close(fd)
+
+
+NOT_FINITE = "_not_finite"  # the suffix of the key that says why a number beside it is null
+
+
+def _reason(x: float) -> str:
+    return "NaN" if math.isnan(x) else "Infinity" if x > 0 else "-Infinity"
+
+
+def _bad(value: object) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def finite_json(data: object) -> object:
+    """``data`` with each NaN or ±Inf written as None and its reason beside it: a key ``k``
+    gets ``k_not_finite`` ("NaN", "Infinity" or "-Infinity"); a list under ``k`` gets
+    ``k_not_finite`` as [[index, reason], …]. What any strict JSON parser (RFC 8259) reads."""
+    if isinstance(data, dict):
+        out: dict[object, object] = {}
+        for key, value in data.items():
+            out[key] = finite_json(value)
+            if _bad(value):
+                out[f"{key}{NOT_FINITE}"] = _reason(value)
+            elif isinstance(value, list | tuple) and any(_bad(v) for v in value):
+                out[f"{key}{NOT_FINITE}"] = [
+                    [i, _reason(v)] for i, v in enumerate(value) if _bad(v)
+                ]
+        return out
+    if isinstance(data, list | tuple):
+        return [finite_json(v) for v in data]
+    return None if _bad(data) else data
+
+
+def strict_json(data: object, **options: object) -> str:
+    """``json.dumps`` of :func:`finite_json` ``data``, refusing anything a strict parser would
+    not read (``allow_nan=False`` as a last guard)."""
+    return json.dumps(finite_json(data), allow_nan=False, **options)  # type: ignore[arg-type]
+
+
+def first_not_finite(data: object, where: str = "") -> str | None:
+    """The path ("runs/0/steps/3/entropy") of the first NaN or ±Inf in ``data``, or None."""
+    items: list[tuple[object, object]] = []
+    if isinstance(data, dict):
+        items = list(data.items())
+    elif isinstance(data, list | tuple):
+        items = list(enumerate(data))
+    elif _bad(data):
+        return f"{where or '(the value)'} ({_reason(data)})"  # type: ignore[arg-type]
+    for key, value in items:
+        found = first_not_finite(value, f"{where}/{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None

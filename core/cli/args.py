@@ -1,6 +1,8 @@
 """What every headless command shares: an argument parser whose mistakes are one line, and the
 one guard that turns anything that goes wrong into one line on stderr:
 
+- the model computed NaN or Inf (:class:`NonFiniteError`): where it first did, exit status 1
+  (the input was fine; the model's numbers are not);
 - a user mistake (:class:`LensError`, an unreadable or unwritable file, running out of memory):
   the message, exit status 2;
 - Ctrl+C: the run stops between steps, nothing half-done is written, exit status 130;
@@ -19,9 +21,10 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import NoReturn, TypeVar
 
-from llm_lens.core.errors import LensError
+from llm_lens.core.errors import LensError, NonFiniteError
 
 INTERRUPTED = 130
+BROKEN_MODEL = 1  # the exit status when the model computed NaN or Inf
 T = TypeVar("T")
 _doing = ["starting"]
 
@@ -100,6 +103,9 @@ def guarded(command: str, body: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         _say(command, "interrupted (Ctrl+C); stopped, nothing was written")
         return INTERRUPTED
+    except NonFiniteError as exc:
+        _say(command, f"error: {exc}")
+        return BROKEN_MODEL
     except (LensError, OSError) as exc:
         _say(command, f"error: {exc}")
         return 2

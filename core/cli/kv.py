@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from llm_lens.core.cli.args import Parser, guarded
+from llm_lens.core.fileio import strict_json
 from llm_lens.core.kvcache import (
     DEFAULT_TOKENS,
     MAX_COUNT,
@@ -49,7 +49,7 @@ def _run(args: argparse.Namespace) -> int:
     if tokens is None:
         tokens = layout_from_config(cfg).context_length or DEFAULT_TOKENS
     report = build_report(args.config, cfg, tokens, args.batch, args.dtype)
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    print(strict_json(report, indent=2) if args.json else format_report(report))
     return 0
 
 

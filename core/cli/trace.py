@@ -58,15 +58,19 @@ def trace_parser() -> argparse.ArgumentParser:
 
 def check_inputs(args: argparse.Namespace, session: str | None = None) -> None:
     """Refuse a prompt or an output the run could not use, before the model is loaded."""
+    from llm_lens.core.errors import LensError
     from llm_lens.core.fileio import output_target, write_target
     from llm_lens.core.tokens import check_text
 
     check_text(args.prompt)
     for stop in args.stop:
         check_text(stop, "a --stop string")
-    output_target(args.out)
-    if session is not None:
-        write_target(session)
+    out = output_target(args.out)
+    if session is not None and write_target(session) == out:
+        raise LensError(
+            f"--out and --session name the same file ({session}); "
+            "the trace would replace the session"
+        )
 
 
 def load_engine(args: argparse.Namespace) -> tuple[Any, Any]:

@@ -5,12 +5,17 @@ The schema is documented in ``docs/trace-format.md``; bump :data:`SCHEMA` on any
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from llm_lens.core.fileio import atomic_write_text, output_target
+from llm_lens.core.fileio import (
+    atomic_write_text,
+    output_target,
+    stream_output,
+    strict_json,
+    write_stream_text,
+)
 from llm_lens.core.layers import LensResult, logit_lens
 from llm_lens.core.records import PromptTokens, RunSummary, StepRecord
 
@@ -114,15 +119,26 @@ def trace_dict(
     }
 
 
+def json_text(data: Any) -> str:
+    """Strict JSON (RFC 8259): a NaN or Inf is written as null with its reason beside it
+    (:func:`~llm_lens.core.fileio.finite_json`), never as a bare ``NaN``."""
+    return strict_json(data, ensure_ascii=False, indent=1)
+
+
 def emit_json(data: Any, out: str | None) -> None:
-    """A command's JSON result: to the ``--out`` file (atomically), else (or ``-``) to stdout."""
+    """A command's JSON result: to the ``--out`` file (atomically; a FIFO, /dev/null or a
+    terminal written into), else (or ``-``) to stdout."""
     target = output_target(out)
     if target is None:
-        print(json.dumps(data, ensure_ascii=False, indent=1))
+        print(json_text(data))
     else:
         write_json(data, target)
 
 
 def write_json(data: Any, path: str | Path) -> None:
-    """Write JSON atomically."""
-    atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=1))
+    """Write JSON atomically, or into a FIFO, /dev/null or a terminal."""
+    stream = stream_output(path)
+    if stream is not None:
+        write_stream_text(stream, json_text(data) + "\n")
+    else:
+        atomic_write_text(path, json_text(data))

@@ -8,6 +8,7 @@ panes need to numpy once.
 from __future__ import annotations
 
 from contextlib import ExitStack
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,47 @@ import torch
 
 from llm_lens.core.anatomy import Anatomy
 from llm_lens.core.attention import Tap, tapping
+
+EMBEDDINGS = "the embeddings (the first layer's input)"
+PASS_THROUGH = (torch.nn.Dropout, torch.nn.Identity)  # children whose output is their input
+NORM_WORDS = ("norm", "ln")
+MLP_WORDS = ("mlp", "ffn", "feed_forward", "moe", "expert", "fc", "dense", "act", "proj")
+MIXER_WORDS = ("mixer", "mamba", "ssm", "conv", "linear_attn", "recurrent")
+
+
+def sublayer_name(name: str, module: Any, attention: Any) -> str:
+    """What a decoder layer's child is, for a message: "attention", "mixer" (a layer's token
+    mixer that is not attention: Mamba, convolution, linear attention), "MLP", "norm (NAME)",
+    or its own name."""
+    low = name.lower()
+    if module is attention:
+        return "attention" if "attention" in type(module).__name__.lower() else f"mixer ({name})"
+    if any(w in low for w in MIXER_WORDS):
+        return f"mixer ({name})"
+    if any(w in low for w in NORM_WORDS) or "norm" in type(module).__name__.lower():
+        return f"norm ({name})"
+    if any(w in low for w in MLP_WORDS):
+        return "MLP"
+    return name
+
+
+def layer_output(index: int) -> str:
+    return f"layer {index}'s output (its residual sum)"
+
+
+class Probe:
+    """One stage's output in the order the pass computed it, kept to find where a NaN or Inf
+    first appeared: a one-position output itself (a reference; nothing is computed), a longer
+    one reduced to its per-position (min, max), which NaN and ±Inf both survive."""
+
+    __slots__ = ("where", "kept")
+
+    def __init__(self, where: str, output: Any) -> None:
+        self.where = where
+        if output.dim() >= 2 and output.shape[-2] > 1:
+            low, high = torch.aminmax(output, dim=-1)
+            output = torch.stack((low, high), dim=-1)  # (..., seq, 2)
+        self.kept = output.detach()
 
 
 class Capture:
@@ -26,8 +68,9 @@ class Capture:
     embedding multiplier are in it. ``fast`` runs the real attention with SDPA (long prompts).
     """
 
-    def __init__(self, anatomy: Anatomy, fast: bool = False) -> None:
+    def __init__(self, anatomy: Anatomy, fast: bool = False, probe: bool = False) -> None:
         self.anatomy = anatomy
+        self.probing = probe  # also keep every sublayer's output (:class:`Probe`), in order
         self.hidden: list[
             Any
         ] = []  # layers + 1 tensors (1, seq, hidden); a prompt's: (1, 1, hidden)
@@ -37,6 +80,8 @@ class Capture:
         self._positions: np.ndarray | None = None
         self.attn_out: list[Any] = []  # layers tensors (hidden,): the last position
         self.tap = Tap(anatomy.layer_of, fast=fast, rows=True)
+        self.probes: list[Probe] = []  # every stage's output, in the order computed
+        self._last: tuple[Any, Any] | None = None
         self._handles: list[Any] = []
         self._stack = ExitStack()
 
@@ -49,10 +94,15 @@ class Capture:
         a = self.anatomy
         first = a.layers[0].register_forward_pre_hook(self._on_input, with_kwargs=True)
         self._handles.append(first)
-        for layer in a.layers:
-            self._handles.append(layer.register_forward_hook(self._on_hidden))
+        for i, layer in enumerate(a.layers):
+            if self.probing:
+                self._probe_children(i, layer)
+            self._handles.append(layer.register_forward_hook(partial(self._on_hidden, i)))
         for attn in a.attn:
             self._handles.append(attn.register_forward_hook(self._on_attn))
+        if self.probing:
+            final = partial(self._on_probe, "the final norm's output")
+            self._handles.append(a.final_norm.register_forward_hook(final))
         self._stack.enter_context(tapping(self.tap))
         return self
 
@@ -62,11 +112,38 @@ class Capture:
         self._handles.clear()
         self._stack.close()
 
-    def _on_input(self, _module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self._keep(args[0] if args else kwargs["hidden_states"])
+    @property
+    def prompt_positions(self) -> np.ndarray | None:
+        """A pass over several positions: its residual stream at each, copied as it ran
+        ((layers + 1, seq, hidden) float32); None for a pass over one."""
+        return self._positions
 
-    def _on_hidden(self, _module: Any, _inputs: Any, output: Any) -> None:
-        self._keep(output[0] if isinstance(output, tuple) else output)
+    def _probe_children(self, index: int, layer: Any) -> None:
+        """Hook each child of decoder layer ``index`` (its norms, attention or mixer, MLP) so
+        a NaN is placed in the sublayer that first computed it."""
+        attention = self.anatomy.attn[index]
+        for name, child in layer.named_children():
+            if isinstance(child, PASS_THROUGH) or isinstance(child, torch.nn.ModuleList):
+                continue
+            where = f"layer {index}'s {sublayer_name(name, child, attention)} output"
+            self._handles.append(child.register_forward_hook(partial(self._on_probe, where)))
+
+    def _on_probe(self, where: str, _module: Any, _inputs: Any, output: Any) -> None:
+        out = _first_tensor(output)
+        if out is not None:
+            self.probes.append(Probe(where, out))
+
+    def _on_input(self, _module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        h = args[0] if args else kwargs["hidden_states"]
+        if self.probing:
+            self.probes.append(Probe(EMBEDDINGS, h))
+        self._keep(h)
+
+    def _on_hidden(self, index: int, _module: Any, _inputs: Any, output: Any) -> None:
+        h = _first_tensor(output)
+        if self.probing:
+            self.probes.append(Probe(layer_output(index), h))
+        self._keep(h)
 
     def _keep(self, h: Any) -> None:
         """Keep one residual-stream tensor (1, seq, hidden); a prompt's (seq > 1, one sequence)
@@ -84,10 +161,11 @@ class Capture:
         self.attn_out.append(out[0, -1].clone())  # (hidden,)
 
     def last_position(self) -> tuple[Any, Any]:
-        """(layers + 1, hidden) residual stream and (layers, hidden) attention updates."""
-        hidden = torch.stack([h[0, -1] for h in self.hidden])
-        updates = torch.stack(self.attn_out)
-        return hidden, updates
+        """(layers + 1, hidden) residual stream and (layers, hidden) attention updates, stacked
+        once (the finiteness check and the record both read them)."""
+        if self._last is None:
+            self._last = (torch.stack([h[0, -1] for h in self.hidden]), torch.stack(self.attn_out))
+        return self._last
 
     def all_positions(self) -> Any:
         """(layers + 1, seq, hidden) residual stream at every position."""
@@ -102,3 +180,10 @@ class Capture:
             self._positions = torch.stack([h[0] for h in self.hidden]).float().cpu().numpy()
         self._positions.setflags(write=False)
         return self._positions
+
+
+def _first_tensor(output: Any) -> Any | None:
+    """A module's output tensor: itself, or the first item of the tuple it returned."""
+    if isinstance(output, tuple | list):
+        output = output[0] if output else None
+    return output if isinstance(output, torch.Tensor) else None

@@ -34,6 +34,7 @@ from llm_lens.core.experts import RouterCapture, routing_of
 from llm_lens.core.loading import LoadedModel
 from llm_lens.core.loop.capture import Capture
 from llm_lens.core.loop.clock import SOUND_SHARE, StepClock, measures_waits, off_cpu_share
+from llm_lens.core.loop.finite import check_step
 from llm_lens.core.records import (
     PrefillCapture,
     PromptTokens,
@@ -298,6 +299,10 @@ class Run:
         m0 = clock.mark()
         between = 0.0 if self._handed_over is None else (m0[0] - self._handed_over) * 1e3
         cap, logits, known_ms = self._forward(ids, eager, prefill)
+        check_step(
+            self.engine, self.cache, cap, logits, context, len(self.steps), eager
+        )  # no token
+        # is chosen from NaN
         m1 = clock.mark()
         stages = sampling.run_stages(logits, [context], self.params)
         token_id = sampling.choose(stages[-1], self.params, generator)

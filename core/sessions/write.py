@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from llm_lens.core.fileio import PathError, atomic_write
+from llm_lens.core.fileio import PathError, atomic_write, first_not_finite
 from llm_lens.core.records import PromptTokens, StepRecord, TokenInfo, frozen
 from llm_lens.core.sessions import routing as routing_arrays
 from llm_lens.core.sessions.compact import (
@@ -280,7 +280,21 @@ def _plan(session: Session, vectors: bool = False) -> tuple[bytes, list[_Member]
             m.name: {"dtype": m.dtype, "shape": list(m.shape), "part": m.part} for m in members
         },
     }  # fmt: skip
-    return json.dumps(manifest, indent=1, default=_plain).encode("ascii"), members
+    return manifest_json(manifest), members
+
+
+def manifest_json(manifest: dict[str, Any]) -> bytes:
+    """The manifest as strict JSON (RFC 8259). A NaN or Inf in it (a run whose numbers broke)
+    refuses the save with one line naming where: a reader expects a number there, and a bare
+    ``NaN`` is not JSON."""
+    try:
+        return json.dumps(manifest, indent=1, default=_plain, allow_nan=False).encode("ascii")
+    except ValueError:
+        where = first_not_finite(json.loads(json.dumps(manifest, default=_plain)))
+        raise SessionError(
+            f"the session holds a number that is not finite at {where}; not saved "
+            "(the model's numbers broke: a session file keeps only real numbers)"
+        ) from None
 
 
 def _plain(value: Any) -> Any:

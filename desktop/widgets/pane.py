@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from PySide6.QtCore import QCoreApplication, QEvent
 from PySide6.QtWidgets import QLabel, QWidget
 
+from llm_lens.core.exports.table import write_csv
 from llm_lens.core.fileio import atomic_write
 from llm_lens.desktop.state.controller import Controller
 
@@ -273,15 +273,9 @@ class Pane(QWidget):
         return (), ()
 
     def export_csv(self, path: str | Path) -> None:
-        header, rows = self.csv_table()
-
-        def write(tmp: str) -> None:
-            with open(tmp, "w", newline="", encoding="utf-8") as f:
-                w = csv.writer(f)
-                w.writerow(header)
-                w.writerows(rows)
-
-        atomic_write(path, write)
+        """The pane's ``csv_table``, written atomically; a cell a spreadsheet would run as a
+        formula (a token's text beginning with =, +, - or @) is written as text."""
+        write_csv(path, *self.csv_table())
 
     def export_image(self, path: str | Path) -> None:
         """PNG or SVG by suffix. PNG: the first plot via pyqtgraph's exporter, else the widget.

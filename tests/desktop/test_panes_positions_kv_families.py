@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from llm_lens.core.positions import position_view
-from tests.core.test_kv_windows import FAMILIES, _config, _model, _steps
+from tests.core.kvcache.test_windows import FAMILIES, _config, _model, _steps
 from tests.core.test_positions import _model as _pos_model
 
 
