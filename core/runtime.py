@@ -122,7 +122,7 @@ def release_memory() -> bool:
     A long prompt's forward pass frees gigabytes of activations, but glibc keeps freed blocks
     under its mmap threshold (which grows up to 32 MB as large blocks are freed) in the heap:
     after an 8,192-token run the process stayed 1.3 GB larger than what it still held
-    (docs/performance.md). Costs a walk of the free lists: milliseconds.
+    (docs/performance-history.md, "Third pass"). Costs a walk of the free lists: milliseconds.
     """
     import ctypes
     import sys

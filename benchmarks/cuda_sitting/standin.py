@@ -4,7 +4,8 @@
 kernels, so its time a step, for a machine the GGUF cannot travel to. ``--gil-bound`` cuts it
 to hidden size 96 (3 query heads, 1 key/value head, head size 32) keeping its 30 layers: a model
 that is all operator overhead, whose thread wants the GIL almost all the time, as a GPU's does
-(docs/performance.md, "Eleventh pass"). Weights are seeded, so two builds are the same model.
+(docs/performance-history.md, "Eleventh pass"). Weights are seeded, so two builds are the same
+model.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ def _prepare_environment() -> None:
 
 
 # 1 ms, not Python's 5 ms: with the streaming budget the model thread's GIL wait per decode step
-# was 0-4 ms at 1 ms against 6-8 ms at 5 ms (docs/performance.md, "Second pass")
+# was 0-4 ms at 1 ms against 6-8 ms at 5 ms (docs/performance-history.md, "Second pass")
 SWITCH_INTERVAL_S = 0.001
 
 

@@ -15,10 +15,11 @@ unit, the response text follows every token), stays within ``share`` of the time
 which no pane renders. (Tried and measured worse: letting each pane's rate
 follow its own cost, so cheap panes stay live, with one unit's time of rest between units: the
 same pane time per second, but the model thread waited 3–10 times as long for the GIL; see
-docs/performance.md.) When the run ends the rest is dropped (:meth:`RepaintScheduler.wake`) and
-every pane renders the final step at the normal rate: what it shows then is the same as without
-the budget. Before a run's prefill the panes clear at the normal rate too, while the model
-waits for them (:meth:`RepaintScheduler.when_idle`; ``Controller.preparing``).
+docs/performance-history.md, "Second pass".) When the run ends the rest is dropped
+(:meth:`RepaintScheduler.wake`) and every pane renders the final step at the normal rate: what
+it shows then is the same as without the budget. Before a run's prefill the panes clear at the
+normal rate too, while the model waits for them (:meth:`RepaintScheduler.when_idle`;
+``Controller.preparing``).
 """
 
 from __future__ import annotations

@@ -123,6 +123,34 @@ def test_installed_layout(installed: Path) -> None:
     assert not list((INSTALL_DIR / "_internal").rglob("libtorch_cuda*"))
 
 
+def test_what_the_app_never_loads_is_left_out(installed: Path) -> None:
+    """The lean rules of packaging/llm-lens.spec hold, and what the app loads is kept."""
+    internal = INSTALL_DIR / "_internal"
+    qt = internal / "PySide6" / "Qt"
+    gone = [
+        qt / "translations",
+        qt / "plugins" / "tls",
+        qt / "plugins" / "platforms" / "libqvnc.so",
+        qt / "plugins" / "platforms" / "libqeglfs.so",
+        internal / "torch" / "include",
+        internal / "torch" / "bin" / "upgrader_models",
+        internal / "torch" / "testing" / "_internal" / "common_utils.py",
+    ]
+    assert [str(path) for path in gone if path.exists()] == []
+    assert not list(internal.glob("transformers/models/*/modular_*.py"))
+    assert not list(qt.glob("lib/libQt6Network.so*"))
+    kept = [
+        qt / "plugins" / "platforms" / "libqxcb.so",
+        qt / "plugins" / "platforms" / "libqwayland.so",
+        qt / "plugins" / "platforms" / "libqoffscreen.so",
+        qt / "plugins" / "imageformats" / "libqsvg.so",
+        internal / "torch" / "testing" / "_internal" / "logging_tensor.py",  # for checkpoint
+        internal / "torch" / "testing" / "_internal" / "distributed" / "fake_pg.py",
+        internal / "transformers" / "models" / "llama" / "modeling_llama.py",
+    ]
+    assert [str(path) for path in kept if not path.is_file()] == []
+
+
 def test_menu_entry_validates(installed: Path) -> None:
     if shutil.which("desktop-file-validate") is None:
         cmd = ["apt-get", "install", "-y", "--no-install-recommends", "desktop-file-utils"]
