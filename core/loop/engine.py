@@ -1,9 +1,11 @@
 """The step loop: one prefill over the prompt, then one cached forward per new token.
 
-Every step yields a :class:`~core.records.StepRecord` built from the model's own outputs. The
-loop records only what is cheap (last-position hidden states, the new query's attention row,
-top-N logits, KV sizes); the logit lens and prompt attention maps are derived on demand by
-:class:`~core.analysis.RunAnalysis`.
+Every step yields a :class:`~llm_lens.core.records.StepRecord` built from the model's own
+outputs. The loop records only what is cheap (last-position hidden states, the new query's
+attention row, top-N logits, KV sizes); the logit lens and prompt attention maps are derived on
+demand from a finished run's records and cache by :func:`llm_lens.core.loop.analyses.compute`
+(which calls :mod:`llm_lens.core.layers` and :mod:`llm_lens.core.attention`), or read from a
+session file's recording by :class:`llm_lens.core.sessions.views.RecordedAnalysis`.
 """
 
 from __future__ import annotations
