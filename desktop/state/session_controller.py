@@ -151,8 +151,8 @@ class SessionController(QObject):
     def _explanations(self) -> dict[int, dict[tuple[int, Any], Any]]:
         """ "Why this token?" results computed in this window, by run id and (step, vs)."""
         out: dict[int, dict[tuple[int, Any], Any]] = {}
-        for key, result in list(self.ctl._results.items()):
-            if key[0] == "explain" and result is not None and isinstance(key[1], int):
+        for key, result in self.ctl.analyses.results("explain"):
+            if result is not None and isinstance(key[1], int):
                 args = dict(key[2:])
                 out.setdefault(key[1], {})[(int(args["step"]), args.get("vs"))] = result
         return out
@@ -190,6 +190,24 @@ class SessionController(QObject):
 
         worker.submit("export", ("export", path), job)
         ctl.request_serve()
+
+    def answered(self, kind: str, key: Any, result: Any) -> bool:
+        """Take the model thread's answer to a session job (False: not one of these): a file
+        read is shown, a file written marks the run saved (not an autosave), and both a write
+        and an export announce ``sig_saved``."""
+        ctl = self.ctl
+        if kind == "open_session":
+            self.show(result[1], result[0])
+        elif kind == "export":
+            ctl.sig_saved.emit(result[0], result[1])
+        elif kind == "save_session":
+            path, size, session = result
+            if key[1] != self.autosave_path():
+                ctl.mark_saved(session, path)
+            ctl.sig_saved.emit(path, size)
+        else:
+            return False
+        return True
 
     @staticmethod
     def autosave_path() -> str:
