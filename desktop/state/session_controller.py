@@ -44,10 +44,12 @@ class SessionController(QObject):
         self._cancel.set()
 
     def _progress(self, path: str, cancel: threading.Event) -> Any:
-        """The save's progress callback (called on the model thread): False cancels it."""
+        """The save's progress callback (called on the model thread): False cancels it. It
+        holds the bound signal, not this object."""
+        emit = self.sig_save_progress.emit
 
         def report(done: int, total: int) -> bool:
-            self.sig_save_progress.emit(path, done, total)
+            emit(path, done, total)
             return not cancel.is_set()
 
         return report
@@ -137,10 +139,10 @@ class SessionController(QObject):
             )
             # without the recorded lens (autosave), keep the residual vectors to recompute it
             size = save_session(path, session, progress, not with_views,
-                                lambda sizes: self.sig_save_estimate.emit(path, sizes))  # fmt: skip
+                                lambda sizes: estimate(path, sizes))  # fmt: skip
             return path, size, session
 
-        cancel = threading.Event()
+        cancel, estimate = threading.Event(), self.sig_save_estimate.emit  # values, not self
         if with_views:  # a save the user asked for (autosave has no views and no Cancel)
             self._cancel = cancel
         progress = self._progress(path, cancel)
