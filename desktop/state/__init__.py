@@ -1,4 +1,4 @@
-"""What is shown and how to ask for more: the controller, which owns the shown value (Shown)
-and, with its compare and session parts, is the one room that talks to the model thread; the
+"""What is shown and how to ask for more: the controller (the only way to the model thread) and
+its parts (the link to the model thread, the analysis requests, compare and sessions), the
 linked token selection and the pane repaint scheduler.
 """

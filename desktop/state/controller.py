@@ -7,18 +7,16 @@ Panes subscribe to the controller, never to the worker, and write back only thro
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
-from PySide6.QtCore import QObject, QThread, QTimer, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
-from llm_lens.core.runs.flags import WorkerFlags
 from llm_lens.core.runs.workbench import RunRequest
-from llm_lens.desktop.model_thread.worker import Worker
+from llm_lens.desktop.state.analyses import AnalysisRequests
 from llm_lens.desktop.state.scheduler import REPAINT_MS
 from llm_lens.desktop.state.shown import Shown, shown_property
+from llm_lens.desktop.state.worker_link import WorkerLink
 
 
 class Controller(QObject):
@@ -42,12 +40,17 @@ class Controller(QObject):
         sig_token_selected(int): the selected token changed (its context position, or -1);
             see :mod:`desktop.selection`.
 
-    It is composed of parts with one job each: ``sessions``
+    It is composed of parts with one job each: ``link``
+    (:class:`~llm_lens.desktop.state.worker_link.WorkerLink`) owns the model thread and queues
+    requests to its ``worker``; ``analyses``
+    (:class:`~llm_lens.desktop.state.analyses.AnalysisRequests`) caches the panes' analyses and
+    submits the jobs that compute them; ``sessions``
     (:class:`~llm_lens.desktop.state.session_controller.SessionController`) shows reopened runs and
     saves, exports and opens files; ``compare``
     (:class:`~llm_lens.desktop.state.compare_controller.CompareController`) runs comparisons, beam
     searches, branches and continuations. This class holds what is shown (the run, its steps,
-    the selected step, the sampler settings) and talks to the model thread.
+    the selected step, the sampler settings) and whether the model thread is busy, and is the
+    only one to change them.
     """
 
     sig_model_loading = Signal(float, str)
@@ -83,11 +86,6 @@ class Controller(QObject):
     token = shown_property("token")
     follow_live = shown_property("follow_live")
 
-    _load_requested = Signal(object, str, str)
-    _run_requested = Signal(object)  # a RunRequest
-    _serve_requested = Signal()
-    _stream_requested = Signal(int, object)
-
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         from llm_lens.core.sampling import SamplingParams
@@ -95,20 +93,17 @@ class Controller(QObject):
         self._model_info: Any = None  # the model loaded on the worker
         self._params = SamplingParams()  # the sampler settings of the next run
         self.__shown = Shown(run_params=self._params)  # replaced by this class's methods only
-        self.busy = False
-        self.preparing = False  # a run started: the panes clear while its prefill waits
+        self._busy = False
+        self._preparing = False
         self._ids = itertools.count(1)
-        self._results: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-        self._asked: set[tuple[Any, ...]] = set()
-        self._thread = QThread()
-        self._thread.setObjectName("llm-lens-model")
+        self.analyses = AnalysisRequests(self)
+        self.link = WorkerLink(self)
+        self._thread = self.link.model_thread
         # the window's only hold on the worker besides its signals: it never sets its fields
-        self.worker = Worker(WorkerFlags(wait_for_panes=True))
-        self.worker.moveToThread(self._thread)
+        self.worker = self.link.worker
         self._wire()
         self._flush = QTimer(self, singleShot=True, interval=REPAINT_MS)
         self._flush.timeout.connect(self.emit_steps)
-        self._stream_requested.connect(self.worker.stream)
         from llm_lens.desktop.state.compare_controller import CompareController
         from llm_lens.desktop.state.gui_gc import GuiThreadCollector
         from llm_lens.desktop.state.session_controller import SessionController
@@ -117,13 +112,11 @@ class Controller(QObject):
 
         self.sessions = SessionController(self)
         self.compare = CompareController(self)
-        self._thread.start()
+        self.link.start()
 
     def _wire(self) -> None:
+        """The worker's signals, each to what it changes here."""
         w = self.worker
-        self._load_requested.connect(w.load)
-        self._run_requested.connect(w.run)
-        self._serve_requested.connect(w.serve)
         w.sig_loading.connect(self.sig_model_loading)
         w.sig_loaded.connect(self._on_loaded)
         w.sig_run_started.connect(self._on_run_started)
@@ -137,10 +130,8 @@ class Controller(QObject):
     def request_load(
         self, spec: str | None = None, device: str = "auto", dtype: str = "auto"
     ) -> None:
-        self.worker.flags.cancel_run()  # a running generation ends first; the load queues behind
-        self.worker.flags.want()
         self._set_busy(True)
-        self._load_requested.emit(spec, device, dtype)
+        self.link.load(spec, device, dtype)  # a running generation ends first
 
     def request_run(
         self,
@@ -166,8 +157,7 @@ class Controller(QObject):
         self.request_stop()
         self._replace(run_id=next(self._ids), run_params=params, follow_live=True)
         self._set_busy(True)
-        self.worker.flags.want()
-        self._run_requested.emit(RunRequest(self.run_id, text, chat, params, config, parse_special))
+        self.link.run(RunRequest(self.run_id, text, chat, params, config, parse_special))
 
     def request_stop(self) -> None:
         """Cancel the running generation (between steps) or model load (between stages)."""
@@ -231,53 +221,18 @@ class Controller(QObject):
         Kinds: ``lens`` (step), ``prompt_lens``, ``attention_map`` (layer, head),
         ``attention_overview``, ``embedding_projection``, ``hidden_paths``, ``neighbours``
         (token_id), ``positions`` (positions), ``explain`` (step, vs). The result arrives later
-        through
-        ``sig_result(kind, key, result)``. A run reopened from a session answers from its
-        recording, or from the model when it matches.
+        through ``sig_result(kind, key, result)``. A run reopened from a session answers from
+        its recording, or from the model when it matches (``analyses``).
         """
-        flags = self.worker.flags
-        flags.show(self.run_id)  # guesses computed ahead for another run are not wanted
-        run_scoped = kind not in ("embedding_projection", "neighbours", "positions")
-        scope = self.run_id if run_scoped else getattr(self.info, "weights_id", "")
-        key = (kind, scope, *sorted(args.items()))
-        if key in self._results:
-            return self._results[key]
-        if self.recorded is not None:
-            stored = self.recorded.get(kind, args)
-            if stored is not None or not self.model_matches():
-                return stored
-        if key not in self._asked and self.model_info is not None:
-            self._asked.add(key)
-            run_id, recorded = self.run_id, self.recorded
-
-            def job(bench: Any, args: dict[str, Any] = args, ahead: bool = False) -> Any:
-                from llm_lens.core.loop.analyses import compute  # on the model thread: values only
-
-                if ahead and flags.shown_run_id != run_id:
-                    return None  # a guess for a run no longer shown
-                run = recorded.run if recorded is not None else bench.store.runs.get(run_id)
-                return compute(kind, bench.engine, run, args)
-
-            from llm_lens.core.loop.analyses import likely_next
-
-            guesses = likely_next(kind, args, self.model_info)
-            ahead = tuple(partial(job, args=nxt, ahead=True) for nxt in guesses)
-            self.worker.submit(kind, key, job, ahead)
-            self._serve_requested.emit()
-        return None
+        return self.analyses.request(kind, args)
 
     def waiting_text(self, what: str, computing: str) -> str:
-        """What a pane says while an analysis (``what``, in words) has no answer yet:
-        ``computing``, or why none will come (a run reopened without that view recorded and
-        without its model loaded)."""
-        if self.recorded is None or self.model_matches():
-            return computing
-        name = getattr(self.info, "name", "its model")
-        return f"the {what} is not in this session file: load {name} to compute it"
+        """What a pane says while an analysis has no answer yet (``AnalysisRequests``)."""
+        return self.analyses.waiting_text(what, computing)
 
     def cached_result(self, kind: str, scope: Any, **args: Any) -> Any:
         """An analysis result already computed (None if not), without scheduling anything."""
-        return self._results.get((kind, scope, *sorted(args.items())))
+        return self.analyses.cached(kind, scope, **args)
 
     def show_recorded(
         self, session: Any, path: str | None, recorded: Any, index: int, info: Any
@@ -354,14 +309,26 @@ class Controller(QObject):
 
     def request_stream(self, job_id: int, job: Any) -> None:
         """Run a streaming job on the worker (see ``Worker.stream``)."""
-        self.worker.flags.want()
-        self._stream_requested.emit(job_id, job)
+        self.link.stream(job_id, job)
 
     def request_serve(self) -> None:
         """Let the worker run the jobs queued with ``worker.submit``."""
-        self._serve_requested.emit()
+        self.link.serve()
+
+    @property
+    def busy(self) -> bool:
+        """A load, run or job holds the model thread (``set_busy`` and the run's events)."""
+        return self._busy
+
+    @property
+    def preparing(self) -> bool:
+        """A run started and the panes clear while its prefill waits (until the panes are
+        ready, its first step, or its end)."""
+        return self._preparing
 
     def set_busy(self, busy: bool) -> None:
+        """A job began or ended (``sig_busy_changed`` when that changes ``busy``); not busy
+        also ends the preparing."""
         self._set_busy(busy)
 
     def adopt_run(self, run_id: int, params: Any) -> None:
@@ -403,8 +370,7 @@ class Controller(QObject):
         self.sessions.forget_origin()  # its runs belong to another model
         self._model_info = info
         self._shown = self._shown.cleared(info=info, recorded=None, session=None, session_path=None)
-        self._results.clear()
-        self._asked.clear()
+        self.analyses.forget()
         self._set_busy(False)
         self.sig_model_loaded.emit(info)
 
@@ -420,11 +386,9 @@ class Controller(QObject):
             return
         self._show_loaded_model()
         self._shown = self._shown.cleared(recorded=None, session=None, session_path=None)
-        model_wide = {k: v for k, v in self._results.items() if isinstance(k[1], str)}
-        self._results = OrderedDict(model_wide)
-        self._asked = {k for k in self._asked if isinstance(k[1], str)}
+        self.analyses.keep_model_wide()
         self._replace(prompt=prompt)
-        self.preparing = True  # the panes clear now, at their normal rate; then the prefill
+        self._preparing = True  # the panes clear now, at their normal rate; then the prefill
         self.sig_run_started.emit(prompt)
         self.sig_session_changed.emit()
         from llm_lens.desktop.state.scheduler import scheduler
@@ -434,9 +398,9 @@ class Controller(QObject):
     def _panes_ready(self, run_id: int) -> None:
         """The panes have cleared for run ``run_id``: its prefill may start (the worker waits
         at most ``READY_WAIT_S``; the first step ends the preparing in any case)."""
-        if run_id != self.run_id or not self.preparing:
+        if run_id != self.run_id or not self._preparing:
             return
-        self.preparing = False
+        self._preparing = False
         self.worker.flags.panes_cleared()
 
     def _on_prefill(self, run_id: int, prefill: Any) -> None:
@@ -468,26 +432,10 @@ class Controller(QObject):
         self.sig_run_finished.emit(summary)
 
     def _on_result(self, kind: str, key: Any, result: Any) -> None:
-        self._asked.discard(key)
-        if kind == "open_session":
-            self.sessions.show(result[1], result[0])
-            return
-        if kind == "export":
-            self.sig_saved.emit(result[0], result[1])
-            return
-
-        if kind == "save_session":
-            path, size, session = result
-            if key[1] != self.sessions.autosave_path():
-                self.mark_saved(session, path)
-            self.sig_saved.emit(path, size)
-            return
-        if result is None:
-            return
-        self._results[key] = result
-        while len(self._results) > 64:
-            self._results.popitem(last=False)
-        self.sig_result.emit(kind, key, result)
+        """A job's answer: a session file read, written or exported (``sessions``), or an
+        analysis, kept and announced as ``sig_result`` (None: dropped, nothing announced)."""
+        if not self.sessions.answered(kind, key, result) and self.analyses.answered(key, result):
+            self.sig_result.emit(kind, key, result)
 
     def _on_error(self, where: str, message: str) -> None:
         if where != "analysis":
@@ -496,15 +444,12 @@ class Controller(QObject):
 
     def _set_busy(self, busy: bool) -> None:
         if not busy:
-            self.preparing = False
-        if busy != self.busy:
-            self.busy = busy
+            self._preparing = False
+        if busy != self._busy:
+            self._busy = busy
             self.sig_busy_changed.emit(busy)
 
     def shutdown(self, timeout_ms: int = 10000) -> None:
         """Cancel any run and stop the thread (it finishes the step it is in)."""
-        self.worker.flags.close()  # analyses deferred to the run's end are not wanted now
-        self.request_stop()
-        self._thread.quit()
-        self._thread.wait(timeout_ms)
+        self.link.shutdown(timeout_ms)
         self._collector.stop()

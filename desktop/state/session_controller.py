@@ -44,10 +44,12 @@ class SessionController(QObject):
         self._cancel.set()
 
     def _progress(self, path: str, cancel: threading.Event) -> Any:
-        """The save's progress callback (called on the model thread): False cancels it."""
+        """The save's progress callback (called on the model thread): False cancels it. It
+        holds the bound signal, not this object."""
+        emit = self.sig_save_progress.emit
 
         def report(done: int, total: int) -> bool:
-            self.sig_save_progress.emit(path, done, total)
+            emit(path, done, total)
             return not cancel.is_set()
 
         return report
@@ -137,10 +139,10 @@ class SessionController(QObject):
             )
             # without the recorded lens (autosave), keep the residual vectors to recompute it
             size = save_session(path, session, progress, not with_views,
-                                lambda sizes: self.sig_save_estimate.emit(path, sizes))  # fmt: skip
+                                lambda sizes: estimate(path, sizes))  # fmt: skip
             return path, size, session
 
-        cancel = threading.Event()
+        cancel, estimate = threading.Event(), self.sig_save_estimate.emit  # values, not self
         if with_views:  # a save the user asked for (autosave has no views and no Cancel)
             self._cancel = cancel
         progress = self._progress(path, cancel)
@@ -151,8 +153,8 @@ class SessionController(QObject):
     def _explanations(self) -> dict[int, dict[tuple[int, Any], Any]]:
         """ "Why this token?" results computed in this window, by run id and (step, vs)."""
         out: dict[int, dict[tuple[int, Any], Any]] = {}
-        for key, result in list(self.ctl._results.items()):
-            if key[0] == "explain" and result is not None and isinstance(key[1], int):
+        for key, result in self.ctl.analyses.results("explain"):
+            if result is not None and isinstance(key[1], int):
                 args = dict(key[2:])
                 out.setdefault(key[1], {})[(int(args["step"]), args.get("vs"))] = result
         return out
@@ -190,6 +192,24 @@ class SessionController(QObject):
 
         worker.submit("export", ("export", path), job)
         ctl.request_serve()
+
+    def answered(self, kind: str, key: Any, result: Any) -> bool:
+        """Take the model thread's answer to a session job (False: not one of these): a file
+        read is shown, a file written marks the run saved (not an autosave), and both a write
+        and an export announce ``sig_saved``."""
+        ctl = self.ctl
+        if kind == "open_session":
+            self.show(result[1], result[0])
+        elif kind == "export":
+            ctl.sig_saved.emit(result[0], result[1])
+        elif kind == "save_session":
+            path, size, session = result
+            if key[1] != self.autosave_path():
+                ctl.mark_saved(session, path)
+            ctl.sig_saved.emit(path, size)
+        else:
+            return False
+        return True
 
     @staticmethod
     def autosave_path() -> str:

@@ -22,7 +22,7 @@ def test_hidden_panes_wait_while_a_run_streams(qtbot, ran):
     qtbot.waitExposed(tabs)
     loose = TimingPane(ran)  # in no shown window: a test, an export; always renders
     qtbot.addWidget(loose)
-    ran.busy = True  # a run streaming in
+    ran.set_busy(True)  # a run streaming in
     try:
         for pane in (front, behind, loose):
             pane.render_times_ms.clear()
@@ -37,7 +37,7 @@ def test_hidden_panes_wait_while_a_run_streams(qtbot, ran):
         front.render_and_paint()  # now behind
         assert not front.render_times_ms
     finally:
-        ran.busy = False
+        ran.set_busy(False)
     ran.sig_busy_changed.emit(False)  # the run ended: the hidden pane shows its last step
     qtbot.waitUntil(lambda: bool(front.render_times_ms), timeout=2000)
 
@@ -54,7 +54,7 @@ def test_a_dock_tab_behind_another_waits_while_a_run_streams(qtbot, loaded_windo
     qtbot.waitUntil(lambda: timing.visibleRegion().isEmpty(), timeout=2000)
     assert timing.isVisible()  # what Qt says of a tab behind another
     ctl = win.controller
-    ctl.busy = True  # a run streaming in
+    ctl.set_busy(True)  # a run streaming in
     try:
         for pane in (logits, timing):
             pane.render_times_ms.clear()
@@ -65,4 +65,4 @@ def test_a_dock_tab_behind_another_waits_while_a_run_streams(qtbot, loaded_windo
         qtbot.waitUntil(lambda: bool(timing.render_times_ms), timeout=2000)
         assert logits.hidden_while_streaming() and not timing.hidden_while_streaming()
     finally:
-        ctl.busy = False
+        ctl.set_busy(False)

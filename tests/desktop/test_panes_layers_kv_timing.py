@@ -104,12 +104,12 @@ def test_layer_stack_norms_lens_and_prompt_heatmap(qtbot, ran, tmp_path, monkeyp
     monkeypatch.setattr(ran, "request_analysis", lambda kind, **a: asked.append(kind))
     from dataclasses import replace
 
-    ran.busy = True
+    ran.set_busy(True)
     ran.show_state(replace(ran.shown, follow_live=True))
     pane.render(ran.steps[4])
     assert asked == [] and WAIT_TEXT in pane.lens_status.text()
     assert pane.lens_table.rowCount() == 0  # the old step's lens is not shown for this one
-    ran.busy = False
+    ran.set_busy(False)
 
     pane.render(None)
     assert _curve(pane.resid_curve)[1].size == 0 and pane.lens_table.rowCount() == 0

@@ -163,14 +163,14 @@ def test_a_pane_behind_another_is_not_even_queued_while_streaming(qtbot, tiny_co
     tabs.addTab(behind, "behind")
     tabs.show()
     qtbot.waitExposed(tabs)
-    ctl.busy = True
+    ctl.set_busy(True)
     try:
         behind.schedule()
         front.schedule()
         assert id(behind) not in scheduler()._dirty and behind._deferred
         assert id(front) in scheduler()._dirty
     finally:
-        ctl.busy = False
+        ctl.set_busy(False)
     ctl.sig_busy_changed.emit(False)  # the run ended: it is queued and renders
     behind.render_times_ms.clear()
     qtbot.waitUntil(lambda: bool(behind.render_times_ms), timeout=2000)
@@ -185,13 +185,13 @@ def test_sampling_shows_the_runs_own_stages_while_streaming_and_its_settings_aft
     qtbot.addWidget(pane)
     assert pane.params != ran.run_params  # the default settings; the run was greedy
     step = ran.current_step()
-    ran.busy = True
+    ran.set_busy(True)
     try:
         pane.render(step)
         assert pane.shown_params == ran.run_params and pane.note.text() == NOTE_LIVE
         assert [v.name for v in pane.views] == [s.name for s in step.stages]
     finally:
-        ran.busy = False
+        ran.set_busy(False)
     pane.render(step)
     assert pane.shown_params == pane.params and pane.note.text() == NOTE
     assert [v.name for v in pane.views] == ["raw", *pane.params.active_stages()]
