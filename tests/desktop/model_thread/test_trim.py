@@ -112,3 +112,53 @@ def test_what_work_ahead_freed_goes_back_once_nothing_is_asked(
     guessed = time.perf_counter()
     qtbot.waitUntil(lambda: len(trims) == 1, timeout=3000)
     assert trims[0] - guessed >= 0.8 * 0.3
+
+
+def test_a_trim_comes_once_after_the_last_delay_asked(qtbot):
+    from PySide6.QtCore import QObject
+
+    from llm_lens.desktop.model_thread.trim import HeapTrim, has_event_loop
+
+    released: list[float] = []
+    owner = QObject()
+    trim = HeapTrim(lambda: released.append(time.perf_counter()), lambda: False, owner)
+    assert has_event_loop() and not trim.owed
+    start = time.perf_counter()
+    trim.later(50)
+    trim.later(150)  # asked while the first runs: the trim waits for this one
+    assert trim.owed and released == []
+    qtbot.wait(100)
+    assert released == []
+    qtbot.waitUntil(lambda: len(released) == 1, timeout=2000)
+    assert released[0] - start >= 0.14
+    qtbot.wait(100)
+    assert len(released) == 1
+
+
+def test_a_trim_falling_due_while_a_request_waits_is_skipped(qtbot):
+    from PySide6.QtCore import QObject
+
+    from llm_lens.desktop.model_thread.trim import HeapTrim
+
+    released: list[int] = []
+    busy = [True]
+    owner = QObject()
+    trim = HeapTrim(lambda: released.append(1), lambda: busy[0], owner)
+    trim.later(20)
+    qtbot.wait(120)
+    assert released == []  # the waiting request's serve asks again
+    busy[0] = False
+    trim.later(20)
+    qtbot.waitUntil(lambda: released == [1], timeout=2000)
+
+
+def test_without_an_event_loop_the_trim_is_at_once(monkeypatch):
+    from PySide6.QtCore import QObject
+
+    from llm_lens.desktop.model_thread import trim as trim_module
+
+    monkeypatch.setattr(trim_module, "has_event_loop", lambda: False)
+    released: list[int] = []
+    trim = trim_module.HeapTrim(lambda: released.append(1), lambda: True, QObject())
+    trim.later(10_000)
+    assert released == [1] and trim.owed
