@@ -23,3 +23,13 @@ def test_the_tour_visits_every_pane(qtbot, shown):
         f"{step.kv.formula_bytes:,} bytes" in said[tour.visited.index("KV cache") - 1]
     )  # the KV cache stop's own numbers
     tour.close()
+
+
+def test_the_tour_has_a_stop_for_every_pane_of_the_journey():
+    from llm_lens.desktop.teaching.tour import STOPS
+    from llm_lens.desktop.window.window_layout import JOURNEY
+
+    titles = [title for title, _ in STOPS]
+    assert sorted(titles) == sorted(JOURNEY) and len(set(titles)) == len(titles)
+    assert [t for t, _ in STOPS[:4]] == ["Tokens", "Embeddings", "Positions", "Attention"]
+    assert all(text.strip() for _, text in STOPS)
