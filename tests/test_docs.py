@@ -22,6 +22,7 @@ HISTORIES = {"performance-history.md"}  # what the code was then, not what it is
 NAME = re.compile(r"[A-Za-z_]\w*(/[A-Za-z_]\w*)*(\.py|/)")
 # a core/ or desktop/ file path, not the tail of a longer one (tests/core/test_x.py, llm_lens/…)
 PATH = re.compile(r"(?<![\w/.-])(?:core|desktop)/[\w/]*\.py\b")
+TEST_PATH = re.compile(r"(?<![\w/.-])tests/[\w/]*\.py\b")  # tests move with the code they test
 
 
 def tree_block(text: str) -> list[str]:
@@ -133,6 +134,13 @@ def test_every_path_a_doc_names_exists(page: Path) -> None:
     assert [p for p in named if not (ROOT / p).is_file()] == []
 
 
+@pytest.mark.parametrize("page", docs(), ids=lambda p: p.name)
+def test_every_test_file_a_doc_names_exists(page: Path) -> None:
+    named = sorted(set(TEST_PATH.findall(page.read_text(encoding="utf-8"))))
+    assert [p for p in named if not (ROOT / p).is_file()] == []
+
+
 def test_a_moved_path_is_found() -> None:
     text = "the worker (`desktop/worker.py`) and `tests/core/test_x.py`, `llm_lens/core/a.py`"
     assert PATH.findall(text) == ["desktop/worker.py"]
+    assert TEST_PATH.findall(text) == ["tests/core/test_x.py"]

@@ -1,4 +1,5 @@
-"""Qt fixtures: a controller with the bundled model loaded, and one with a finished run."""
+"""Qt fixtures: a controller with the bundled model loaded, one with none (`bare`), the window,
+and a controller with a finished run."""
 
 from __future__ import annotations
 
@@ -13,6 +14,16 @@ def controller(qtbot):
     ctl = Controller()
     with qtbot.waitSignal(ctl.sig_model_loaded, timeout=120_000):
         ctl.request_load()
+    yield ctl
+    ctl.shutdown()
+
+
+@pytest.fixture
+def bare(qtbot):
+    """A controller with no model loaded (its worker thread stopped afterwards)."""
+    from llm_lens.desktop.state.controller import Controller
+
+    ctl = Controller()
     yield ctl
     ctl.shutdown()
 

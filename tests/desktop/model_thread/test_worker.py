@@ -1,5 +1,6 @@
 """Analyses between a run's steps stay within a share of the model's time; a newer request of a
-per-step kind drops the pending older one (answered None, so it can be asked again)."""
+per-step kind drops the pending older one (answered None, so it can be asked again); work
+ahead fills the memo while idle."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from llm_lens.core.runs.budget import ANALYSIS_SHARE
 from llm_lens.core.runs.workbench import RunRequest
 from llm_lens.core.sampling import GREEDY
 from llm_lens.desktop.model_thread.worker import Worker
+from tests.desktop.conftest import wait_result
 
 
 def test_analyses_between_steps_stay_within_their_share(tiny_engine):
@@ -138,107 +140,6 @@ def test_a_kind_never_timed_waits_for_the_run_end_and_a_memo_hit_does_not_make_i
     worker.submit("attention_map", ("map", 0, 0), lambda _bench: None)  # a memo hit: no time at all
     worker.serve()
     assert worker.queue.cost_ms["attention_map"] >= 100.0
-
-
-class Trims(list):
-    """When the worker :meth:`worker` made gave the heap back (recorded, not run). Only its
-    own: a worker of an earlier test, still alive, may have a delayed trim falling due now."""
-
-    def worker(self, engine) -> Worker:
-        worker = Worker()
-        worker.workbench.engine = engine
-        worker._release_memory = lambda: self.append(time.perf_counter())
-        return worker
-
-
-@pytest.fixture
-def trims() -> Trims:
-    return Trims()
-
-
-def test_the_heap_is_trimmed_after_the_windows_last_repaints(
-    tiny_engine, qtbot, monkeypatch, trims
-):
-    """glibc's trim holds the heap's lock: it waits until the run's end has been drawn."""
-    from llm_lens.desktop.model_thread import worker as worker_module
-
-    monkeypatch.setattr(worker_module, "TRIM_DELAY_MS", 200)
-    worker = trims.worker(tiny_engine)
-    worker.run(RunRequest(1, "the cat", False, GREEDY, RunConfig(max_new_tokens=2)))
-    ended = time.perf_counter()
-    assert trims == []
-    qtbot.waitUntil(lambda: len(trims) == 1, timeout=3000)
-    assert trims[0] - ended >= 0.15
-
-
-def test_the_heap_goes_back_after_long_analyses_once_the_answer_is_drawn(
-    tiny_engine, qtbot, monkeypatch, trims
-):
-    """The trim after long analyses waits until the window has drawn the answer (it ran while
-    the Attention pane drew a full context's map: 72 ms instead of 40); a request that came
-    meanwhile puts it off until after its own answer."""
-    from llm_lens.desktop.model_thread import worker as worker_module
-
-    monkeypatch.setattr(worker_module, "RELEASE_AFTER_MS", 5.0)  # the first job, not the second
-    worker = trims.worker(tiny_engine)
-    worker.submit("lens", ("lens", 0), lambda _bench: time.sleep(0.01))
-    worker.serve()
-    answered = time.perf_counter()
-    assert trims == []
-    worker.submit("lens", ("lens", 1), lambda _bench: None)  # asked before the delay was over
-    qtbot.wait(worker_module.TRIM_AFTER_ANSWER_MS + 100)
-    assert trims == []
-    worker.serve()
-    again = time.perf_counter()
-    qtbot.waitUntil(lambda: len(trims) == 1, timeout=3000)
-    assert trims[0] - again >= 0.8 * worker_module.TRIM_AFTER_ANSWER_MS / 1e3
-    assert trims[0] - answered > worker_module.TRIM_AFTER_ANSWER_MS / 1e3
-
-
-def test_a_runs_end_trim_overdue_after_long_analyses_waits_for_their_answer(
-    tiny_engine, qtbot, monkeypatch, trims
-):
-    """A run's end's delayed trim falls due only when the worker's event loop runs again: after
-    the prompt's analyses (4 s at the full context), just as the window draws their answer. It
-    gives way to the answer's own delay."""
-    from llm_lens.desktop.model_thread import worker as worker_module
-
-    monkeypatch.setattr(worker_module, "TRIM_DELAY_MS", 100)
-    worker = trims.worker(tiny_engine)
-    worker.run(RunRequest(1, "the cat", False, GREEDY, RunConfig(max_new_tokens=2)))
-    worker.submit("lens", ("lens", 0), lambda _bench: time.sleep(0.3))  # the run end's delay passes
-    worker.serve()
-    answered = time.perf_counter()
-    qtbot.wait(50)  # the overdue timer fires
-    assert trims == []
-    qtbot.waitUntil(lambda: len(trims) == 1, timeout=3000)
-    assert trims[0] - answered >= 0.8 * worker_module.TRIM_AFTER_ANSWER_MS / 1e3
-
-
-def test_what_work_ahead_freed_goes_back_once_nothing_is_asked(
-    tiny_engine, qtbot, monkeypatch, trims
-):
-    """The heap the guesses freed is kept for the request they guessed (given back, its pages
-    cost a full context's new layer 25-30 ms of faults), and goes back :data:`TRIM_IDLE_MS`
-    after them."""
-    from llm_lens.desktop.model_thread import worker as worker_module
-
-    monkeypatch.setattr(worker_module, "AHEAD_DELAY_MS", 0)
-    monkeypatch.setattr(worker_module, "RELEASE_AFTER_MS", 5.0)
-    monkeypatch.setattr(worker_module, "TRIM_IDLE_MS", 300)
-    worker = trims.worker(tiny_engine)
-    log: list[str] = []
-
-    def guess(_bench) -> None:
-        time.sleep(0.01)
-        log.append("guess")
-
-    worker.submit("attention_map", ("asked",), lambda _bench: time.sleep(0.06), (guess,))
-    worker.serve()
-    qtbot.waitUntil(lambda: log == ["guess"], timeout=3000)
-    guessed = time.perf_counter()
-    qtbot.waitUntil(lambda: len(trims) == 1, timeout=3000)
-    assert trims[0] - guessed >= 0.8 * 0.3
 
 
 def test_jobs_served_while_no_run_streams_use_every_core(tiny_engine, monkeypatch):
@@ -463,3 +364,36 @@ def test_what_a_runs_end_imports_on_the_gui_thread_was_imported_with_the_model()
     new = ast.literal_eval(out.stdout)  # module names
     ours = [name for name in new if name.startswith("llm_lens")]
     assert not new, f"{len(new)} modules imported at the run's end, ours: {ours}"
+
+
+@pytest.mark.slow
+def test_the_maps_beside_an_asked_map_are_computed_ahead(qtbot, ran, monkeypatch):
+    """After one head's map of layer 5 (taking long enough: here any time; one head's alone, as
+    for a long prompt), the worker computes the maps a spin box's step away while idle, into
+    the model's memo: layers 6 and 4, heads 3 and 1. Asking for one of them then runs no
+    attention module and gives what a fresh computation gives."""
+    from llm_lens.core import attention
+    from llm_lens.core.attention import prompt_maps
+    from llm_lens.core.runs import budget
+
+    monkeypatch.setattr(budget, "AHEAD_AFTER_MS", 0.0)
+    monkeypatch.setattr(prompt_maps, "EVERY_HEAD_SCORES", 0)
+    engine = ran.worker.workbench.engine
+    wait_result(qtbot, ran, "attention_map", layer=5, head=2, max_size=512)
+    guessed = {(6, 2), (5, 3), (4, 2), (5, 1)}
+    qtbot.waitUntil(lambda: guessed <= set(engine.map_memo.get("maps", {})), timeout=30_000)
+    calls: list[int] = []
+    hooks = [engine.anatomy.attn[n].register_forward_pre_hook(lambda *_a: calls.append(1))
+             for n in (4, 5, 6)]  # fmt: skip
+    try:
+        got = wait_result(qtbot, ran, "attention_map", layer=6, head=2, max_size=512)
+        other = wait_result(qtbot, ran, "attention_map", layer=5, head=3, max_size=512)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert calls == []
+    run = ran.worker.workbench.store.runs[ran.run_id]
+    for amap, (layer, head) in ((got, (6, 2)), (other, (5, 3))):
+        engine.map_memo.clear()
+        fresh = attention.attention_map(engine, run.cache, run.prefill.hidden, layer, head, 512)
+        np.testing.assert_array_equal(amap.weights, fresh.weights)

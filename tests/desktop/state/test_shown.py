@@ -13,16 +13,6 @@ from llm_lens.core.sampling import GREEDY
 from llm_lens.desktop.state.shown import FIELDS, Shown
 
 
-@pytest.fixture
-def bare(qtbot):
-    """A controller with no model loaded (its worker thread stopped afterwards)."""
-    from llm_lens.desktop.state.controller import Controller
-
-    ctl = Controller()
-    yield ctl
-    ctl.shutdown()
-
-
 @pytest.fixture(scope="module")
 def tiny_run(tiny_engine):
     """A finished 3-step greedy run of the tiny random Llama."""

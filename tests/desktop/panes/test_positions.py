@@ -1,30 +1,61 @@
-"""Positions and KV panes on other families: each draws what the model itself uses and holds.
-
-The views come from tiny random models of each family (their own rotary module, table, slopes,
-and a ``DynamicCache`` their forward filled); no model is loaded into the controller.
-"""
+"""desktop.panes.positions: the Positions pane draws what the model itself uses, on the real
+model and on tiny random models of other families (their own rotary module, table, slopes)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
+import csv
 
 import numpy as np
 import pytest
+from PySide6.QtGui import QImage
 
 from llm_lens.core.positions import position_view
-from tests.core.kvcache.test_windows import FAMILIES, _config, _model, _steps
 from tests.core.test_positions import _model as _pos_model
+from tests.desktop.conftest import wait_result
 
 
-@pytest.fixture
-def bare(qtbot):
-    """A controller with no model loaded (its worker thread stopped afterwards)."""
-    from llm_lens.desktop.state.controller import Controller
+def _check_exports(pane, tmp_path, expected_header, expected_rows):
+    """CSV has the header and the expected number of rows; the PNG loads (SVG: test_svg_export)."""
+    pane.export_csv(tmp_path / "t.csv")
+    with open(tmp_path / "t.csv", encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f))
+    assert tuple(rows[0]) == tuple(expected_header)
+    assert len(rows) - 1 == expected_rows
+    pane.export_image(tmp_path / "t.png")
+    assert not QImage(str(tmp_path / "t.png")).isNull()
+    return rows
 
-    ctl = Controller()
-    yield ctl
-    ctl.shutdown()
+
+@pytest.mark.slow
+def test_positions_pane_is_the_models_rope(qtbot, ran, tmp_path):
+    from llm_lens.desktop.panes.positions import PositionsPane
+
+    pane = PositionsPane(ran)
+    qtbot.addWidget(pane)
+    n = len(ran.prompt)
+    view = wait_result(qtbot, ran, "positions", positions=n)
+    pane.render(ran.current_step())
+    info = ran.info
+    rope = view.rope[0]
+    # the model's own rotary module, not a recomputation from θ
+    np.testing.assert_array_equal(
+        rope.inv_freq, ran.worker.workbench.engine.model.model.rotary_emb.inv_freq
+    )
+    _x, y = pane.freq_curve.getOriginalDataset()
+    np.testing.assert_array_equal(y, rope.inv_freq)
+    np.testing.assert_array_equal(pane.angles.image, rope.angles)
+    assert pane.angles.image.shape == (n, info.head_dim // 2)
+    _x, score = pane.score_curve.getData()
+    np.testing.assert_array_equal(score, rope.score_vs_distance)
+    text = pane.summary.text()
+    assert f"θ = {info.rope_theta:g}" in text and "RoPE from the model's rotary module" in text
+    assert (
+        f"all {info.head_dim} dimensions of each head rotated in {info.head_dim // 2} pairs" in text
+    )
+    assert pane.rope_choice.isHidden()  # one rotary set
+    rows = _check_exports(pane, tmp_path, ("pair", "inv_freq", "wavelength"), info.head_dim // 2)
+    assert float(rows[1][2]) == pytest.approx(2 * np.pi)  # pair 0 turns once per 2π tokens
+    assert float(rows[-1][1]) == pytest.approx(float(rope.inv_freq[-1]), rel=1e-6)
 
 
 @pytest.fixture
@@ -114,78 +145,3 @@ def test_alibi_slopes_per_head(positions_pane) -> None:
 def test_no_model_asks_nothing(positions_pane, bare) -> None:
     positions_pane.render(None)  # no model: nothing asked, nothing drawn
     assert positions_pane.view is None
-
-
-# ----------------------------------------------------------------------- KV pane
-def _kv_records(family: str) -> tuple[Any, list[Any]]:
-    """StepRecord-like records whose kv is measured from a real windowed cache."""
-    from llm_lens.core.loading import describe
-
-    model_type, overrides, _ = FAMILIES[family]
-    model = _model(_config(model_type, **overrides))
-    info = describe(model, "tiny", "test", "tiny")
-    steps = [
-        _Step(index=i, kv=kv, is_prefill=i == 0) for i, (_seen, kv) in enumerate(_steps(model))
-    ]
-    return info, steps
-
-
-class _Step:
-    def __init__(self, index: int, kv: Any, is_prefill: bool) -> None:
-        self.index, self.kv, self.is_prefill = index, kv, is_prefill
-
-
-@pytest.fixture
-def kv_pane(qtbot, bare):
-    from llm_lens.desktop.panes.kvcache import KVCachePane
-
-    pane = KVCachePane(bare)
-    qtbot.addWidget(pane)
-    return pane
-
-
-def test_kv_pane_mistral_window(kv_pane, bare) -> None:
-    info, steps = _kv_records("mistral")
-    bare.show_state(replace(bare.shown, info=info, steps=tuple(steps)))
-    kv_pane.render(steps[0])
-    text = kv_pane.formula_label.text()
-    last = steps[0].kv
-    assert f"= {last.formula_bytes:,} bytes" in text and "equal)" in text
-    assert "tokens seen: 9; 0 full-attention layers hold all of them" in text
-    assert "4 with a 5-token window hold 4" in text
-    x, y = kv_pane.measured_curve.getData()
-    np.testing.assert_array_equal(x, [9, 10, 11, 12, 13, 14])  # tokens seen, not held
-    assert len(set(y.tolist())) == 1  # every layer windowed: the cache stops growing
-    kv_pane.render(steps[2])
-    text = kv_pane.formula_label.text()
-    assert "added this step: 0 bytes (one token; every layer's window is full" in text
-
-
-def test_kv_pane_gemma2_alternating(kv_pane, bare) -> None:
-    info, steps = _kv_records("gemma2")
-    bare.show_state(replace(bare.shown, info=info, steps=tuple(steps)))
-    kv_pane.render(steps[-1])
-    text = kv_pane.formula_label.text()
-    assert "tokens seen: 14; 2 full-attention layers hold all of them, 2 with a 5-token" in text
-    assert "in the full-attention layers only" in text and "DIFFERENT" not in text
-    assert kv_pane.layer_plot.titleLabel.text.endswith("windowed: 0, 2")
-    heights = kv_pane.key_bars.opts["height"]
-    assert heights[1] > heights[0] and heights[3] > heights[2]  # full layers hold more
-
-
-def test_kv_pane_says_when_the_tensors_hold_other_heads(kv_pane, bare) -> None:
-    from llm_lens.core.loading import describe
-
-    model = _model(_config("falcon", alibi=False, new_decoder_architecture=True, num_kv_heads=2))
-    info = describe(model, "tiny", "test", "tiny")
-    kv = _steps(model)[0][1]
-    if kv.cached_kv_heads == 2:  # not order: transformers ≥ 5.2x stores Falcon's 2 KV heads
-        pytest.skip("this transformers' Falcon caches its 2 KV heads: no mismatch to show")
-    bare.show_state(
-        replace(bare.shown, info=replace(info, num_kv_heads=2), steps=(_Step(0, kv, True),))
-    )
-    kv_pane.render(bare.steps[0])
-    text = kv_pane.formula_label.text()
-    assert "the cache holds K/V for 4 heads per layer, the config has 2 KV heads" in text
-    assert "repeated to every query head" in text
-    assert f"measured: {kv.bytes_total:,} bytes" in text

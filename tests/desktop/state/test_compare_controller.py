@@ -233,3 +233,40 @@ def test_views_a_file_lacks_say_which_model_computes_them(qtbot, window, tmp_pat
     qtbot.waitUntil(lambda: expected in embeddings.explained.text(), timeout=10_000)
     assert "logit lens" in layers.lens_status.text()
     fresh.close()
+
+
+def test_continue_and_branch_say_why_they_cannot_run(qtbot, bare):
+    errors: list[tuple[str, str]] = []
+    bare.compare.sig_error.connect(lambda where, message: errors.append((where, message)))
+    bare.compare.request_continue(3)
+    bare.compare.request_branch(0, 1, 3)
+    bare.compare.request_beam("hi", False, 2, 3)
+    assert errors == [
+        ("continue", "no model is loaded yet"),
+        ("branch", "no model is loaded yet"),
+        ("beam", "no model is loaded yet"),
+    ]
+    assert bare.compare.alternatives(5) == []  # no step shown
+
+
+def test_a_tiny_run_continues_and_branches_into_the_tree(qtbot, tiny_ctl):
+    from tests.desktop.state.conftest import run
+
+    compare = tiny_ctl.compare
+    run(qtbot, tiny_ctl, tokens=3)
+    original = _ids(tiny_ctl.steps)
+    errors: list[tuple[str, str]] = []
+    compare.sig_error.connect(lambda where, message: errors.append((where, message)))
+    compare.request_branch(7, 1, 2)
+    assert errors == [("branch", "select a step of a run first")]
+    with qtbot.waitSignal(tiny_ctl.sig_run_finished, timeout=60_000):
+        compare.request_continue(2)
+    assert _ids(tiny_ctl.steps)[:3] == original and len(tiny_ctl.steps) == 5
+    tiny_ctl.request_select(1)
+    alts = compare.alternatives(3)
+    assert len(alts) == 3 and alts[0].token_id == original[1]  # greedy: the top one was chosen
+    with qtbot.waitSignal(tiny_ctl.sig_run_finished, timeout=60_000):
+        compare.request_branch(1, alts[1].token_id, 2)
+    branched = _ids(tiny_ctl.steps)
+    assert branched[:1] == original[:1] and branched[1] == alts[1].token_id
+    qtbot.waitUntil(lambda: len(compare.nodes) == 3, timeout=5000)

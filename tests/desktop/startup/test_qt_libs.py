@@ -31,7 +31,7 @@ def test_nothing_is_said_when_every_library_loads_or_xcb_is_not_used():
 def test_the_deb_depends_on_every_library_checked():
     from pathlib import Path
 
-    build = (Path(__file__).parents[2] / "packaging" / "build.sh").read_text(encoding="utf-8")
+    build = (Path(__file__).parents[3] / "packaging" / "build.sh").read_text(encoding="utf-8")
     depends = build[build.index("DEPENDS=(") : build.index(")", build.index("DEPENDS=("))].split()
     for debian, _fedora in qt_libs.XCB_LIBRARIES.values():
         assert debian in depends, debian

@@ -18,7 +18,7 @@ from llm_lens.desktop.widgets.token_text import (
     visible_text,
 )
 
-DESKTOP = Path(__file__).resolve().parents[2] / "desktop"
+DESKTOP = Path(__file__).resolve().parents[3] / "desktop"
 
 
 @pytest.mark.parametrize("char", [" ", "\n", "\t", "\r"])

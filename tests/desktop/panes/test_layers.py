@@ -1,0 +1,128 @@
+"""desktop.panes.layers: the layer stack plots the records' numbers, and the panes export SVG."""
+
+from __future__ import annotations
+
+import csv
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+from PySide6.QtGui import QImage
+
+from tests.desktop.conftest import wait_result
+
+pytestmark = pytest.mark.slow
+
+
+def _curve(item):
+    x, y = item.getData()  # (None, None) when empty
+    return np.asarray(x if x is not None else []), np.asarray(y if y is not None else [])
+
+
+def _check_exports(pane, tmp_path, rows: int) -> list[list[str]]:
+    """CSV has a header and ``rows`` rows; PNG loads in QImage (SVG: test_svg_export)."""
+    pane.export_csv(tmp_path / "t.csv")
+    with open(tmp_path / "t.csv", newline="", encoding="utf-8") as f:
+        table = list(csv.reader(f))
+    assert tuple(table[0]) == tuple(pane.csv_table()[0])
+    assert len(table) == rows + 1
+    pane.export_image(tmp_path / "t.png")
+    assert not QImage(str(tmp_path / "t.png")).isNull()
+    return table
+
+
+def test_layer_stack_norms_lens_and_prompt_heatmap(qtbot, ran, tmp_path, monkeypatch):
+    from llm_lens.desktop.panes.layers import WAIT_TEXT, LayerStackPane, first_agreement, shown
+
+    pane = LayerStackPane(ran)
+    qtbot.addWidget(pane)
+    step = ran.steps[2]
+    ran.request_select(2)
+    lens = wait_result(qtbot, ran, "lens", step=2, k=5)
+    pane.render(step)
+
+    layers = ran.info.num_layers
+    x, y = _curve(pane.resid_curve)
+    np.testing.assert_array_equal(x, np.arange(layers + 1))
+    np.testing.assert_allclose(y, step.residual_norms)
+    x, y = _curve(pane.attn_curve)
+    np.testing.assert_array_equal(x, np.arange(1, layers + 1))
+    np.testing.assert_allclose(y, np.linalg.norm(step.attn_update, axis=-1))
+    np.testing.assert_allclose(_curve(pane.mlp_curve)[1], np.linalg.norm(step.mlp_update, axis=-1))
+
+    # the table is the LensResult, and the final prediction is marked where it occurs
+    table = pane.lens_table
+    assert (table.rowCount(), table.columnCount()) == lens.top_ids.shape == (layers + 1, 5)
+    first = first_agreement(lens)
+    assert first is not None and lens.top_ids[first, 0] == lens.final_id == step.top_ids[0]
+    for r in range(layers + 1):
+        for c in range(5):
+            item = table.item(r, c)
+            assert item.text() == f"{shown(lens.top_texts[r][c])} ({lens.top_probs[r, c]:.2f})"
+            assert item.font().bold() == (int(lens.top_ids[r, c]) == lens.final_id)
+        assert table.verticalHeaderItem(r).text().endswith("★") == (r == first)
+    assert pane.agree_line.isVisible() and pane.agree_line.value() == first
+    assert not pane.tabs.isTabEnabled(1)  # the prompt heatmap belongs to the prefill
+
+    rows = _check_exports(pane, tmp_path, layers + 1)
+    assert float(rows[1][1]) == pytest.approx(float(step.residual_norms[0]), rel=1e-6)
+    assert rows[1][2] == "" and float(rows[3][2]) == pytest.approx(
+        float(np.linalg.norm(step.attn_update[1])), rel=1e-6
+    )
+    assert rows[-1][4] == lens.top_texts[-1][0]
+
+    # prefill: the heatmap image is the prompt lens' top-1 probability
+    ran.request_select(0)
+    prompt_lens = wait_result(qtbot, ran, "prompt_lens")
+    wait_result(qtbot, ran, "lens", step=0, k=5)
+    pane.render(ran.steps[0])
+    assert pane.tabs.isTabEnabled(1)
+    np.testing.assert_array_equal(pane.heat_image.image, prompt_lens.top1_probs)
+    assert pane.heat_image.image.shape == (layers + 1, len(ran.prompt))
+    hover = pane.hover_text(layers, 3)
+    assert f"'{shown(prompt_lens.top1_texts[layers][3])}'" in hover
+    assert f"'{shown(ran.prompt.tokens[3].text)}'" in hover
+    assert pane.hover_text(layers + 1, 0) == ""
+
+    # a prompt past PROMPT_LENS_TOKENS: not asked for, and the pane says why
+    from llm_lens.desktop.panes import layers as layers_pane
+
+    asked_long: list[str] = []
+    request = ran.request_analysis
+    monkeypatch.setattr(layers_pane, "PROMPT_LENS_TOKENS", 4)
+    monkeypatch.setattr(
+        ran, "request_analysis", lambda kind, **a: (asked_long.append(kind), request(kind, **a))[1]
+    )
+    pane._prompt_lens = None
+    pane.render(ran.steps[0])
+    assert "prompt_lens" not in asked_long and "up to 4 tokens" in pane.hover_label.text()
+    monkeypatch.undo()
+
+    # following a live run: no lens is asked for
+    asked = []
+    monkeypatch.setattr(ran, "request_analysis", lambda kind, **a: asked.append(kind))
+    from dataclasses import replace
+
+    ran.set_busy(True)
+    ran.show_state(replace(ran.shown, follow_live=True))
+    pane.render(ran.steps[4])
+    assert asked == [] and WAIT_TEXT in pane.lens_status.text()
+    assert pane.lens_table.rowCount() == 0  # the old step's lens is not shown for this one
+    ran.set_busy(False)
+
+    pane.render(None)
+    assert _curve(pane.resid_curve)[1].size == 0 and pane.lens_table.rowCount() == 0
+
+
+def test_svg_export(qtbot, ran, tmp_path):
+    from llm_lens.desktop.panes.kvcache import KVCachePane
+    from llm_lens.desktop.panes.layers import LayerStackPane
+    from llm_lens.desktop.panes.timing import TimingPane
+
+    for cls in (LayerStackPane, KVCachePane, TimingPane):
+        pane = cls(ran)
+        qtbot.addWidget(pane)
+        pane.render(ran.current_step())
+        path = tmp_path / f"{cls.__name__}.svg"
+        pane.export_image(path)
+        assert ET.parse(path).getroot().tag.endswith("svg")
