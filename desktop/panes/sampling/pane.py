@@ -230,8 +230,10 @@ class SamplingPane(Pane):
             return
         self._set_error("")
         self.params = params
-        self.controller.request_params(params)
+        # the stages first: the controller's signal refreshes the card, which reads them (the
+        # other order left the card one change behind the controls and the plots)
         self.render(self.controller.current_step())
+        self.controller.request_params(params)
 
     def _on_params_changed(self, params: SamplingParams) -> None:
         if params == self.params:
