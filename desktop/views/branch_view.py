@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from llm_lens.core.cards import p3
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.scheduler import REPAINT_MS
 from llm_lens.desktop.views.compare_view import error_label
@@ -125,7 +126,7 @@ class BranchView(QWidget):
             return
         self.header.setText(
             f"step {step.index} of the shown run chose {visible(step.token.text)!r} "
-            f"(p={step.prob:.3f}); pick another token to continue from there"
+            f"(p={p3(step.prob)}); pick another token to continue from there"
         )
 
     def branch(self, row: int | None = None) -> None:

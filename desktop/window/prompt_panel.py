@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from llm_lens.core.cards import p3
 from llm_lens.core.records import generated_text
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.widgets.common import FlowLayout, LineText, group
@@ -246,7 +247,7 @@ class PromptPanel(QWidget):
         step = steps[index]
         kind = "prefill" if index == 0 else "decode"
         self.step_label.setText(
-            f"{index} / {len(steps) - 1} · {kind} · chose {step.token.text!r} (p={step.prob:.3f})"
+            f"{index} / {len(steps) - 1} · {kind} · chose {step.token.text!r} (p={p3(step.prob)})"
         )
 
 
