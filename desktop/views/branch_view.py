@@ -53,6 +53,7 @@ class BranchView(QWidget):
         self._build()
         controller.sig_selection_changed.connect(self._schedule)
         controller.sig_run_started.connect(self._schedule)
+        controller.sig_model_loaded.connect(self._schedule)  # the old model's ids go
         self.compare.sig_tree_changed.connect(self.set_nodes)
         self.compare.sig_error.connect(self._on_error)
         self.set_nodes(self.compare.nodes)  # a tree made before the view was first opened

@@ -41,6 +41,7 @@ class SessionActions(QObject):
         self.progress: QProgressDialog | None = None
         c.sig_run_finished.connect(lambda _s: c.sessions.request_autosave())
         c.sig_session_changed.connect(self._update_title)
+        c.sig_model_loaded.connect(lambda _i: self._update_title())  # no "recorded" left over
         self._refresh_recent()
 
     # ----------------------------------------------------------------- menu
@@ -183,6 +184,10 @@ class SessionActions(QObject):
     def may_close(self) -> bool:
         """Ask about unsaved runs; False cancels the close."""
         return self._may_replace("Save the runs of this window as a session before closing?")
+
+    def may_switch_model(self, name: str) -> bool:
+        """Ask about unsaved runs before another model replaces them; False: stay."""
+        return self._may_replace(f"Save the runs of this window before opening {name}?")
 
     def _may_replace(self, question: str) -> bool:
         """Ask about unsaved runs before they go; False: stay (cancelled, or saving first)."""
