@@ -14,7 +14,7 @@ is (:class:`Explainer`, how a token and a probability are written) is :mod:`.com
 
 from llm_lens.core.cards.attention import attention_card
 from llm_lens.core.cards.attribution import attribution_card
-from llm_lens.core.cards.common import Explainer, pct, q
+from llm_lens.core.cards.common import Explainer, count, p3, pct, q
 from llm_lens.core.cards.embeddings import embeddings_card
 from llm_lens.core.cards.experts import DENSE_TRY, experts_card
 from llm_lens.core.cards.kvcache import kvcache_card
@@ -30,11 +30,13 @@ __all__ = [
     "Explainer",
     "attention_card",
     "attribution_card",
+    "count",
     "embeddings_card",
     "experts_card",
     "kvcache_card",
     "layers_card",
     "logits_card",
+    "p3",
     "pct",
     "positions_card",
     "q",

@@ -26,10 +26,23 @@ def attribution_card(result: Any) -> Explainer:
     top = np.unravel_index(int(np.argmax(a.heads)), a.heads.shape)
     headline = (
         f"{q(result.token_text)}: logit {a.logit:.2f} = embedding {a.embed:.2f} + attention "
-        f"{attn:.2f} + MLPs {mlp:.2f} + bias {a.residual:.2g}."
+        f"{attn:.2f} + MLPs {mlp:.2f}{_unsplit(a)}."
     )
     numbers = (
         f"The largest head is layer {int(top[0])}, head {int(top[1])} "
         f"({float(a.heads[top]):.2f}); the final norm's divisor is held at {a.norm_scale:.3g}.",
     )
     return Explainer(headline, shows, numbers, (), try_this)
+
+
+def _unsplit(a: Any) -> str:
+    """The terms that do not split over the pieces, those the model has: its biases, its
+    final soft-cap; on a model with neither the remainder is float32 rounding, said as such."""
+    capped = bool(getattr(a, "has_softcap", False))
+    rest = a.residual - a.after_unembed if capped else a.residual
+    text = f" + biases {rest:.2g}" if getattr(a, "has_biases", True) else ""
+    if capped:
+        text += f" + final soft-cap {a.after_unembed:+.2f}"
+    if not text:
+        text = f" + {rest:.2g} left over" if abs(rest) >= 5e-3 else ""  # else: rounding
+    return text

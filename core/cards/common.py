@@ -23,6 +23,16 @@ def q(text: str) -> str:
     return "'" + text.replace("\n", "\\n").replace("\t", "\\t") + "'"
 
 
+def count(n: int, noun: str) -> str:
+    """'1 token', '3,434 tokens': the noun agrees with its number."""
+    return f"{n:,} {noun}{'s' * (n != 1)}"
+
+
+def p3(p: float) -> str:
+    """A probability to three decimals, and '< 0.001' for one that would read 0.000."""
+    return "< 0.001" if 0 < p < 0.0005 else f"{p:.3f}"
+
+
 def pct(p: float) -> str:
     """91 %, 0.42 %, 3.1e-05 %: enough digits to be non-zero."""
     value = 100 * p

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from llm_lens.core.arithmetic import draw_at, recorded_draw
-from llm_lens.core.cards.common import Explainer, pct, q
+from llm_lens.core.cards.common import Explainer, count, pct, q
 from llm_lens.core.records import StepRecord
 from llm_lens.core.sampling import SamplingParams
 
@@ -18,24 +18,32 @@ def sampling_card(
     """Which token these settings and this seed would draw at this step, stage by stage
     (``run_params``: these are the run's own settings, whose stages the loop recorded)."""
     draw = (recorded_draw(step, params) if run_params else None) or draw_at(step, params)
-    text = _text_of(step, draw.token_id)
+    name = _name_of(step, draw.token_id)
     how = "greedy picks the largest" if draw.greedy else f"seed {draw.seed} draws"
     trail = " → ".join(f"{s.stage} {pct(s.prob)}" for s in draw.stages)
     same = "the token the run chose" if draw.token_id == step.token.id else "not the run's token"
-    headline = f"At step {step.index} {how} {q(text)} (id {draw.token_id}, {same}): {trail}."
+    headline = f"At step {step.index} {how} {name} (id {draw.token_id}, {same}): {trail}."
     shows = (
         "The selected step's recorded logits run again through each active stage (repetition "
         "penalty, temperature, top-k, top-p, min-p) with the settings above, without the model."
     )
-    numbers = tuple(f"after {s.stage}: {s.kept:,} tokens keep probability" for s in draw.stages)
+    numbers = tuple(
+        f"after {s.stage}: {count(s.kept, 'token')} {'keeps' if s.kept == 1 else 'keep'} "
+        "probability"
+        for s in draw.stages
+    )
     return (
         Explainer(headline, shows, numbers, (), "Move the temperature slider and watch the draw."),
         draw,
     )
 
 
-def _text_of(step: StepRecord, token_id: int) -> str:
+def _name_of(step: StepRecord, token_id: int) -> str:
+    """The drawn token's text quoted, as the step recorded it; a draw from the tail beyond the
+    step's recorded top tokens has no text there, and is said to be one (not '#21661')."""
     if token_id == step.token.id:
-        return step.token.text
+        return q(step.token.text)
     hits = np.flatnonzero(np.asarray(step.top_ids) == token_id)
-    return step.top_texts[int(hits[0])] if hits.size else f"#{token_id}"
+    if hits.size:
+        return q(step.top_texts[int(hits[0])])
+    return f"a token beyond the top {len(step.top_ids)}"

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from llm_lens.core.cards.common import Explainer
+from llm_lens.core.cards.common import Explainer, count
 from llm_lens.core.records import StepRecord
 
 
@@ -19,7 +19,9 @@ def timing_card(steps: Sequence[StepRecord], n_prompt: int) -> Explainer:
         return Explainer("No run yet.", shows)
     first = steps[0].timing.total_ms
     rest = [s.timing.total_ms for s in steps[1:]]
-    headline = f"The prefill read {n_prompt} tokens in {first:.1f} ms (time to first token)"
+    headline = (
+        f"The prefill read {count(n_prompt, 'token')} in {first:.1f} ms (time to first token)"
+    )
     if rest:
         headline += f"; each later step took {float(np.median(rest)):.1f} ms (median)"
     return Explainer(headline + ".", shows, (), (), "Run with a longer prompt: only TTFT grows.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from llm_lens.core.cards.common import Explainer, q
+from llm_lens.core.cards.common import Explainer, count, q
 
 
 def tokens_card(
@@ -16,15 +16,20 @@ def tokens_card(
         "included) and then the response, each chip coloured by the probability the model "
         "gave the token it chose."
     )
-    headline = f"{model} read the prompt as {n_prompt} tokens and wrote {len(texts) - n_prompt}."
+    headline = (
+        f"{model} read the prompt as {count(n_prompt, 'token')} and wrote {len(texts) - n_prompt}."
+    )
     numbers = []
     if 0 <= position < len(texts):
         part = "prompt" if position < n_prompt else f"response (step {position - n_prompt})"
         headline = (
             f"Token {position} is {q(texts[position])}, id {ids[position]}, in the {part}; "
-            f"the prompt is {n_prompt} tokens."
+            f"the prompt is {count(n_prompt, 'token')}."
         )
-        numbers.append(f"{len(texts)} tokens in all, so the KV cache holds {len(texts)} rows.")
+        numbers.append(
+            f"{count(len(texts), 'token')} in all, so the KV cache holds "
+            f"{count(len(texts), 'row')}."
+        )
     return Explainer(
         headline, shows, tuple(numbers), (), "Click a chip: every pane highlights that token."
     )

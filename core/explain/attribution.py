@@ -58,6 +58,10 @@ class LogitAttribution:
     # the residual: it does not split over pieces (0 for most models)
     after_unembed: float = 0.0
     post_norm: bool = False  # the blocks' post-attention norms were held at this step's scale
+    # what the model has that can leave part of the logit unsplit: any bias parameter, a final
+    # soft-cap. Without either, the residual is float32 rounding, not a term of the model
+    has_biases: bool = True
+    has_softcap: bool = False
 
     @property
     def sum(self) -> float:
@@ -139,7 +143,10 @@ def logit_attribution(engine: Any, trace: ContextTrace, vs: int | None = None) -
         norm_scale=scale,
         after_unembed=logit - _unembedded(a, trace, d, vs, k),
         post_norm=any(n is not None for n in trace.post_norms),
-    )
+        has_biases=any(name.endswith("bias") for name, _ in engine.model.named_parameters()),
+        has_softcap=bool(getattr(engine.model.config.get_text_config(decoder=True),
+                                 "final_logit_softcapping", None)),
+    )  # fmt: skip
 
 
 def _logit_scale(engine: Any) -> float:

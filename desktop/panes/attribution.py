@@ -48,15 +48,19 @@ def diverging(value: float, scale: float) -> QColor:
 
 
 def split_text(lg: Any) -> str:
-    """How the logit splits, and what is held fixed to make it split (said in the view)."""
-    # Gemma's soft-cap (after_unembed) is part of the residual; the rest of it is biases
-    capped = abs(getattr(lg, "after_unembed", 0.0)) > 0
-    rest = f"biases ({lg.residual - lg.after_unembed:.1e})" if capped else "biases"
-    text = f"embedding + heads + MLPs ({lg.sum:.3f}) + {rest}"
+    """How the logit splits, and what is held fixed to make it split (said in the view).
+
+    Only the terms the model has are named: its biases, its final soft-cap (Gemma), which do
+    not split over the pieces. What is left on a model with neither is float32 rounding."""
+    capped = bool(getattr(lg, "has_softcap", abs(getattr(lg, "after_unembed", 0.0)) > 0))
+    rest = lg.residual - lg.after_unembed if capped else lg.residual
+    text = f"embedding + heads + MLPs ({lg.sum:.3f})"
+    if getattr(lg, "has_biases", True):
+        text += f" + biases ({rest:.1e})"
+    else:
+        text += f" (float32 rounding leaves {rest:.1e})"
     if capped:
         text += f" + the final soft-cap ({lg.after_unembed:+.3f}, does not split)"
-    else:
-        text += f" ({lg.residual:.1e})"
     held = f"The final norm's scale is held at its value for this step ({lg.norm_scale:.4g})"
     if getattr(lg, "post_norm", False):
         held += ", and so is each block's post-attention norm, position by position"

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from llm_lens.core import cards as ex
 from llm_lens.desktop.state.controller import Controller
-from llm_lens.desktop.widgets.pane import Pane, steady_axes
+from llm_lens.desktop.widgets.pane import Pane, plain_axis, steady_axes
 
 UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB")
 
@@ -42,7 +42,7 @@ class ByteAxis(pg.AxisItem):
 
     def __init__(self, orientation: str = "left") -> None:
         super().__init__(orientation)
-        self.enableAutoSIPrefix(False)
+        plain_axis(self)
         self.power = 0
 
     def set_largest(self, largest: float) -> None:

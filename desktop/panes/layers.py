@@ -267,9 +267,10 @@ class LayerStackPane(Pane):
         known = prompt is not None and position < len(prompt.tokens)  # a new run may be starting
         read = f"'{shown(prompt.tokens[position].text)}'" if known else "?"
         where = "embeddings" if layer == 0 else f"layer {layer}"
+        p = ex.p3(float(pl.top1_probs[layer, position]))
         return (
             f"position {position} (reads {read}), {where}: lens top-1 "
-            f"'{shown(pl.top1_texts[layer][position])}' p={pl.top1_probs[layer, position]:.3f}"
+            f"'{shown(pl.top1_texts[layer][position])}' p={p}"
         )
 
     def _on_heat_hover(self, pos: QPointF) -> None:

@@ -25,7 +25,7 @@ from llm_lens.desktop.widgets.bars import (
     tick_label,
 )
 from llm_lens.desktop.widgets.card import Card
-from llm_lens.desktop.widgets.pane import HoverTarget, Pane, steady_axes
+from llm_lens.desktop.widgets.pane import HoverTarget, Pane, plain_axis, steady_axes
 from llm_lens.desktop.widgets.token_text import piece_label
 
 __all__ = ["CHOSEN_BRUSH", "LogitsPane", "bar_values", "tick_label"]
@@ -48,7 +48,7 @@ class LogitsPane(Pane):
         self.plot.hideButtons()
         self.plot.showGrid(x=True, alpha=0.25)
         self.plot.setMenuEnabled(False)
-        self.plot.getAxis("bottom").enableAutoSIPrefix(False)
+        plain_axis(self.plot.getAxis("bottom"))
         steady_axes(self.plot)
         self.bars = horizontal_bars(TOP)
         self.plot.addItem(self.bars)

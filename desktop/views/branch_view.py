@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from llm_lens.core.cards import p3
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.scheduler import REPAINT_MS
 from llm_lens.desktop.views.compare_view import error_label
@@ -52,6 +53,7 @@ class BranchView(QWidget):
         self._build()
         controller.sig_selection_changed.connect(self._schedule)
         controller.sig_run_started.connect(self._schedule)
+        controller.sig_model_loaded.connect(self._schedule)  # the old model's ids go
         self.compare.sig_tree_changed.connect(self.set_nodes)
         self.compare.sig_error.connect(self._on_error)
         self.set_nodes(self.compare.nodes)  # a tree made before the view was first opened
@@ -125,7 +127,7 @@ class BranchView(QWidget):
             return
         self.header.setText(
             f"step {step.index} of the shown run chose {visible(step.token.text)!r} "
-            f"(p={step.prob:.3f}); pick another token to continue from there"
+            f"(p={p3(step.prob)}); pick another token to continue from there"
         )
 
     def branch(self, row: int | None = None) -> None:

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from llm_lens.core.cards import p3
 from llm_lens.core.errors import LensError
 from llm_lens.core.sampling import MAX_CONFIGS as MAX_COLUMNS
 from llm_lens.desktop.state.controller import Controller
@@ -369,7 +370,7 @@ class CompareView(QWidget):
             column.chips.set_selection(i if i < len(records) else -1, -1)
             if 0 <= i < len(records):
                 s = records[i]
-                parts.append(f"#{n + 1} {s.token.text!r} p={s.prob:.3f}")
+                parts.append(f"#{n + 1} {s.token.text!r} p={p3(s.prob)}")
         for cursor in self.cursors:
             cursor.setVisible(i >= 0)
             cursor.setValue(max(i, 0))

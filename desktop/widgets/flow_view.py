@@ -13,6 +13,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Signal
 
+from llm_lens.desktop.widgets.pane import plain_axis
 from llm_lens.desktop.widgets.token_text import visible_text
 
 KIND_COLOURS = {0: (66, 133, 244), 1: (150, 150, 150), 2: (244, 160, 0)}  # attn, residual, mlp
@@ -34,7 +35,7 @@ class FlowView(QObject):
         plot.setLabel("bottom", "token")
         plot.setMenuEnabled(False)
         for side in ("left", "bottom"):
-            plot.getAxis(side).enableAutoSIPrefix(False)
+            plain_axis(plot.getAxis(side))
         self.item = pg.GraphItem()
         self.picked = pg.PlotDataItem(pen=pg.mkPen("r", width=3))
         plot.addItem(self.item)

@@ -42,6 +42,23 @@ class HoverTarget(NamedTuple):
     scene: Any = None  # the scene whose mouse moves to follow (None: the plot's own)
 
 
+def plain_axis(axis: Any) -> None:
+    """No SI prefix on ``axis`` (a pyqtgraph AxisItem), now or later: ticks read the data.
+
+    pyqtgraph 0.14's ``enableAutoSIPrefix(False)`` still works out a scale from the range of
+    that moment and keeps it (nothing updates it once the prefix is off), unsaid on the label:
+    a Logits pane shown again over 0…0.57 read 100–500 under bars of 45 % from then on, and a
+    head map first shown empty (0…1) read layer 0–30,000. The scale goes back to 1 here.
+    """
+    axis.enableAutoSIPrefix(False)
+    if axis.autoSIPrefixScale != 1.0 or axis.labelUnitPrefix:
+        axis.autoSIPrefixScale = 1.0
+        axis.labelUnitPrefix = ""
+        axis.label.setHtml(axis.labelString())
+        axis.picture = None
+        axis.update()
+
+
 def plain_axes(root: QWidget) -> None:
     """No SI prefix on any axis of ``root``'s plots: token positions, layers and heads are
     counts, and an empty plot's −0.5…0.5 range read "(x0.001)" with ticks of −500…500."""
@@ -50,7 +67,7 @@ def plain_axes(root: QWidget) -> None:
     for view in root.findChildren(pg.GraphicsView):
         for item in view.scene().items():
             if isinstance(item, pg.AxisItem):
-                item.enableAutoSIPrefix(False)
+                plain_axis(item)
 
 
 class Pane(QWidget):

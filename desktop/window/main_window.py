@@ -232,6 +232,10 @@ class MainWindow(QMainWindow):
 
     # ----------------------------------------------------------------- model
     def load(self, spec: str | None) -> None:
+        """Load the model ``spec`` (None: the bundled one), once unsaved runs were offered a
+        save (as quitting does): the runs of the model shown go with it."""
+        if not self.sessions.may_switch_model(spec or "the bundled model"):
+            return
         self.model_spec = spec
         self.model_label.setText(f"loading {spec or 'the bundled model'}…")
         self.progress.setValue(0)

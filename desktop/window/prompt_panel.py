@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from llm_lens.core.cards import p3
 from llm_lens.core.records import generated_text
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.widgets.common import FlowLayout, LineText, group
@@ -116,6 +117,7 @@ class PromptPanel(QWidget):
         c.sig_steps_changed.connect(self._on_steps)
         c.sig_selection_changed.connect(self._on_selection)
         c.sig_model_loaded.connect(lambda _i: self._on_busy(False))
+        c.sig_model_loaded.connect(lambda _i: self.forget_run())
 
     def _pick_example(self, index: int) -> None:
         if 0 <= index < len(self.examples):
@@ -168,6 +170,16 @@ class PromptPanel(QWidget):
         self.continue_button.setEnabled(
             not busy and c.model_info is not None and bool(c.steps) and c.summary is not None
         )
+
+    def forget_run(self) -> None:
+        """Another model is shown: no response, step or error of the old one stays (a run of
+        the new model, or a reopened one, is announced after this and fills them again)."""
+        self.response.clear()
+        self._shown = ""
+        with QSignalBlocker(self.slider):
+            self.slider.setRange(0, 0)
+        self.step_label.setText("no run yet")
+        self.error.setVisible(False)
 
     def _on_run_started(self, _prompt: Any) -> None:
         self.response.clear()
@@ -246,7 +258,7 @@ class PromptPanel(QWidget):
         step = steps[index]
         kind = "prefill" if index == 0 else "decode"
         self.step_label.setText(
-            f"{index} / {len(steps) - 1} · {kind} · chose {step.token.text!r} (p={step.prob:.3f})"
+            f"{index} / {len(steps) - 1} · {kind} · chose {step.token.text!r} (p={p3(step.prob)})"
         )
 
 

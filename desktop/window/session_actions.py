@@ -41,6 +41,7 @@ class SessionActions(QObject):
         self.progress: QProgressDialog | None = None
         c.sig_run_finished.connect(lambda _s: c.sessions.request_autosave())
         c.sig_session_changed.connect(self._update_title)
+        c.sig_model_loaded.connect(lambda _i: self._update_title())  # no "recorded" left over
         self._refresh_recent()
 
     # ----------------------------------------------------------------- menu
@@ -184,6 +185,10 @@ class SessionActions(QObject):
         """Ask about unsaved runs; False cancels the close."""
         return self._may_replace("Save the runs of this window as a session before closing?")
 
+    def may_switch_model(self, name: str) -> bool:
+        """Ask about unsaved runs before another model replaces them; False: stay."""
+        return self._may_replace(f"Save the runs of this window before opening {name}?")
+
     def _may_replace(self, question: str) -> bool:
         """Ask about unsaved runs before they go; False: stay (cancelled, or saving first)."""
         if not (self.confirm_close and self.controller.dirty):
@@ -201,19 +206,55 @@ class SessionActions(QObject):
         return True
 
     def start(self) -> str | None:
-        """Mark this process as running; return the autosave path if the last one crashed."""
+        """Mark this process as running; return the autosave path if the last one crashed.
+
+        The lock names the process that holds it. An autosave is offered only when that
+        process is gone without clearing its lock (it crashed); another LLM Lens still running
+        beside this one, sharing the cache folder, keeps its lock and its autosave."""
         lock = _lock_path()
         autosave = lock.parent / "autosave.llmlens"
-        crashed = lock.exists() and autosave.exists()
+        holder = lock_holder(lock)
+        if holder is not None and holder != os.getpid() and process_alive(holder):
+            return None  # another live window's lock: not ours to take nor to recover
+        crashed = holder is not None and autosave.exists()
         lock.parent.mkdir(parents=True, exist_ok=True)
         lock.write_text(str(os.getpid()))
         return str(autosave) if crashed else None
 
     def stop(self) -> None:
-        """A clean exit: forget the lock and the autosave."""
+        """A clean exit: forget the lock and the autosave, if the lock is this process's."""
         lock = _lock_path()
+        if lock_holder(lock) not in (None, os.getpid()):
+            return
         for path in (lock, lock.parent / "autosave.llmlens"):
             path.unlink(missing_ok=True)
+
+
+def lock_holder(lock: Path) -> int | None:
+    """The process id a lock file names (None: no lock; 0: a lock without a readable id)."""
+    try:
+        text = lock.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else 0
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs now (signal 0 asks without sending anything; on Windows,
+    where ``os.kill`` would end the process, a lock's holder counts as alive)."""
+    if pid <= 0:
+        return False
+    if os.name == "nt":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: alive
+    except OSError:
+        return False
+    return True
 
 
 def is_session_url(urls: list[Any]) -> str | None:

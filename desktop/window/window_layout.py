@@ -34,8 +34,11 @@ JOURNEY = (
 NARROW_GROUPS = (JOURNEY[:7], JOURNEY[7:])
 WIDE_GROUPS = (JOURNEY[:3], JOURNEY[3:8], JOURNEY[8:])
 WIDE_FROM = 1700  # window width (px) from which three groups fit side by side
-# the tab each group shows in a fresh layout
-NARROW_FIRST, WIDE_FIRST = ("Attention", "Logits"), ("Tokens", "Attention", "Logits")
+# the tab each group shows in a fresh layout (the first group: Tokens, where the journey starts)
+NARROW_FIRST, WIDE_FIRST = (
+    ("Tokens", "Logits"),
+    ("Tokens", "Attention", "Logits"),
+)  # the journey starts
 STRIP = 0.26  # the prompt strip's share of the window's height
 STRIP_MIN, STRIP_MAX = 170, 300
 

@@ -30,7 +30,7 @@ from llm_lens.desktop.panes.attention.cells import (
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.selection import context_tokens
 from llm_lens.desktop.widgets.common import ATTENTION_MAP_SIZE
-from llm_lens.desktop.widgets.pane import HoverTarget, Pane, steady_axes
+from llm_lens.desktop.widgets.pane import HoverTarget, Pane, plain_axis, steady_axes
 from llm_lens.desktop.widgets.token_text import label_step, visible_text
 
 MAP_SIZE = ATTENTION_MAP_SIZE
@@ -120,7 +120,7 @@ class AttentionPane(Pane):
         self.map_plot.setLabel("left", "query")
         self.map_plot.setLabel("bottom", "key")
         for side in ("left", "bottom"):  # token positions: never "(x0.001)" on an empty map
-            self.map_plot.getAxis(side).enableAutoSIPrefix(False)
+            plain_axis(self.map_plot.getAxis(side))
         self.map_plot.invertY(True)
         self.map_plot.setMenuEnabled(False)
         self.image = pg.ImageItem(axisOrder="row-major", nanPolicy="omit")

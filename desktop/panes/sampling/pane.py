@@ -27,7 +27,7 @@ from llm_lens.desktop.panes.sampling.controls import SamplingControls
 from llm_lens.desktop.panes.sampling.stages import SHOW, StageView, recorded_views, stage_views
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.widgets.bars import BAR_BRUSH, CHOSEN_BRUSH, horizontal_bars, tick_label
-from llm_lens.desktop.widgets.pane import HoverTarget, Pane, steady_axes
+from llm_lens.desktop.widgets.pane import HoverTarget, Pane, plain_axis, steady_axes
 
 STAGES = ("raw", *STAGE_ORDER)
 STAGED_KEPT = 64  # staged steps kept (a few KB each)
@@ -96,7 +96,7 @@ class SamplingPane(Pane):
         plot.hideButtons()
         plot.setMenuEnabled(False)
         plot.showGrid(x=True, alpha=0.25)
-        plot.getAxis("bottom").enableAutoSIPrefix(False)
+        plain_axis(plot.getAxis("bottom"))
         steady_axes(plot)
         bars = horizontal_bars(SHOW)
         plot.addItem(bars)
@@ -230,8 +230,10 @@ class SamplingPane(Pane):
             return
         self._set_error("")
         self.params = params
-        self.controller.request_params(params)
+        # the stages first: the controller's signal refreshes the card, which reads them (the
+        # other order left the card one change behind the controls and the plots)
         self.render(self.controller.current_step())
+        self.controller.request_params(params)
 
     def _on_params_changed(self, params: SamplingParams) -> None:
         if params == self.params:
