@@ -1,6 +1,6 @@
 """Branching: continue a run from any step with another token (or go on from its end),
 cropping a copy of its KV cache instead of recomputing it; branch trees and their paths.
-Prefix reuse across runs is :mod:`core.prefix`.
+Prefix reuse across runs is :mod:`core.runs.prefix`.
 """
 
 from __future__ import annotations
@@ -326,7 +326,7 @@ class BranchTree:
 
 
 def session_nodes(runs: Sequence[Any]) -> list[BranchNode]:
-    """The branch tree of a session's runs (``core.session.SessionRun``), depth first.
+    """The branch tree of a session's runs (``core.sessions.format.SessionRun``), depth first.
 
     A saved branch holds its whole path (the root's steps before the branch point, then its
     own), so its cumulative log-prob is the sum over its steps; ``parent`` names the run and

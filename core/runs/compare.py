@@ -2,8 +2,8 @@
 
 :func:`compare` reads the prompt once and forks its KV cache for every sampling configuration,
 so each column samples from the very same step-0 logits; with the same seeds the tokens equal
-those of separate :meth:`~core.engine.Engine.start` runs. Branching and prefix reuse live in
-:mod:`core.branching`.
+those of separate :meth:`~core.loop.engine.Engine.start` runs. Branching and prefix reuse live in
+:mod:`core.runs.branching`.
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ class ColumnRun(Protocol):
 
 @dataclass
 class RecordedColumn:
-    """A column read back from a session (a ``core.session.SessionRun``), for the metrics."""
+    """A column read back from a session (a ``SessionRun``), for the metrics."""
 
     run_id: int
     prompt: PromptTokens

@@ -42,9 +42,9 @@ class CompareStart:
 
 @dataclass(frozen=True)
 class CompareOutcome:
-    """The numbers of a finished comparison (see :class:`core.compare.Comparison`)."""
+    """The numbers of a finished comparison (see :class:`core.runs.compare.Comparison`)."""
 
-    columns: tuple[Any, ...]  # core.compare.ColumnStats
+    columns: tuple[Any, ...]  # core.runs.compare.ColumnStats
     divergence_step: int | None
     kl_per_step: tuple[float, ...]
     overlap_per_step: tuple[float, ...]
@@ -55,7 +55,7 @@ class CompareOutcome:
 
     @classmethod
     def of(cls, comparison: Any, runs: Sequence[Any]) -> CompareOutcome:
-        """The numbers of a ``core.compare.Comparison`` whose columns are ``runs`` (live runs,
+        """The numbers of a ``core.runs.compare.Comparison`` whose columns are ``runs`` (live runs,
         or a session's recorded ones)."""
         return cls(
             tuple(comparison.columns()),
@@ -82,7 +82,7 @@ class ShownRun:
 
     @classmethod
     def of(cls, path: Any) -> ShownRun:
-        """A ``core.branching.PathRun``, to show."""
+        """A ``core.runs.branching.PathRun``, to show."""
         return cls(path.run_id, path.prompt, path.prefill, tuple(path.steps), path.summary(),
                    path.params)  # fmt: skip
 
@@ -91,7 +91,7 @@ class ShownRun:
 class BeamFrame:
     """One beam-search step, each live beam's text so far and each finished beam's text."""
 
-    step: Any  # core.beam.BeamStep
+    step: Any  # core.runs.beam.BeamStep
     texts: tuple[str, ...]
     finished: tuple[str, ...] = ()  # texts of step.finished, best first
 
@@ -105,7 +105,7 @@ def compare_job(
     drop: Callable[[Workbench], None],
     samples: bool = False,
 ) -> Job:
-    """Columns from one shared prefill (``core.compare.start_shared``), streamed round-robin.
+    """Columns from one shared prefill (``core.runs.compare.start_shared``), streamed round-robin.
     ``drop(bench)`` first forgets the runs of the previous comparison."""
 
     def job(bench: Workbench) -> Iterator[Item]:
@@ -135,7 +135,7 @@ def compare_job(
 
 
 def beam_job(text: str, chat: bool, beams: int, max_new: int) -> Job:
-    """``core.beam.BeamSearch`` step by step, then its result."""
+    """``core.runs.beam.BeamSearch`` step by step, then its result."""
 
     def job(bench: Workbench) -> Iterator[Item]:
         from llm_lens.core.runs.beam import BeamSearch

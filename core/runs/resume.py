@@ -39,7 +39,7 @@ class Revived:
 
 
 def revive(engine: Engine, recorded: Any, cancel: threading.Event | None = None) -> Revived:
-    """A :class:`~core.engine.Run` equal to ``recorded`` (a ``core.session.SessionRun``) with its
+    """A :class:`~core.loop.engine.Run` equal to ``recorded`` (a ``SessionRun``) with its
     KV cache rebuilt on ``engine``'s model.
 
     The cache holds the prompt and every generated token but the last, as a finished run's

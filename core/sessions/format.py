@@ -76,7 +76,7 @@ class SessionRun:
     steps: tuple[StepRecord, ...]
     prefill: PrefillCapture | None = None  # hidden stored as float16, loaded as float32
     prompt_attention: np.ndarray | None = None  # (layers, heads, T, T); float16 on disk
-    # derived views recorded with the model so panes work without it (core.session_analysis)
+    # derived views recorded with the model so panes work without it (core.sessions.views)
     extras: dict[str, np.ndarray] = field(default_factory=dict)
     extras_json: dict[str, Any] = field(default_factory=dict)
     # the sampler's torch.Generator state after the last step (uint8), so a continuation of the
@@ -125,7 +125,7 @@ def session_from_run(
     parent: tuple[int, int] | None = None,
     prompt_attention: np.ndarray | None = None,
 ) -> SessionRun:
-    """A :class:`SessionRun` of a finished ``core.engine.Run`` (or anything with its fields).
+    """A :class:`SessionRun` of a finished ``core.loop.engine.Run`` (or anything with its fields).
 
     ``prompt_attention`` is the (layers, heads, T, T) prompt maps, for prompts of at most
     :data:`PROMPT_ATTENTION_LIMIT` tokens.

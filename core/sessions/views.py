@@ -97,7 +97,7 @@ def recorded_run(
     parent: tuple[int, int] | None = None,
     memo: dict[Any, Any] | None = None,
 ) -> SessionRun:
-    """A finished ``core.engine.Run`` with its prompt maps and derived views, ready to save
+    """A finished ``core.loop.engine.Run`` with its prompt maps and derived views, ready to save
     (``memo``: see :func:`record_analysis`)."""
     memo = {} if memo is None else memo
     arrays, texts = record_analysis(run.engine, run, memo)

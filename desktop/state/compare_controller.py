@@ -1,6 +1,6 @@
 """Comparisons, beam search and branching for the views, run on the worker as streaming jobs.
 
-Owned by the :class:`~desktop.controller.Controller` as ``controller.compare``. The jobs
+Owned by the :class:`~desktop.state.controller.Controller` as ``controller.compare``. The jobs
 (:mod:`llm_lens.core.runs.jobs`) run on the model thread through ``Worker.stream``; their items come
 back here and leave as this object's signals. A branch streams into the panes like a live run.
 """

@@ -38,7 +38,7 @@ class Controller(QObject):
         sig_head_requested(int, int): show this layer and head (a click in "why this token?").
         sig_explain_requested(int): explain this step's token (a "why?" on a token).
         sig_token_selected(int): the selected token changed (its context position, or -1);
-            see :mod:`desktop.selection`.
+            see :mod:`desktop.state.selection`.
 
     It is composed of parts with one job each: ``link``
     (:class:`~llm_lens.desktop.state.worker_link.WorkerLink`) owns the model thread and queues

@@ -97,7 +97,7 @@ class Pane(QWidget):
         self.render_times_ms: list[float] = []
         self.paint_times_ms: list[float] = []
         self._stale = False  # a run started: clear before the next render
-        self.after_render: list[Any] = []  # callables run after each render (desktop.linking)
+        self.after_render: list[Any] = []  # run after each render (desktop.teaching.linking)
         self._deferred = False  # a render skipped while hidden during a run: due when shown
         self._held = False  # the minimum size is fixed (at the first show)
         self._in_front = True  # its dock's tab is the one shown (set_in_front)
