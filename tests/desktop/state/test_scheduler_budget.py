@@ -45,7 +45,7 @@ def test_units_rest_to_stay_within_the_share_only_while_streaming(qtbot):
     assert rest >= 0.9 * spent * (1 / 0.1 - 1)  # 20 ms of work, then 180 ms of rest
     assert scheduler.units[0][1]  # recorded as a streaming unit
 
-    ctl.set_busy(False)  # the run ended: no rest
+    ctl.busy = False  # the run ended: no rest
     scheduler.wake()
     first.units.clear()
     second.units.clear()
@@ -94,7 +94,7 @@ def test_wake_renders_a_pane_waiting_for_its_live_slot_at_once(qtbot):
     scheduler.request(pane)
     qtbot.waitUntil(lambda: len(pane.units) == 1, timeout=2000)
     scheduler.request(pane)  # waits for its next live slot (150 ms)
-    ctl.set_busy(False)
+    ctl.busy = False
     t0 = time.monotonic()
     scheduler.wake()
     qtbot.waitUntil(lambda: len(pane.units) == 2, timeout=2000)
