@@ -16,16 +16,6 @@ from llm_lens.core.cli import main
 from llm_lens.core.errors import LensError
 from llm_lens.core.exports.trace import write_json
 from llm_lens.core.fileio import PathError, output_target, stream_output, write_target
-from tests.conftest import make_tiny
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tokenizer, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny-model")
-    loaded = make_tiny(tokenizer)
-    loaded.model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def _trace(folder, *out):

@@ -12,7 +12,6 @@ import pytest
 
 from llm_lens.core.cli import main
 from llm_lens.core.fileio import finite_json, first_not_finite, strict_json
-from tests.conftest import make_tiny
 
 
 def strict_loads(text: str):
@@ -45,16 +44,6 @@ def test_first_not_finite_names_the_path():
         "runs/0/steps/1/p (NaN)"
     )
     assert first_not_finite({"a": [1.0, 2]}) is None
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tokenizer, tmp_path_factory):
-    """A tiny random Llama saved as a model folder the CLI can load."""
-    folder = tmp_path_factory.mktemp("tiny-model")
-    loaded = make_tiny(tokenizer)
-    loaded.model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def test_every_file_the_cli_writes_is_strict_json(tiny_folder, tmp_path, capsys):

@@ -28,9 +28,9 @@ def bare(qtbot):
     ctl.shutdown()
 
 
-@pytest.fixture
-def loaded_window(qtbot, tmp_path, monkeypatch):
-    """The main window, shown, with the bundled model loaded; its settings in tmp_path."""
+def open_window(qtbot, tmp_path, monkeypatch, model: str | None = None):
+    """The main window, shown, once ``model`` (a folder; None: the bundled model) has loaded;
+    its settings in tmp_path. The caller closes it."""
     monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
     from llm_lens.desktop.window.main_window import MainWindow
 
@@ -39,7 +39,14 @@ def loaded_window(qtbot, tmp_path, monkeypatch):
     qtbot.addWidget(win)
     win.show()
     with qtbot.waitSignal(win.controller.sig_model_loaded, timeout=120_000):
-        win.load(None)
+        win.load(model)
+    return win
+
+
+@pytest.fixture
+def loaded_window(qtbot, tmp_path, monkeypatch):
+    """The main window, shown, with the bundled model loaded; its settings in tmp_path."""
+    win = open_window(qtbot, tmp_path, monkeypatch)
     yield win
     win.close()
 

@@ -57,25 +57,12 @@ def test_explain_errors_are_one_clear_line(args, needle, capsys, loaded):
 def test_the_summary_says_what_a_post_norm_model_holds(loaded):
     """Gemma 2: the printed answer names the post-attention norms held at their scale and the
     final soft-cap's share of the residual."""
-    import torch
-    import transformers
-
     from llm_lens.core.cli.explain import summary
     from llm_lens.core.explain.attribution import explain, explanation_dict
-    from llm_lens.core.loading import LoadedModel, describe
-    from llm_lens.core.loop.engine import Engine, RunConfig
-    from llm_lens.core.sampling import GREEDY
+    from tests.core.explain.test_explain import gemma2_step
 
-    cfg = transformers.Gemma2Config(
-        vocab_size=len(loaded.tokenizer), hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        final_logit_softcapping=2.0,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = transformers.Gemma2ForCausalLM(cfg).eval()
-    engine = Engine(LoadedModel(model, loaded.tokenizer, describe(model, "g", "t", "g")))
-    run = engine.start(engine.tokenize("The cat sat", chat=False), GREEDY, RunConfig(2))
-    data = json.loads(json.dumps(explanation_dict(explain(engine, run.run_all()[-1]))))
+    engine, step = gemma2_step(loaded)
+    data = json.loads(json.dumps(explanation_dict(explain(engine, step))))
     assert data["post_norm"] is True and data["after_unembed"] != 0
     text = summary(data)
     assert f"final soft-cap {data['after_unembed']:+.3f}" in text

@@ -269,50 +269,9 @@ def test_what_does_not_split_is_the_biases_on_a_tiny_gpt2(loaded):
     assert lg.residual == pytest.approx(head_biases + ln_bias, rel=1e-4, abs=1e-5)
 
 
-FAMILIES = {
-    "qwen2": ("Qwen2Config", {}),  # q/k/v biases, no output-projection bias
-    "mistral": ("MistralConfig", {"sliding_window": None}),
-    "phi3": ("Phi3Config", {"pad_token_id": 0}),  # fused qkv projection
-    "gemma": ("GemmaConfig", {"head_dim": 16}),  # RMSNorm scaled by (1 + w), scaled embeddings
-}
-
-
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_the_split_is_exact_on_other_pre_norm_families(loaded, family):
-    import transformers
-
-    from llm_lens.core.loading import LoadedModel, describe
-
-    name, extra = FAMILIES[family]
-    cfg = getattr(transformers, name)(
-        vocab_size=len(loaded.tokenizer), hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, **extra,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
-    with torch.no_grad():
-        for p in model.eval().parameters():
-            if p.dim() == 1:
-                p.uniform_(0.5, 1.5)  # norms that are not all ones
-    engine = Engine(LoadedModel(model, loaded.tokenizer, describe(model, family, "t", family)))
-    run = engine.start(engine.tokenize("The cat sat on", chat=False), GREEDY, RunConfig(3))
-    step = run.run_all()[-1]
-    _check_split(explain(engine, step), step)
-
-
-POST_NORM = {
-    # OLMo 2: norms after attention and MLP inside the residual branch, q/k norms
-    "olmo2": ("Olmo2Config", {}),
-    # Gemma 2: pre- and post-norms (1 + w), scaled embeddings, attention and final soft-caps
-    "gemma2": ("Gemma2Config", {"head_dim": 16, "final_logit_softcapping": 2.0,
-                                "attn_logit_softcapping": 5.0, "sliding_window": 64}),
-    # Gemma 3 (text): the same, local and global rotary sets, q/k norms
-    "gemma3_text": ("Gemma3TextConfig", {"head_dim": 16, "final_logit_softcapping": 2.0,
-                                         "sliding_window": 64}),
-}  # fmt: skip
-
-
 def _tiny_family(loaded, name, extra):
+    """A 2-layer random model of the transformers config class ``name`` (with ``extra``), its
+    1-D weights (norms) drawn away from 1, run greedily for 3 tokens: (engine, last step)."""
     import transformers
 
     from llm_lens.core.loading import LoadedModel, describe
@@ -330,6 +289,51 @@ def _tiny_family(loaded, name, extra):
     engine = Engine(LoadedModel(model, loaded.tokenizer, describe(model, name, "t", name)))
     run = engine.start(engine.tokenize("The cat sat on", chat=False), GREEDY, RunConfig(3))
     return engine, run.run_all()[-1]
+
+
+def gemma2_step(loaded):
+    """A tiny random Gemma 2 (post-attention norms, a final soft-cap) run greedily for 2 tokens:
+    (engine, last step); the CLI and the "Why this token?" pane tests read its explanation."""
+    import transformers
+
+    from llm_lens.core.loading import LoadedModel, describe
+
+    cfg = transformers.Gemma2Config(
+        vocab_size=len(loaded.tokenizer), hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        final_logit_softcapping=2.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.Gemma2ForCausalLM(cfg).eval()
+    engine = Engine(LoadedModel(model, loaded.tokenizer, describe(model, "g", "t", "g")))
+    run = engine.start(engine.tokenize("The cat sat", chat=False), GREEDY, RunConfig(2))
+    return engine, run.run_all()[-1]
+
+
+FAMILIES = {
+    "qwen2": ("Qwen2Config", {}),  # q/k/v biases, no output-projection bias
+    "mistral": ("MistralConfig", {"sliding_window": None}),
+    "phi3": ("Phi3Config", {"pad_token_id": 0}),  # fused qkv projection
+    "gemma": ("GemmaConfig", {"head_dim": 16}),  # RMSNorm scaled by (1 + w), scaled embeddings
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_split_is_exact_on_other_pre_norm_families(loaded, family):
+    engine, step = _tiny_family(loaded, *FAMILIES[family])
+    _check_split(explain(engine, step), step)
+
+
+POST_NORM = {
+    # OLMo 2: norms after attention and MLP inside the residual branch, q/k norms
+    "olmo2": ("Olmo2Config", {}),
+    # Gemma 2: pre- and post-norms (1 + w), scaled embeddings, attention and final soft-caps
+    "gemma2": ("Gemma2Config", {"head_dim": 16, "final_logit_softcapping": 2.0,
+                                "attn_logit_softcapping": 5.0, "sliding_window": 64}),
+    # Gemma 3 (text): the same, local and global rotary sets, q/k norms
+    "gemma3_text": ("Gemma3TextConfig", {"head_dim": 16, "final_logit_softcapping": 2.0,
+                                         "sliding_window": 64}),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("family", sorted(POST_NORM))

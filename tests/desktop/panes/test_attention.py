@@ -3,34 +3,16 @@ the real model's records and core's pooling."""
 
 from __future__ import annotations
 
-import csv
 import math
-import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
-from PySide6.QtGui import QFontMetrics, QImage
+from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QApplication
 
 from llm_lens.desktop.panes.attention import overview_cell
 from tests.desktop.conftest import wait_result
-
-
-def _check_exports(pane, tmp_path, expected_header, expected_rows):
-    """CSV has the header and the expected number of rows; the PNG loads (SVG: test_svg_export)."""
-    pane.export_csv(tmp_path / "t.csv")
-    with open(tmp_path / "t.csv", encoding="utf-8", newline="") as f:
-        rows = list(csv.reader(f))
-    assert tuple(rows[0]) == tuple(expected_header)
-    assert len(rows) - 1 == expected_rows
-    pane.export_image(tmp_path / "t.png")
-    assert not QImage(str(tmp_path / "t.png")).isNull()
-    return rows
-
-
-def _render(pane, controller, index):
-    controller.request_select(index)
-    pane.render(controller.steps[index])
+from tests.desktop.panes.helpers import check_exports, check_svg_exports, render_step
 
 
 @pytest.mark.slow
@@ -44,7 +26,7 @@ def test_attention_prefill_and_decode_maps(qtbot, ran, tmp_path):
     pane.layer_box.setValue(4)
     pane.head_box.setValue(4)
     amap = wait_result(qtbot, ran, "attention_map", layer=4, head=4, max_size=256)
-    _render(pane, ran, 0)
+    render_step(pane, ran, 0)
     n = len(ran.prompt)
     assert not amap.pooled and amap.weights.shape == (n, n)
     np.testing.assert_array_equal(pane.matrix, amap.weights)
@@ -57,7 +39,7 @@ def test_attention_prefill_and_decode_maps(qtbot, ran, tmp_path):
     assert "head 4 shares KV head 1 with heads 3, 5" in pane.header.text()
 
     last = ran.steps[-1]
-    _render(pane, ran, last.index)
+    render_step(pane, ran, last.index)
     size = n + last.index
     assert pane.matrix.shape == (size, size)
     np.testing.assert_array_equal(pane.matrix[size - 1], last.attention[4, 4])
@@ -73,11 +55,11 @@ def test_attention_prefill_and_decode_maps(qtbot, ran, tmp_path):
 
     pane.tiles.sig_clicked.emit(7 * TILE + 3.0, 2 * TILE + 5.0)  # as a mouse click emits it
     assert (pane.layer_box.value(), pane.head_box.value()) == (7, 2)
-    rows = _check_exports(
+    rows = check_exports(
         pane,
         tmp_path,
-        ("query position", "query token", "key position", "key token", "weight"),
         size * (size + 1) // 2,
+        header=("query position", "query token", "key position", "key token", "weight"),
     )
     assert float(rows[-1][4]) == pytest.approx(float(last.attention[4, 4][-1]))
 
@@ -90,7 +72,7 @@ def test_attention_overview_at_prefill(qtbot, ran):
     qtbot.addWidget(pane)
     thumbs = wait_result(qtbot, ran, "attention_overview")
     wait_result(qtbot, ran, "attention_map", layer=0, head=0, max_size=256)
-    _render(pane, ran, 0)
+    render_step(pane, ran, 0)
     layers, heads = ran.info.num_layers, ran.info.num_heads
     np.testing.assert_array_equal(
         pane.tiles.image[TILE : 2 * TILE, 2 * TILE : 3 * TILE], thumbs[1, 2]
@@ -113,7 +95,7 @@ def test_a_long_prompts_overview_shows_the_recorded_rows(qtbot, ran, monkeypatch
     monkeypatch.setattr(
         ran, "request_analysis", lambda kind, **a: (asked.append(kind), request(kind, **a))[1]
     )
-    _render(pane, ran, 0)
+    render_step(pane, ran, 0)
     assert "attention_overview" not in asked
     rows = strip(np.asarray(ran.steps[0].attention), TILE)
     np.testing.assert_array_equal(pane.tiles.image[0, 0:TILE], rows[0, 0])
@@ -129,13 +111,7 @@ def test_svg_export(qtbot, ran, tmp_path):
     wait_result(qtbot, ran, "attention_map", layer=0, head=0, max_size=256)
     wait_result(qtbot, ran, "embedding_projection")
     wait_result(qtbot, ran, "positions", positions=len(ran.prompt))
-    for cls in (PositionsPane, AttentionPane, EmbeddingsPane):
-        pane = cls(ran)
-        qtbot.addWidget(pane)
-        pane.render(ran.current_step())
-        path = tmp_path / f"{cls.__name__}.svg"
-        pane.export_image(path)
-        assert ET.parse(path).getroot().tag.endswith("svg")
+    check_svg_exports(qtbot, ran, tmp_path, (PositionsPane, AttentionPane, EmbeddingsPane))
 
 
 @pytest.mark.slow

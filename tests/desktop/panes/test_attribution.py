@@ -145,25 +145,12 @@ def test_the_pane_asks_once_per_step_and_vs_and_reuses_the_result(qtbot, window_
 def test_the_header_says_what_is_held_for_a_post_norm_model(loaded):
     """Gemma 2: the view names the post-attention norms held at this step's scale and the
     final soft-cap that does not split."""
-    import torch
-    import transformers
-
     from llm_lens.core.explain.attribution import explain
-    from llm_lens.core.loading import LoadedModel, describe
-    from llm_lens.core.loop.engine import Engine, RunConfig
-    from llm_lens.core.sampling import GREEDY
     from llm_lens.desktop.panes.attribution import split_text
+    from tests.core.explain.test_explain import gemma2_step
 
-    cfg = transformers.Gemma2Config(
-        vocab_size=len(loaded.tokenizer), hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        final_logit_softcapping=2.0,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = transformers.Gemma2ForCausalLM(cfg).eval()
-    engine = Engine(LoadedModel(model, loaded.tokenizer, describe(model, "g", "t", "g")))
-    run = engine.start(engine.tokenize("The cat sat", chat=False), GREEDY, RunConfig(2))
-    lg = explain(engine, run.run_all()[-1]).logits
+    engine, step = gemma2_step(loaded)
+    lg = explain(engine, step).logits
     text = split_text(lg)
     assert "post-attention norm" in text and "held at" in text
     assert f"final soft-cap ({lg.after_unembed:+.3f}" in text

@@ -3,32 +3,13 @@ model's analyses."""
 
 from __future__ import annotations
 
-import csv
-
 import numpy as np
 import pytest
 from PySide6.QtCore import QPointF, Qt
-from PySide6.QtGui import QImage
 
 from llm_lens.core import embeddings
 from tests.desktop.conftest import wait_result
-
-
-def _check_exports(pane, tmp_path, expected_header, expected_rows):
-    """CSV has the header and the expected number of rows; the PNG loads (SVG: test_svg_export)."""
-    pane.export_csv(tmp_path / "t.csv")
-    with open(tmp_path / "t.csv", encoding="utf-8", newline="") as f:
-        rows = list(csv.reader(f))
-    assert tuple(rows[0]) == tuple(expected_header)
-    assert len(rows) - 1 == expected_rows
-    pane.export_image(tmp_path / "t.png")
-    assert not QImage(str(tmp_path / "t.png")).isNull()
-    return rows
-
-
-def _render(pane, controller, index):
-    controller.request_select(index)
-    pane.render(controller.steps[index])
+from tests.desktop.panes.helpers import check_exports, render_step
 
 
 @pytest.mark.slow
@@ -42,7 +23,7 @@ def test_embeddings_vocabulary_overlay_and_neighbours(qtbot, ran, tmp_path):
     pane.vocab.setData = lambda *a, **k: (calls.append(1), original(*a, **k))
     proj = wait_result(qtbot, ran, "embedding_projection")
     for index in range(len(ran.steps)):
-        _render(pane, ran, index)
+        render_step(pane, ran, index)
     assert len(calls) == 1 and pane.vocab_set_count == 1
     assert len(pane.vocab.data) == ran.info.vocab_size
     ids = list(dict.fromkeys(ran.prompt.ids))
@@ -51,7 +32,7 @@ def test_embeddings_vocabulary_overlay_and_neighbours(qtbot, ran, tmp_path):
     np.testing.assert_array_equal(
         np.column_stack(pane.response_dots.getData()), proj.coords[response]
     )
-    _render(pane, ran, 1)  # earlier step: fewer response tokens, still no vocabulary setData
+    render_step(pane, ran, 1)  # earlier step: fewer response tokens, still no vocabulary setData
     assert len(pane.response_ids) <= 2 and len(calls) == 1
 
     token = ran.steps[0].token.id
@@ -70,14 +51,14 @@ def test_embeddings_vocabulary_overlay_and_neighbours(qtbot, ran, tmp_path):
     assert got == expected.ids.tolist()
     sims = [pane.neighbour_list.item(i).data(Qt.ItemDataRole.UserRole + 1) for i in range(10)]
     np.testing.assert_allclose(sims, expected.similarities, rtol=1e-5)
-    rows = _check_exports(
+    rows = check_exports(
         pane,
         tmp_path,
-        ("token id", "text", "x", "y"),
         len(dict.fromkeys(pane.prompt_ids + pane.response_ids)),
+        header=("token id", "text", "x", "y"),
     )
-    assert int(rows[1][0]) == ran.prompt.ids[0]
-    assert float(rows[1][2]) == pytest.approx(float(proj.coords[ran.prompt.ids[0], 0]))
+    assert int(rows[0][0]) == ran.prompt.ids[0]
+    assert float(rows[0][2]) == pytest.approx(float(proj.coords[ran.prompt.ids[0], 0]))
 
 
 @pytest.mark.slow
@@ -97,7 +78,7 @@ def test_embeddings_layer_paths(qtbot, ran, tmp_path):
     np.testing.assert_array_equal(y[1::2], paths.coords[:, 4, 1])
     np.testing.assert_array_equal(np.column_stack(pane.end_dots.getData()), paths.coords[:, -1])
     assert "PC1" in pane.explained.text()
-    _check_exports(pane, tmp_path, ("position", "token", "layer", "x", "y"), n * (layers + 1))
+    check_exports(pane, tmp_path, n * (layers + 1), header=("position", "token", "layer", "x", "y"))
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QApplication
 
 from llm_lens.core.sampling import GREEDY
 from tests.core.test_experts import moe_model
+from tests.desktop.conftest import open_window
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
 
@@ -33,15 +34,7 @@ def mixtral_folder(tmp_path_factory: Any, tokenizer: Any) -> Path:
 
 @pytest.fixture
 def mixtral_window(qtbot: Any, tmp_path: Any, monkeypatch: Any, mixtral_folder: Path) -> Any:
-    monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
-    from llm_lens.desktop.window.main_window import MainWindow
-
-    win = MainWindow()
-    win.sessions.confirm_close = False
-    qtbot.addWidget(win)
-    win.show()
-    with qtbot.waitSignal(win.controller.sig_model_loaded, timeout=120_000):
-        win.load(str(mixtral_folder))
+    win = open_window(qtbot, tmp_path, monkeypatch, str(mixtral_folder))
     with qtbot.waitSignal(win.controller.sig_run_finished, timeout=120_000):
         win.controller.request_run(PROMPT, False, GREEDY, 4)
     yield win

@@ -3,32 +3,14 @@ model and on tiny random models of windowed families (a ``DynamicCache`` their f
 
 from __future__ import annotations
 
-import csv
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pytest
-from PySide6.QtGui import QImage
 
 from tests.core.kvcache.test_windows import FAMILIES, _config, _model, _steps
-
-
-def _curve(item):
-    x, y = item.getData()  # (None, None) when empty
-    return np.asarray(x if x is not None else []), np.asarray(y if y is not None else [])
-
-
-def _check_exports(pane, tmp_path, rows: int) -> list[list[str]]:
-    """CSV has a header and ``rows`` rows; PNG loads in QImage (SVG: test_svg_export)."""
-    pane.export_csv(tmp_path / "t.csv")
-    with open(tmp_path / "t.csv", newline="", encoding="utf-8") as f:
-        table = list(csv.reader(f))
-    assert tuple(table[0]) == tuple(pane.csv_table()[0])
-    assert len(table) == rows + 1
-    pane.export_image(tmp_path / "t.png")
-    assert not QImage(str(tmp_path / "t.png")).isNull()
-    return table
+from tests.desktop.panes.helpers import check_exports, curve
 
 
 @pytest.mark.slow
@@ -43,11 +25,11 @@ def test_kv_cache_plots_records_and_formula(qtbot, ran, tmp_path):
 
     tokens = np.array([s.kv.tokens for s in steps])
     measured = np.array([s.kv.bytes_total for s in steps])
-    x, y = _curve(pane.measured_curve)
+    x, y = curve(pane.measured_curve)
     np.testing.assert_array_equal(x, tokens)
     np.testing.assert_array_equal(y, measured)
-    np.testing.assert_array_equal(_curve(pane.formula_curve)[1], measured)  # formula == measured
-    np.testing.assert_array_equal(_curve(pane.mha_curve)[1], [s.kv.mha_bytes for s in steps])
+    np.testing.assert_array_equal(curve(pane.formula_curve)[1], measured)  # formula == measured
+    np.testing.assert_array_equal(curve(pane.mha_curve)[1], [s.kv.mha_bytes for s in steps])
     assert tokens[0] == len(ran.prompt) and np.all(np.diff(tokens) == 1)
 
     for index in (1, 0):
@@ -79,10 +61,10 @@ def test_kv_cache_plots_records_and_formula(qtbot, ran, tmp_path):
     np.testing.assert_array_equal(pane.value_bars.opts["height"], odd[:, 1])
     np.testing.assert_array_equal(pane.value_bars.opts["y0"], odd[:, 0])
 
-    rows = _check_exports(pane, tmp_path, len(steps))
-    assert [int(r[2]) for r in rows[1:]] == list(measured)
-    assert [int(r[4]) for r in rows[1:]] == list(measured)
-    assert [int(r[3]) for r in rows[1:]] == [s.kv.bytes_added for s in steps]
+    rows = check_exports(pane, tmp_path, len(steps))
+    assert [int(r[2]) for r in rows] == list(measured)
+    assert [int(r[4]) for r in rows] == list(measured)
+    assert [int(r[3]) for r in rows] == [s.kv.bytes_added for s in steps]
 
 
 @pytest.mark.slow

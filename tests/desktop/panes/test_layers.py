@@ -2,33 +2,13 @@
 
 from __future__ import annotations
 
-import csv
-import xml.etree.ElementTree as ET
-
 import numpy as np
 import pytest
-from PySide6.QtGui import QImage
 
 from tests.desktop.conftest import wait_result
+from tests.desktop.panes.helpers import check_exports, check_svg_exports, curve
 
 pytestmark = pytest.mark.slow
-
-
-def _curve(item):
-    x, y = item.getData()  # (None, None) when empty
-    return np.asarray(x if x is not None else []), np.asarray(y if y is not None else [])
-
-
-def _check_exports(pane, tmp_path, rows: int) -> list[list[str]]:
-    """CSV has a header and ``rows`` rows; PNG loads in QImage (SVG: test_svg_export)."""
-    pane.export_csv(tmp_path / "t.csv")
-    with open(tmp_path / "t.csv", newline="", encoding="utf-8") as f:
-        table = list(csv.reader(f))
-    assert tuple(table[0]) == tuple(pane.csv_table()[0])
-    assert len(table) == rows + 1
-    pane.export_image(tmp_path / "t.png")
-    assert not QImage(str(tmp_path / "t.png")).isNull()
-    return table
 
 
 def test_layer_stack_norms_lens_and_prompt_heatmap(qtbot, ran, tmp_path, monkeypatch):
@@ -42,13 +22,13 @@ def test_layer_stack_norms_lens_and_prompt_heatmap(qtbot, ran, tmp_path, monkeyp
     pane.render(step)
 
     layers = ran.info.num_layers
-    x, y = _curve(pane.resid_curve)
+    x, y = curve(pane.resid_curve)
     np.testing.assert_array_equal(x, np.arange(layers + 1))
     np.testing.assert_allclose(y, step.residual_norms)
-    x, y = _curve(pane.attn_curve)
+    x, y = curve(pane.attn_curve)
     np.testing.assert_array_equal(x, np.arange(1, layers + 1))
     np.testing.assert_allclose(y, np.linalg.norm(step.attn_update, axis=-1))
-    np.testing.assert_allclose(_curve(pane.mlp_curve)[1], np.linalg.norm(step.mlp_update, axis=-1))
+    np.testing.assert_allclose(curve(pane.mlp_curve)[1], np.linalg.norm(step.mlp_update, axis=-1))
 
     # the table is the LensResult, and the final prediction is marked where it occurs
     table = pane.lens_table
@@ -64,9 +44,9 @@ def test_layer_stack_norms_lens_and_prompt_heatmap(qtbot, ran, tmp_path, monkeyp
     assert pane.agree_line.isVisible() and pane.agree_line.value() == first
     assert not pane.tabs.isTabEnabled(1)  # the prompt heatmap belongs to the prefill
 
-    rows = _check_exports(pane, tmp_path, layers + 1)
-    assert float(rows[1][1]) == pytest.approx(float(step.residual_norms[0]), rel=1e-6)
-    assert rows[1][2] == "" and float(rows[3][2]) == pytest.approx(
+    rows = check_exports(pane, tmp_path, layers + 1)
+    assert float(rows[0][1]) == pytest.approx(float(step.residual_norms[0]), rel=1e-6)
+    assert rows[0][2] == "" and float(rows[2][2]) == pytest.approx(
         float(np.linalg.norm(step.attn_update[1])), rel=1e-6
     )
     assert rows[-1][4] == lens.top_texts[-1][0]
@@ -111,7 +91,7 @@ def test_layer_stack_norms_lens_and_prompt_heatmap(qtbot, ran, tmp_path, monkeyp
     ran.set_busy(False)
 
     pane.render(None)
-    assert _curve(pane.resid_curve)[1].size == 0 and pane.lens_table.rowCount() == 0
+    assert curve(pane.resid_curve)[1].size == 0 and pane.lens_table.rowCount() == 0
 
 
 def test_svg_export(qtbot, ran, tmp_path):
@@ -119,10 +99,4 @@ def test_svg_export(qtbot, ran, tmp_path):
     from llm_lens.desktop.panes.layers import LayerStackPane
     from llm_lens.desktop.panes.timing import TimingPane
 
-    for cls in (LayerStackPane, KVCachePane, TimingPane):
-        pane = cls(ran)
-        qtbot.addWidget(pane)
-        pane.render(ran.current_step())
-        path = tmp_path / f"{cls.__name__}.svg"
-        pane.export_image(path)
-        assert ET.parse(path).getroot().tag.endswith("svg")
+    check_svg_exports(qtbot, ran, tmp_path, (LayerStackPane, KVCachePane, TimingPane))

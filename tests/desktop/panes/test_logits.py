@@ -2,39 +2,14 @@
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
-from PySide6.QtGui import QImage
+
+from tests.desktop.panes.helpers import check_exports, show
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
-
-
-def show(qtbot, pane):
-    qtbot.addWidget(pane)
-    pane.resize(700, 450)
-    pane.show()
-    qtbot.waitExposed(pane)
-    pane.render(pane.controller.current_step())
-    return pane
-
-
-def check_exports(pane, tmp_path, rows: int, svg: bool = True) -> list[list[str]]:
-    """CSV has the header and ``rows`` rows; PNG loads; SVG parses. Returns the CSV rows."""
-    pane.export_csv(tmp_path / "t.csv")
-    with open(tmp_path / "t.csv", newline="", encoding="utf-8") as f:
-        table = list(csv.reader(f))
-    assert table[0] == list(pane.csv_table()[0])
-    assert len(table) == rows + 1
-    pane.export_image(tmp_path / "t.png")
-    assert not QImage(str(tmp_path / "t.png")).isNull()
-    if svg:
-        pane.export_image(tmp_path / "t.svg")
-        assert ET.parse(tmp_path / "t.svg").getroot().tag.endswith("svg")
-    return table[1:]
 
 
 def test_logits_and_sampling_panes(qtbot, ran, tmp_path):
@@ -74,7 +49,7 @@ def test_logits_and_sampling_panes(qtbot, ran, tmp_path):
     opts = logits_pane.bars.opts
     assert np.allclose(opts["x0"] + opts["width"], np.log10(step.top_probs[:20]), atol=1e-6)
     logits_pane.render(chosen_at(30))
-    rows = check_exports(logits_pane, tmp_path, 21)
+    rows = check_exports(logits_pane, tmp_path, 21, svg=True)
     assert rows[0][1] == str(int(step.top_ids[0])) and rows[-1][0] == "31"
 
     pane = show(qtbot, SamplingPane(ran))
@@ -112,5 +87,5 @@ def test_logits_and_sampling_panes(qtbot, ran, tmp_path):
     assert pane.controls.seed.text() == "random" and len(sent) == 1
     pane.render(step)
     assert [v.name for v in pane.views] == ["raw", "temperature", "top_k"]
-    rows = check_exports(pane, tmp_path, 3 * 15)
+    rows = check_exports(pane, tmp_path, 3 * 15, svg=True)
     assert rows[-1][:3] == ["top_k", "15", str(int(step.top_ids[14]))]

@@ -3,27 +3,13 @@ model and on tiny random models of other families (their own rotary module, tabl
 
 from __future__ import annotations
 
-import csv
-
 import numpy as np
 import pytest
-from PySide6.QtGui import QImage
 
 from llm_lens.core.positions import position_view
 from tests.core.test_positions import _model as _pos_model
 from tests.desktop.conftest import wait_result
-
-
-def _check_exports(pane, tmp_path, expected_header, expected_rows):
-    """CSV has the header and the expected number of rows; the PNG loads (SVG: test_svg_export)."""
-    pane.export_csv(tmp_path / "t.csv")
-    with open(tmp_path / "t.csv", encoding="utf-8", newline="") as f:
-        rows = list(csv.reader(f))
-    assert tuple(rows[0]) == tuple(expected_header)
-    assert len(rows) - 1 == expected_rows
-    pane.export_image(tmp_path / "t.png")
-    assert not QImage(str(tmp_path / "t.png")).isNull()
-    return rows
+from tests.desktop.panes.helpers import check_exports
 
 
 @pytest.mark.slow
@@ -53,8 +39,10 @@ def test_positions_pane_is_the_models_rope(qtbot, ran, tmp_path):
         f"all {info.head_dim} dimensions of each head rotated in {info.head_dim // 2} pairs" in text
     )
     assert pane.rope_choice.isHidden()  # one rotary set
-    rows = _check_exports(pane, tmp_path, ("pair", "inv_freq", "wavelength"), info.head_dim // 2)
-    assert float(rows[1][2]) == pytest.approx(2 * np.pi)  # pair 0 turns once per 2π tokens
+    rows = check_exports(
+        pane, tmp_path, info.head_dim // 2, header=("pair", "inv_freq", "wavelength")
+    )
+    assert float(rows[0][2]) == pytest.approx(2 * np.pi)  # pair 0 turns once per 2π tokens
     assert float(rows[-1][1]) == pytest.approx(float(rope.inv_freq[-1]), rel=1e-6)
 
 

@@ -12,6 +12,7 @@ import pytest
 from llm_lens.core.loop.engine import RunConfig
 from llm_lens.core.sampling import SamplingParams
 from llm_lens.desktop.panes.sampling import recorded_views, stage_views
+from tests.desktop.panes.helpers import show
 
 PARAMS = SamplingParams(
     temperature=0.8, top_k=10, top_p=0.9, min_p=0.01, repetition_penalty=1.3, seed=3
@@ -53,15 +54,6 @@ def test_other_settings_or_a_token_beyond_the_record_are_restaged(steps):
     cut = dataclasses.replace(raw, top_ids=raw.top_ids[keep], top_probs=raw.top_probs[keep])
     lost = dataclasses.replace(step, stages=(cut, *step.stages[1:]))
     assert recorded_views(lost, PARAMS) is None
-
-
-def show(qtbot, pane):
-    qtbot.addWidget(pane)
-    pane.resize(700, 450)
-    pane.show()
-    qtbot.waitExposed(pane)
-    pane.render(pane.controller.current_step())
-    return pane
 
 
 @pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")

@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import csv
-
 import numpy as np
 import pytest
 from PySide6.QtCore import QPointF, Qt
-from PySide6.QtGui import QImage
+
+from tests.desktop.panes.helpers import check_exports
 
 pytestmark = pytest.mark.slow
-
-
-def _check_exports(pane, tmp_path, rows: int) -> list[list[str]]:
-    """CSV has a header and ``rows`` rows; PNG loads in QImage (SVG: test_svg_export)."""
-    pane.export_csv(tmp_path / "t.csv")
-    with open(tmp_path / "t.csv", newline="", encoding="utf-8") as f:
-        table = list(csv.reader(f))
-    assert tuple(table[0]) == tuple(pane.csv_table()[0])
-    assert len(table) == rows + 1
-    pane.export_image(tmp_path / "t.png")
-    assert not QImage(str(tmp_path / "t.png")).isNull()
-    return table
 
 
 def test_timing_bars_marker_and_click(qtbot, ran, tmp_path):
@@ -81,9 +68,9 @@ def test_timing_bars_marker_and_click(qtbot, ran, tmp_path):
     pane.marker.sigPositionChangeFinished.emit(pane.marker)
     assert ran.selected == 1 and pane.marker.value() == 1
 
-    rows = _check_exports(pane, tmp_path, len(steps))
-    assert [float(r[1]) for r in rows[1:]] == pytest.approx(fwd)
-    assert [float(r[4]) for r in rows[1:]] == pytest.approx([s.timing.total_ms for s in steps])
+    rows = check_exports(pane, tmp_path, len(steps))
+    assert [float(r[1]) for r in rows] == pytest.approx(fwd)
+    assert [float(r[4]) for r in rows] == pytest.approx([s.timing.total_ms for s in steps])
 
     pane.render(None)
     assert len(bars["forward"].opts["height"]) == 0 and not pane.marker.isVisible()
@@ -110,10 +97,10 @@ def test_timing_says_when_the_waits_were_not_measured(qtbot, ran, tmp_path):
     assert "the model's own" not in text and "mean: forward + sample + capture" in text
     names = [label.text for _, label in pane.plot.legend.items]
     assert names == ["forward", "sample", "capture", "between steps"]  # no empty colours
-    rows = _check_exports(pane, tmp_path, len(unmeasured))
-    assert [(r[5], r[6]) for r in rows[1:]] == [("", "")] * len(unmeasured)
+    rows = check_exports(pane, tmp_path, len(unmeasured))
+    assert [(r[5], r[6]) for r in rows] == [("", "")] * len(unmeasured)
     forward = [s.timing.forward_ms for s in ran.steps]
-    assert [float(r[1]) for r in rows[1:]] == pytest.approx(forward)
+    assert [float(r[1]) for r in rows] == pytest.approx(forward)
     measured = [  # a later run that measured them: the colours come back, in order
         dataclasses.replace(s, timing=dataclasses.replace(s.timing, waits_measured=True))
         for s in unmeasured

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
-import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QImage
+
+from tests.desktop.panes.helpers import check_exports, show
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
-
-
-def show(qtbot, pane):
-    qtbot.addWidget(pane)
-    pane.resize(700, 450)
-    pane.show()
-    qtbot.waitExposed(pane)
-    pane.render(pane.controller.current_step())
-    return pane
 
 
 def chip_state(pane):
@@ -34,21 +24,6 @@ def chip_state(pane):
         ]
         for v in views
     ]
-
-
-def check_exports(pane, tmp_path, rows: int, svg: bool = True) -> list[list[str]]:
-    """CSV has the header and ``rows`` rows; PNG loads; SVG parses. Returns the CSV rows."""
-    pane.export_csv(tmp_path / "t.csv")
-    with open(tmp_path / "t.csv", newline="", encoding="utf-8") as f:
-        table = list(csv.reader(f))
-    assert table[0] == list(pane.csv_table()[0])
-    assert len(table) == rows + 1
-    pane.export_image(tmp_path / "t.png")
-    assert not QImage(str(tmp_path / "t.png")).isNull()
-    if svg:
-        pane.export_image(tmp_path / "t.svg")
-        assert ET.parse(tmp_path / "t.svg").getroot().tag.endswith("svg")
-    return table[1:]
 
 
 def test_token_labels_show_whitespace_and_partial_bytes():
@@ -256,7 +231,7 @@ def test_tokens_pane(qtbot, ran, tmp_path):
         chip_view.set_chips(list(chip_view.chips))
         assert [r.getRect() for r in chip_view.rects] == rects
 
-    rows = check_exports(pane, tmp_path, len(prompt) + len(full) + len(expected))
+    rows = check_exports(pane, tmp_path, len(prompt) + len(full) + len(expected), svg=True)
     assert [r[0] for r in rows].count("cl100k") == len(expected)
     assert rows[len(prompt)][:4] == ["model", "response", "0", str(full[0].token.id)]
     assert float(rows[len(prompt)][7]) == pytest.approx(full[0].prob)

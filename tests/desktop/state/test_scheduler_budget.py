@@ -101,26 +101,12 @@ def test_wake_renders_a_pane_waiting_for_its_live_slot_at_once(qtbot):
     assert pane.units[1][0] - t0 < sched.LIVE_MS / 1e3
 
 
-@pytest.fixture
-def tiny_controller(qtbot, tiny_engine):
-    """A controller whose worker runs the tiny random Llama (no model load)."""
-    from llm_lens.desktop.state.controller import Controller
-
-    ctl = Controller()
-    ctl.worker.workbench.engine = tiny_engine
-    ctl.use_model(tiny_engine.info)
-    yield ctl
-    ctl.shutdown()
-
-
-def test_a_stream_renders_few_steps_skips_hidden_panes_and_ends_on_the_final_step(
-    qtbot, tiny_controller
-):
+def test_a_stream_renders_few_steps_skips_hidden_panes_and_ends_on_the_final_step(qtbot, tiny_ctl):
     from llm_lens.core.sampling import GREEDY
     from llm_lens.desktop.panes.logits import LogitsPane
     from llm_lens.desktop.panes.timing import TimingPane
 
-    ctl = tiny_controller
+    ctl = tiny_ctl
     tabs = QTabWidget()
     qtbot.addWidget(tabs)
     shown, behind = LogitsPane(ctl), TimingPane(ctl)
@@ -151,11 +137,11 @@ def test_a_stream_renders_few_steps_skips_hidden_panes_and_ends_on_the_final_ste
     assert live == sorted(live)  # the newest step each time, never an older one
 
 
-def test_a_pane_behind_another_is_not_even_queued_while_streaming(qtbot, tiny_controller):
+def test_a_pane_behind_another_is_not_even_queued_while_streaming(qtbot, tiny_ctl):
     from llm_lens.desktop.panes.timing import TimingPane
     from llm_lens.desktop.state.scheduler import scheduler
 
-    ctl = tiny_controller
+    ctl = tiny_ctl
     tabs = QTabWidget()
     qtbot.addWidget(tabs)
     front, behind = TimingPane(ctl), TimingPane(ctl)
@@ -216,7 +202,7 @@ def test_the_rest_counts_the_gui_threads_work_outside_the_units(qtbot):
     assert pane.units[2][0] - pane.units[1][0] >= 0.06 / 0.5 - 0.005
 
 
-def test_a_runs_prefill_starts_once_the_panes_have_cleared(qtbot, tiny_controller, monkeypatch):
+def test_a_runs_prefill_starts_once_the_panes_have_cleared(qtbot, tiny_ctl, monkeypatch):
     """The panes clear for a new run at their normal rate while its prefill waits, so the
     GUI's work does not land inside the model's time to first token; then the run streams
     within the budget as before."""
@@ -226,7 +212,7 @@ def test_a_runs_prefill_starts_once_the_panes_have_cleared(qtbot, tiny_controlle
     from llm_lens.desktop.panes.logits import LogitsPane
     from llm_lens.desktop.panes.timing import TimingPane
 
-    ctl = tiny_controller
+    ctl = tiny_ctl
     panes = [LogitsPane(ctl), TimingPane(ctl)]
     box = QWidget()
     qtbot.addWidget(box)

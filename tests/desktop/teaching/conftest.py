@@ -1,4 +1,5 @@
-"""The window after a short run with its analyses in, for the tests of linking, hover and tour."""
+"""The window after a short run with its analyses in, for the tests of linking, hover and tour;
+a controller with no model, for the tests of cards and linking on panes made in the test."""
 
 from __future__ import annotations
 
@@ -34,3 +35,9 @@ def shown(qtbot, loaded_window):
     settle(qtbot, win)
     assert att.matrix.shape[0] == len(ctl.prompt)
     return win
+
+
+@pytest.fixture
+def ctl(bare):
+    """A controller with no model loaded (the desktop conftest's ``bare``), stopped afterwards."""
+    return bare

@@ -38,13 +38,6 @@ class _Explaining(Pane):
         return Explainer(f"token {self.controller.token}", "what it shows", ("n = 1",))
 
 
-@pytest.fixture
-def ctl(qtbot):
-    controller = Controller()
-    yield controller
-    controller.shutdown()
-
-
 def test_a_card_shows_the_panes_explainer_and_follows_what_the_pane_asks(qtbot, ctl):
     pane, quiet = _Explaining(ctl), _Explaining(ctl)
     quiet.card_follows_token = False

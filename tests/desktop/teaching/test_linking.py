@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-import pytest
 from PySide6.QtCore import QPoint, Qt
 
 from llm_lens.core.positions import position_view
@@ -48,13 +47,6 @@ class _Plain(_Marking):
     def install_marks(self) -> bool:
         self.installed += 1
         return False
-
-
-@pytest.fixture
-def ctl(qtbot):
-    controller = Controller()
-    yield controller
-    controller.shutdown()
 
 
 def test_a_marking_pane_follows_the_selection_and_its_own_renders(qtbot, ctl):

@@ -5,14 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-PROMPT = "Explain transformers like I am 12"
-
-
-@pytest.fixture
-def window(loaded_window):
-    loaded_window.prompt_panel.editor.setPlainText(PROMPT)
-    loaded_window.prompt_panel.chat_box.setChecked(True)
-    return loaded_window
+from tests.desktop.views.conftest import PROMPT
 
 
 def test_beam_view_best_beam_equals_core(qtbot, window, engine):

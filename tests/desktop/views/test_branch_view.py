@@ -3,19 +3,9 @@ run kept with its branches up to a limit, shown again in the panes on a click, s
 
 from __future__ import annotations
 
-import pytest
-
 from llm_lens.core.loop.engine import RunConfig
 from llm_lens.core.sampling import GREEDY
-
-PROMPT = "Explain transformers like I am 12"
-
-
-@pytest.fixture
-def window(loaded_window):
-    loaded_window.prompt_panel.editor.setPlainText(PROMPT)
-    loaded_window.prompt_panel.chat_box.setChecked(True)
-    return loaded_window
+from tests.desktop.views.conftest import PROMPT
 
 
 def test_branch_at_step_two_with_the_second_alternative(qtbot, window, engine):

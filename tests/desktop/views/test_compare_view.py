@@ -9,15 +9,7 @@ from PySide6.QtCore import Qt
 
 from llm_lens.core.loop.engine import RunConfig
 from llm_lens.core.sampling import GREEDY
-
-PROMPT = "Explain transformers like I am 12"
-
-
-@pytest.fixture
-def window(loaded_window):
-    loaded_window.prompt_panel.editor.setPlainText(PROMPT)
-    loaded_window.prompt_panel.chat_box.setChecked(True)
-    return loaded_window
+from tests.desktop.views.conftest import PROMPT
 
 
 def _finish_compare(qtbot, win, view):

@@ -58,14 +58,8 @@ def test_save_then_reopen_without_the_model(qtbot, window, tmp_path):
     saved_path, size = _save(qtbot, ctl, path)
     assert saved_path == str(path) and size == path.stat().st_size and not ctl.dirty
 
-    from llm_lens.desktop.window.main_window import MainWindow
-
-    fresh = MainWindow()  # no model loaded in this one
-    fresh.sessions.confirm_close = False
-    qtbot.addWidget(fresh)
+    fresh = _open_without_model(qtbot, path)
     other = fresh.controller
-    with qtbot.waitSignal(other.sig_run_finished, timeout=60_000):
-        fresh.sessions.open(str(path))
     assert other.model_info is None and other.recorded is not None
     assert [s.token.id for s in other.steps] == [s.token.id for s in live_steps]
     for a, b in zip(other.steps, live_steps, strict=True):
@@ -82,6 +76,18 @@ def test_save_then_reopen_without_the_model(qtbot, window, tmp_path):
     assert fresh.recorded_label.isVisibleTo(fresh) and "(recorded)" in fresh.windowTitle()
     assert str(path) in fresh.sessions.recent()
     fresh.close()
+
+
+def _open_without_model(qtbot, path):
+    """A fresh window with no model loaded, once it shows the session file at ``path``."""
+    from llm_lens.desktop.window.main_window import MainWindow
+
+    fresh = MainWindow()  # no model loaded in this one
+    fresh.sessions.confirm_close = False
+    qtbot.addWidget(fresh)
+    with qtbot.waitSignal(fresh.controller.sig_run_finished, timeout=60_000):
+        fresh.sessions.open(str(path))
+    return fresh
 
 
 def _wait(qtbot, ctl, kind, **args):
@@ -224,14 +230,8 @@ def test_attributions_computed_before_saving_show_without_the_model(qtbot, windo
     path = tmp_path / "why.llmlens"
     _save(qtbot, ctl, path)
 
-    from llm_lens.desktop.window.main_window import MainWindow
-
-    fresh = MainWindow()  # no model loaded in this one
-    fresh.sessions.confirm_close = False
-    qtbot.addWidget(fresh)
+    fresh = _open_without_model(qtbot, path)
     other = fresh.controller
-    with qtbot.waitSignal(other.sig_run_finished, timeout=60_000):
-        fresh.sessions.open(str(path))
     assert other.model_info is None
     got = other.request_analysis("explain", step=2, vs=None)  # answered from the file
     assert got is not None and got.token_text == live.token_text
