@@ -18,6 +18,7 @@ from llm_lens.core.interventions.spec import (
     ResidualAdd,
     ResidualPatch,
 )
+from llm_lens.core.interventions.specs import to_spec
 
 
 def check(items: Sequence[Intervention], model: Any, anatomy: Anatomy) -> None:
@@ -44,24 +45,24 @@ def check_one(item: Intervention, sizes: Sizes) -> None:
     layer = getattr(item, "layer", None)
     if layer is not None and not 0 <= layer < sizes.layers:
         raise InterventionError(
-            f"{item.describe()}: no layer {layer} (the model has layers 0-{sizes.layers - 1})"
+            f"{to_spec(item)}: no layer {layer} (the model has layers 0-{sizes.layers - 1})"
         )
     if isinstance(item, HeadEdit) and not 0 <= item.head < sizes.heads:
         raise InterventionError(
-            f"{item.describe()}: no head {item.head} (layers have heads 0-{sizes.heads - 1})"
+            f"{to_spec(item)}: no head {item.head} (layers have heads 0-{sizes.heads - 1})"
         )
     if isinstance(item, ResidualAdd) and len(item.vector) != sizes.hidden:
         raise InterventionError(
-            f"{item.describe()}: the vector has {len(item.vector)} numbers; "
+            f"{to_spec(item)}: the vector has {len(item.vector)} numbers; "
             f"the residual stream has {sizes.hidden}"
         )
     if isinstance(item, ResidualPatch) and any(len(r) != sizes.hidden for r in item.values):
-        raise InterventionError(f"{item.describe()}: rows must have {sizes.hidden} numbers")
+        raise InterventionError(f"{to_spec(item)}: rows must have {sizes.hidden} numbers")
     if isinstance(item, ExpertEdit):
         count = sizes.experts.get(item.layer)
         if count is None:
-            raise InterventionError(f"{item.describe()}: layer {item.layer} has no experts")
+            raise InterventionError(f"{to_spec(item)}: layer {item.layer} has no experts")
         if item.experts[-1] >= count:
             raise InterventionError(
-                f"{item.describe()}: no expert {item.experts[-1]} (experts 0-{count - 1})"
+                f"{to_spec(item)}: no expert {item.experts[-1]} (experts 0-{count - 1})"
             )

@@ -148,13 +148,16 @@ def _router_hooks(router: Any, item: ExpertEdit) -> list[Any]:
 
     def enter(_module: Any, _args: Any) -> None:
         modes.append(_RouterMask(experts, item))
-        modes[-1].__enter__()
+        modes[-1].__enter__()  # type: ignore[no-untyped-call]
 
     def leave(_module: Any, _args: Any, _output: Any) -> None:
         if modes:
-            modes.pop().__exit__(None, None, None)
+            modes.pop().__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
-    return [router.register_forward_pre_hook(enter), router.register_forward_hook(leave, always_call=True)]
+    return [
+        router.register_forward_pre_hook(enter),
+        router.register_forward_hook(leave, always_call=True),
+    ]
 
 
 @contextlib.contextmanager

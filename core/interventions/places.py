@@ -83,7 +83,7 @@ def mlp_of(anatomy: Anatomy, layer: int) -> Any:
 
 
 def router_of(model: Any, layer: int) -> Any:
-    """The MoE router of decoder layer ``layer`` (see :func:`~llm_lens.core.experts.find_routers`)."""
+    """The MoE router of decoder layer ``layer`` (:func:`~llm_lens.core.experts.find_routers`)."""
     for index, router in find_routers(model):
         if index == layer:
             return router

@@ -48,7 +48,8 @@ def _positions(values: Iterable[int]) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Intervention:
-    """What every kind shares: the layer it acts on (or -1 for none) and its dict form."""
+    """What every kind shares: its kind's name and its dict form (its SPEC string is
+    :func:`~llm_lens.core.interventions.specs.to_spec`)."""
 
     kind: ClassVar[str] = ""
 
@@ -56,12 +57,6 @@ class Intervention:
         """A plain, JSON-able dict: ``{"kind": ..., field: value, ...}``."""
         data = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
         return {"kind": self.kind} | data
-
-    def describe(self) -> str:
-        """The SPEC string that reads back as this intervention (see ``specs``)."""
-        from llm_lens.core.interventions.specs import to_spec
-
-        return to_spec(self)
 
 
 @dataclass(frozen=True)

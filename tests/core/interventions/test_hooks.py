@@ -116,9 +116,7 @@ def test_scaled_mlp_equals_a_hand_forward_hook(fam: Any) -> None:
 def test_attention_off_equals_a_hand_forward_hook(fam: Any) -> None:
     name, engine = fam
     attn = engine.anatomy.attn[0]
-    ref = _hooked_reference(
-        engine, attn, lambda _m, _i, out: (out[0] * 0, *out[1:]), pre=False
-    )
+    ref = _hooked_reference(engine, attn, lambda _m, _i, out: (out[0] * 0, *out[1:]), pre=False)
     assert_same(engine_greedy(engine, [BlockEdit(0, "attn", 0.0)]), ref)
 
 
@@ -217,3 +215,19 @@ def test_zeroed_head_on_smollm2_equals_a_hand_pre_hook(engine: Engine) -> None:
     proj = engine.model.model.layers[7].self_attn.o_proj
     ref = _hooked_reference(engine, proj, zero, pre=True)
     assert_same(engine_greedy(engine, [HeadEdit(7, 4, "scale", 0.0)]), ref)
+
+
+def test_the_notebook_face_runs_an_intervened_run(tiny_engine: Any) -> None:
+    import llm_lens
+
+    changed, _steps = llm_lens.generate_text(
+        tiny_engine, PROMPT, llm_lens.GREEDY, chat=False, max_new_tokens=2,
+        interventions=[llm_lens.parse_spec("attn:1=0"), llm_lens.HeadEdit(0, 1)],
+    )  # fmt: skip
+    assert changed.interventions == (BlockEdit(1, "attn", 0.0), HeadEdit(0, 1, "scale", 0.0))
+    assert changed.summary().extra["interventions"][0]["kind"] == "block"
+    plain, _ = llm_lens.generate_text(
+        tiny_engine, PROMPT, llm_lens.GREEDY, chat=False, max_new_tokens=2
+    )
+    assert "interventions" not in plain.summary().extra
+    assert not np.allclose(plain.steps[0].logits, changed.steps[0].logits, atol=1e-4)
