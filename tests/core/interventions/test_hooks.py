@@ -231,3 +231,47 @@ def test_the_notebook_face_runs_an_intervened_run(tiny_engine: Any) -> None:
     )
     assert "interventions" not in plain.summary().extra
     assert not np.allclose(plain.steps[0].logits, changed.steps[0].logits, atol=1e-4)
+
+
+def test_steering_every_position_equals_a_hand_hook_in_every_pass(fam: Any) -> None:
+    """A ResidualAdd without positions is added in the prefill and in each decode step."""
+    name, engine = fam
+    vec = torch.tensor(np.random.default_rng(3).normal(size=engine.model.config.hidden_size))
+
+    def add(_m: Any, a: Any, k: Any) -> Any:
+        h = (a[0] if a else k["hidden_states"]) + vec.to(torch.float32)
+        return ((h, *a[1:]), k) if a else (a, k | {"hidden_states": h})
+
+    handle = _layers(engine.model)[1].register_forward_pre_hook(add, with_kwargs=True)
+    try:
+        ref = greedy_reference(engine.model, _prompt_ids(engine))
+    finally:
+        handle.remove()
+    assert_same(engine_greedy(engine, [ResidualAdd(1, (), tuple(vec.tolist()))]), ref)
+
+
+@pytest.mark.parametrize("name", ["llama3", "gemma2"])
+def test_forgetting_on_a_long_prompt_read_with_sdpa(tokenizer: Any, name: str) -> None:
+    """Past the eager limit the prefill runs SDPA with the boolean mask; the token is still
+    hidden exactly as a 2-D mask hides it (Gemma 2: windowed layers too)."""
+    from llm_lens.core.loop.engine import EAGER_PREFILL_LIMIT, RunConfig
+    from llm_lens.core.sampling import GREEDY
+
+    engine = Engine(family_model(name, tokenizer))
+    prompt = engine.tokenize(" ".join(f"{PROMPT} {i}" for i in range(40)), chat=False)
+    ids = list(prompt.ids)
+    assert len(ids) > EAGER_PREFILL_LIMIT
+    where = len(ids) - 3  # inside Gemma 2's window of the last query
+
+    def mask(length: int) -> Any:
+        m = torch.ones((1, length), dtype=torch.long)
+        m[0, where] = 0
+        return m
+
+    ref = greedy_reference(engine.model, ids, steps=2, mask=mask)
+    run = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=2), interventions=[Forget(where)])
+    run.run_all()
+    assert_same((run.generated_ids, run.steps[0].logits, run), ref)
+    plain = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=1))
+    plain.run_all()
+    assert not np.allclose(plain.steps[0].logits, run.steps[0].logits, atol=1e-4)
