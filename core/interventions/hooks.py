@@ -25,6 +25,7 @@ from llm_lens.core.interventions.spec import (
     Forget,
     HeadEdit,
     Intervention,
+    InterventionError,
     ResidualAdd,
     ResidualPatch,
 )
@@ -107,8 +108,12 @@ class Patcher:
     def _forget(
         self, position: int, _m: Any, args: tuple[Any, ...], kw: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if "attention_mask" not in kw:
+            if "attention" in type(_m).__name__.lower():  # never silently nothing
+                raise InterventionError(f"{type(_m).__name__} is not given its mask by name")
+            return args, kw  # a mixer that takes no mask (Mamba, convolution)
         h = args[0] if args else kw["hidden_states"]  # (batch, seq, hidden)
-        mask = forget_mask(kw.get("attention_mask"), position, self.offset, h.shape[1], h)
+        mask = forget_mask(kw["attention_mask"], position, self.offset, h.shape[1], h)
         return args, kw | {"attention_mask": mask}
 
 

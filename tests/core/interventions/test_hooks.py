@@ -23,6 +23,7 @@ from llm_lens.core.interventions import (
 )
 from llm_lens.core.loop.engine import Engine
 from tests.core.interventions.reference import PROMPT, assert_same, engine_greedy, greedy_reference
+from tests.families import FAMILIES as ALL_FAMILIES
 from tests.families import family_model
 
 FAMILIES = ["llama3", "gpt2", "qwen2", "qwen3", "gemma2", "mixtral", "gpt_neox", "opt"]
@@ -275,3 +276,17 @@ def test_forgetting_on_a_long_prompt_read_with_sdpa(tokenizer: Any, name: str) -
     plain = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=1))
     plain.run_all()
     assert not np.allclose(plain.steps[0].logits, run.steps[0].logits, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(ALL_FAMILIES))
+def test_every_kind_runs_on_every_family(tokenizer: Any, name: str) -> None:
+    """Each kind hooks and changes the first step's logits on every family the app loads."""
+    engine = Engine(family_model(name, tokenizer))
+    vec = tuple(np.random.default_rng(5).normal(size=engine.model.config.hidden_size) * 3)
+    plain = engine_greedy(engine, [], steps=2)
+    for item in [
+        HeadEdit(0, 1, "scale", 0.0), HeadEdit(1, 0, "mean"), BlockEdit(0, "mlp", 0.0),
+        BlockEdit(0, "attn", 0.0), ResidualAdd(1, (), vec), Forget(2),
+    ]:  # fmt: skip
+        changed = engine_greedy(engine, [item], steps=2)
+        assert not np.allclose(changed[1], plain[1], atol=1e-6), item
