@@ -1,7 +1,7 @@
 """The headless commands (no Qt is imported here): ``trace`` runs the loop and writes a JSON
 trace, ``compare`` runs several samplers from one prefill, ``inspect`` summarises a session
 file, ``kv`` computes KV-cache sizes from a config, ``explain`` says why a step chose its
-token.
+token, ``patch`` maps where a clean prompt's answer lives (activation patching).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-COMMANDS = ("trace", "kv", "inspect", "compare", "explain")
+COMMANDS = ("trace", "kv", "inspect", "compare", "explain", "patch")
 
 
 def main(argv: list[str] | None = None) -> int:

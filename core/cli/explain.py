@@ -43,6 +43,8 @@ def run_explain(args: argparse.Namespace) -> dict[str, Any]:
         raise LensError(f"--step must be ≥ 0; got {args.step}")
     if not 0 < args.threshold <= 1:
         raise LensError(f"--threshold must be in (0, 1]; got {args.threshold}")
+    if args.intervene:  # the attribution re-reads the model without them: it would not match
+        raise LensError("explain does not take --intervene yet")
     engine, run, _cancel = start_run(args, max_new_tokens=args.step + 1)
     if args.step >= len(run.steps):
         raise LensError(f"--step {args.step}: the run ended after {len(run.steps)} steps")

@@ -26,6 +26,11 @@ PARSE_SPECIAL_HELP = (
     "(default: the prompt's special-token text is tokenized as ordinary text, in chat and raw mode)"
 )
 OUT_HELP = "write the JSON here, atomically ('-' or default: stdout)"
+INTERVENE_HELP = (
+    "change the model for this run (repeatable): head:L.H=0, head:L.H*F, head:L.H=mean, "
+    "attn:L=0, mlp:L*F, resid:L@P+=VEC.npy, resid:L@P=ROWS.npy, expert:L.E=off, "
+    "expert:L.E,F=force, forget:P (see llm_lens.core.interventions.specs)"
+)
 
 
 def trace_parser() -> argparse.ArgumentParser:
@@ -52,8 +57,20 @@ def trace_parser() -> argparse.ArgumentParser:
         help="also branch the run at STEP with TOKEN (an id, or text that is one token); "
         "repeatable; the JSON gets 'branches', --session saves the whole tree",
     )  # fmt: skip
+    p.add_argument("--intervene", action="append", default=[], metavar="SPEC", help=INTERVENE_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p
+
+
+def read_interventions(args: argparse.Namespace) -> list[Any]:
+    """The ``--intervene`` SPECs as interventions (a malformed one: one line, exit 2); checked
+    against the model when the run starts."""
+    specs = getattr(args, "intervene", None) or []
+    if not specs:
+        return []
+    from llm_lens.core.interventions import parse_spec
+
+    return [parse_spec(spec) for spec in specs]
 
 
 def check_inputs(args: argparse.Namespace, session: str | None = None) -> None:
@@ -65,6 +82,9 @@ def check_inputs(args: argparse.Namespace, session: str | None = None) -> None:
     check_text(args.prompt)
     for stop in args.stop:
         check_text(stop, "a --stop string")
+    args.interventions = read_interventions(args)
+    if args.interventions and getattr(args, "branch", None):
+        raise LensError("--branch and --intervene together are not supported yet")
     out = output_target(args.out)
     if session is not None and write_target(session) == out:
         raise LensError(
@@ -112,7 +132,8 @@ def start_run(
     doing(f"generating with {engine.info.name}")
 
     def generate(cancel: threading.Event) -> Any:
-        run = engine.start(prompt, params, config, cancel)
+        changes = getattr(args, "interventions", None) or read_interventions(args)
+        run = engine.start(prompt, params, config, cancel, interventions=changes)
         try:
             for step in run:
                 if not args.quiet:

@@ -1,4 +1,5 @@
-"""The JSON trace of a run: every step's token, distribution, lens, KV bytes and timing.
+"""The JSON trace of a run: every step's token, distribution, lens, KV bytes and timing, and
+the interventions of an intervened run.
 
 The schema is documented in ``docs/trace-format.md``; bump :data:`SCHEMA` on any change.
 """
@@ -81,9 +82,18 @@ def run_dict(engine: Any, run: Any) -> dict[str, Any]:
     """The whole trace of a finished run as plain JSON-able data (the lens computed now)."""
     lenses = [logit_lens(engine, s, k=1) for s in run.steps]
     params = {f: getattr(run.params, f) for f in PARAM_FIELDS}
+    changes = getattr(run, "interventions", ())
     return trace_dict(
-        model_dict(engine.info), run.prompt, params, run.steps, lenses, run.finish_reason
+        model_dict(engine.info), run.prompt, params, run.steps, lenses, run.finish_reason, changes
     )
+
+
+def intervention_rows(interventions: Sequence[Any]) -> list[dict[str, Any]]:
+    """Each intervention as its dict (:meth:`~llm_lens.core.interventions.Intervention.to_dict`)
+    with its SPEC string beside it, so a reader sees at once that the run was changed."""
+    from llm_lens.core.interventions import to_spec
+
+    return [{"spec": to_spec(i)} | i.to_dict() for i in interventions]
 
 
 def trace_dict(
@@ -93,8 +103,10 @@ def trace_dict(
     steps: Sequence[StepRecord],
     lenses: Sequence[LensResult | None],
     finish_reason: str | None,
+    interventions: Sequence[Any] = (),
 ) -> dict[str, Any]:
-    """A trace from records alone: a live run, or one reopened from a session file."""
+    """A trace from records alone: a live run, or one reopened from a session file.
+    ``interventions`` are what an intervened run changed (``[]`` in the JSON for a plain run)."""
     summary = RunSummary.of(0, prompt, steps, finish_reason)
     greedy = bool(params.get("greedy")) or params.get("temperature") == 0
     return {
@@ -116,6 +128,7 @@ def trace_dict(
         },
         "finish_reason": summary.finish_reason,
         "output_text": summary.output_text,
+        "interventions": intervention_rows(interventions),
     }
 
 

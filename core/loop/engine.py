@@ -33,6 +33,7 @@ from llm_lens.core.attention import (
 )
 from llm_lens.core.errors import PromptError
 from llm_lens.core.experts import RouterCapture, routing_of
+from llm_lens.core.interventions import Intervention, Patcher
 from llm_lens.core.loading import LoadedModel
 from llm_lens.core.loop.capture import Capture
 from llm_lens.core.loop.clock import SOUND_SHARE, StepClock, measures_waits, off_cpu_share
@@ -126,9 +127,17 @@ class Engine:
         params: SamplingParams,
         config: RunConfig | None = None,
         cancel: threading.Event | None = None,
+        interventions: Sequence[Intervention] = (),
     ) -> Run:
-        """A run ready to iterate; nothing is computed until the first ``next()``."""
-        return Run(self, prompt, params, config or RunConfig(), cancel or threading.Event())
+        """A run ready to iterate; nothing is computed until the first ``next()``.
+
+        ``interventions`` (:mod:`llm_lens.core.interventions`) are checked against the model
+        now (an :class:`~llm_lens.core.interventions.InterventionError` names a bad one) and
+        hooked on for each of the run's forward passes only."""
+        run = Run(self, prompt, params, config or RunConfig(), cancel or threading.Event())
+        if interventions:
+            run.patcher = Patcher(self.model, self.anatomy, interventions)
+        return run
 
     def start_from(
         self,
@@ -247,6 +256,7 @@ class Run:
     start: RunStart | None = None  # set by Engine.start_from: begin from this cache and logits
     generator: Any = None  # the sampler's torch.Generator; made from params.seed when None.
     # It is kept after the run, so a continuation draws exactly what a longer run would.
+    patcher: Patcher | None = None  # the run's interventions, hooked on for its passes only
     _clock: StepClock | None = field(default=None, repr=False)
     _handed_over: float | None = field(default=None, repr=False)  # the last step's end
 
@@ -328,8 +338,17 @@ class Run:
         start = self.start if prefill else None
         if start is not None and start.capture is not None and start.logits is not None:
             return start.capture, start.logits, start.forward_ms
-        cap, logits, _ = captured_forward(self.engine, ids, self.cache, eager)
+        if self.patcher is None:
+            cap, logits, _ = captured_forward(self.engine, ids, self.cache, eager)
+        else:
+            with self.patcher.active():
+                cap, logits, _ = captured_forward(self.engine, ids, self.cache, eager)
         return cap, logits, None
+
+    @property
+    def interventions(self) -> tuple[Intervention, ...]:
+        """What this run changed in the model's computation (() for a plain run)."""
+        return () if self.patcher is None else self.patcher.interventions
 
     def _keep_prefill(self, cap: Capture) -> None:
         hidden = cap.take_positions()  # (layers + 1, T, hidden), read-only, ours
@@ -418,8 +437,12 @@ class Run:
 
 
 def summarize_run(run: Run) -> RunSummary:
-    """TTFT is the prefill step's whole time; inter-token latency averages the decode steps."""
-    return RunSummary.of(run.run_id, run.prompt, run.steps, run.finish_reason)
+    """TTFT is the prefill step's whole time; inter-token latency averages the decode steps.
+    An intervened run's summary lists its interventions under ``extra["interventions"]``."""
+    summary = RunSummary.of(run.run_id, run.prompt, run.steps, run.finish_reason)
+    if run.interventions:
+        summary.extra["interventions"] = [i.to_dict() for i in run.interventions]
+    return summary
 
 
 def _replace(record: StepRecord, **changes: Any) -> StepRecord:
@@ -433,8 +456,16 @@ def _with_reason(record: StepRecord, reason: str) -> StepRecord:
 
 
 def generate_text(
-    engine: Engine, prompt: str, params: SamplingParams, chat: bool = True, **run: Any
+    engine: Engine,
+    prompt: str,
+    params: SamplingParams,
+    chat: bool = True,
+    interventions: Sequence[Intervention] = (),
+    **run: Any,
 ) -> tuple[Run, Sequence[StepRecord]]:
-    """Convenience for scripts and notebooks: tokenize, run to the end, return run and steps."""
-    r = engine.start(engine.tokenize(prompt, chat), params, RunConfig(**run))
+    """Convenience for scripts and notebooks: tokenize, run to the end (with ``interventions``
+    hooked on, if any), return run and steps."""
+    r = engine.start(
+        engine.tokenize(prompt, chat), params, RunConfig(**run), interventions=interventions
+    )
     return r, r.run_all()

@@ -1,0 +1,175 @@
+"""Applying interventions: forward hooks and pre-hooks on the model's own modules.
+
+:class:`Patcher` holds a run's interventions and what they remember between passes (a head's
+mean over the prompt); ``with patcher.active():`` puts its hooks on for one or more forward
+passes and takes them all off on leaving, whatever happened. :func:`applied` is the one-shot
+form for scripts. Hooks never copy a model class: each edits one module's input or output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from functools import partial
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from llm_lens.core.anatomy import Anatomy
+from llm_lens.core.interventions.checks import check
+from llm_lens.core.interventions.places import mlp_of, out_projection, router_of
+from llm_lens.core.interventions.spec import (
+    BlockEdit,
+    ExpertEdit,
+    Forget,
+    HeadEdit,
+    Intervention,
+    InterventionError,
+    ResidualAdd,
+    ResidualPatch,
+)
+from llm_lens.core.interventions.steer import forget_mask, residual_rows
+
+CACHE_KWARGS = ("cache", "past_key_values")
+
+
+class Patcher:
+    """A run's interventions on one model: checked once, hooked for each forward pass."""
+
+    def __init__(self, model: Any, anatomy: Anatomy, interventions: Sequence[Intervention]):
+        self.model = model
+        self.anatomy = anatomy
+        self.interventions = tuple(interventions)
+        check(self.interventions, model, anatomy)
+        self.offset = 0  # the absolute position of the current pass's first token
+        self.means: dict[tuple[int, int], Any] = {}  # (layer, head) -> (head_dim,) prompt mean
+        self.heads = int(model.config.get_text_config(decoder=True).num_attention_heads)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[Patcher]:
+        """The hooks on for the passes inside; every one removed on leaving."""
+        handles: list[Any] = []
+        try:
+            if self.interventions:
+                handles.append(
+                    self.anatomy.decoder.register_forward_pre_hook(self._cursor, with_kwargs=True)
+                )
+            for item in self.interventions:
+                handles.extend(self._hook(item))
+            yield self
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _cursor(self, _module: Any, _args: Any, kwargs: dict[str, Any]) -> None:
+        cache = next((kwargs[k] for k in CACHE_KWARGS if kwargs.get(k) is not None), None)
+        self.offset = int(cache.get_seq_length()) if cache is not None else 0
+
+    def _hook(self, item: Intervention) -> list[Any]:
+        a = self.anatomy
+        if isinstance(item, HeadEdit):
+            proj = out_projection(a, item.layer)
+            return [proj.register_forward_pre_hook(partial(self._head, item))]
+        if isinstance(item, BlockEdit):
+            module = a.attn[item.layer] if item.part == "attn" else mlp_of(a, item.layer)
+            return [module.register_forward_hook(partial(_scale_output, item.factor))]
+        if isinstance(item, ResidualAdd | ResidualPatch):
+            hook = partial(self._residual, item)
+            return [a.layers[item.layer].register_forward_pre_hook(hook, with_kwargs=True)]
+        if isinstance(item, ExpertEdit):
+            return _router_hooks(router_of(self.model, item.layer), item)
+        if isinstance(item, Forget):
+            hook = partial(self._forget, item.position)
+            return [m.register_forward_pre_hook(hook, with_kwargs=True) for m in a.attn]
+        raise TypeError(f"not an intervention: {item!r}")
+
+    def _head(self, item: HeadEdit, _module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        x = args[0]  # (batch, seq, heads * head_dim): the heads' outputs side by side
+        heads = x.reshape(*x.shape[:-1], self.heads, -1).clone()  # (batch, seq, heads, head_dim)
+        if item.op == "mean":
+            key = (item.layer, item.head)
+            if key not in self.means:  # the first pass reads the prompt
+                self.means[key] = heads[..., item.head, :].mean(dim=-2, keepdim=True)
+            heads[..., item.head, :] = self.means[key]
+        else:
+            heads[..., item.head, :] *= item.factor
+        return (heads.reshape(x.shape), *args[1:])
+
+    def _residual(
+        self, item: ResidualAdd | ResidualPatch, _m: Any, args: tuple[Any, ...], kw: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        h = args[0] if args else kw["hidden_states"]  # (batch, seq, hidden)
+        h = residual_rows(h, item, self.offset)
+        if args:
+            return (h, *args[1:]), kw
+        return args, kw | {"hidden_states": h}
+
+    def _forget(
+        self, position: int, _m: Any, args: tuple[Any, ...], kw: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if "attention_mask" not in kw:
+            if "attention" in type(_m).__name__.lower():  # never silently nothing
+                raise InterventionError(f"{type(_m).__name__} is not given its mask by name")
+            return args, kw  # a mixer that takes no mask (Mamba, convolution)
+        h = args[0] if args else kw["hidden_states"]  # (batch, seq, hidden)
+        mask = forget_mask(kw["attention_mask"], position, self.offset, h.shape[1], h)
+        return args, kw | {"attention_mask": mask}
+
+
+def _scale_output(factor: float, _module: Any, _inputs: Any, output: Any) -> Any:
+    """A block's output times ``factor`` (the first item of a tuple output)."""
+    if isinstance(output, tuple):
+        return (output[0] * factor, *output[1:])
+    return output * factor
+
+
+class _RouterMask(TorchFunctionMode):
+    """While a router runs: its logits (the linear map to one score per expert) masked."""
+
+    def __init__(self, experts: int, item: ExpertEdit) -> None:
+        super().__init__()
+        self.experts, self.item = experts, item
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if func is torch.nn.functional.linear and out.shape[-1] == self.experts:
+            out = mask_router_logits(out, self.item)
+        return out
+
+
+def mask_router_logits(logits: Any, item: ExpertEdit) -> Any:
+    """``logits`` (..., experts) with the forbidden experts' (or every unforced one's) set to
+    the dtype's minimum, so no softmax or top-k picks them."""
+    chosen = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+    chosen[list(item.experts)] = True
+    hide = chosen if item.op == "off" else ~chosen
+    return logits.masked_fill(hide, torch.finfo(logits.dtype).min)
+
+
+def _router_hooks(router: Any, item: ExpertEdit) -> list[Any]:
+    experts = int(router.weight.shape[0])
+    modes: list[_RouterMask] = []
+
+    def enter(_module: Any, _args: Any) -> None:
+        modes.append(_RouterMask(experts, item))
+        modes[-1].__enter__()  # type: ignore[no-untyped-call]
+
+    def leave(_module: Any, _args: Any, _output: Any) -> None:
+        if modes:
+            modes.pop().__exit__(None, None, None)  # type: ignore[no-untyped-call]
+
+    return [
+        router.register_forward_pre_hook(enter),
+        router.register_forward_hook(leave, always_call=True),
+    ]
+
+
+@contextlib.contextmanager
+def applied(
+    model: Any, interventions: Sequence[Intervention], anatomy: Anatomy | None = None
+) -> Iterator[Patcher]:
+    """``interventions`` hooked on ``model`` for the passes inside (a script's one-shot form)."""
+    patcher = Patcher(model, anatomy or Anatomy.of(model), interventions)
+    with patcher.active():
+        yield patcher
