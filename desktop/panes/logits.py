@@ -37,6 +37,10 @@ class LogitsPane(Pane):
     """Top-20 of the selected step's raw distribution, the chosen token highlighted."""
 
     title = "Logits"
+    empty_text = (
+        "The model's top scores for the next token at the selected step. Run a prompt "
+        "(Ctrl+Enter) to see it."
+    )
     card_follows_params = True
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:

@@ -78,6 +78,7 @@ class TimingPane(Pane):
     """
 
     title = "Timing"
+    empty_text = "How long the prefill and each step took. Run a prompt (Ctrl+Enter) to see it."
     live_interval_ms = 100  # stacked bars over the whole run
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
