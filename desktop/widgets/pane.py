@@ -130,11 +130,12 @@ class Pane(QWidget):
         return note
 
     def _place_empty_note(self) -> None:
-        """Centre the note, at most 90 % of the pane's width, above the plots."""
+        """Centre the note above the plots: one line where the pane is wide enough."""
         note = self.empty_note
         if note is None:
             return
-        width = max(120, min(460, int(self.width() * 0.9)))
+        one_line = note.fontMetrics().horizontalAdvance(note.text()) + 24  # + padding, border
+        width = max(120, min(one_line, int(self.width() * 0.92)))
         height = note.heightForWidth(width)
         note.setGeometry(
             (self.width() - width) // 2, max(0, (self.height() - height) // 2), width, height
