@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # mypy strict covers core/ and every desktop/ package but panes/ (followed silently)
 DESKTOP_PACKAGES = -m llm_lens.desktop.cli $(foreach p,$(filter-out panes,$(notdir $(patsubst %/,%,$(dir $(wildcard desktop/*/__init__.py))))),-p llm_lens.desktop.$(p))
 
-.PHONY: setup run test static bench package package-test clean screenshot
+.PHONY: setup run test static bench package package-test clean screenshot screenshots
 
 setup: $(STAMP)
 
@@ -41,10 +41,21 @@ static: setup
 bench: setup
 	$(BIN)/python benchmarks/run_all.py
 
+# With no display (a server, CI) the window opens on a virtual one (xvfb-run).
+XRUN := $(if $(DISPLAY)$(WAYLAND_DISPLAY),,xvfb-run -a -s "-screen 0 1920x1080x24")
+SHOT_SIZES := 1366x768 1920x1080
+
 # The README's screenshot: the real window mid-exploration, on the bundled model.
 screenshot: setup
-	LLM_LENS_CONFIG_DIR=$$(mktemp -d) $(BIN)/llm-lens --selftest --tokens 24 \
+	LLM_LENS_CONFIG_DIR=$$(mktemp -d) $(XRUN) $(BIN)/llm-lens --selftest --tokens 24 \
 		--window-size 1920x1080 --screenshot docs/screenshot.png
+
+# Every pane at each size, after a run: docs/screenshots/<size>/<pane>.png (and window.png).
+screenshots: setup
+	set -e; for size in $(SHOT_SIZES); do \
+		LLM_LENS_CONFIG_DIR=$$(mktemp -d) $(XRUN) $(BIN)/llm-lens --selftest --tokens 24 \
+			--window-size $$size --screenshots docs/screenshots/$$size; \
+	done
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -52,6 +52,10 @@ def gui_parser() -> argparse.ArgumentParser:
         help="load, run a few tokens (or show FILE's run), check every pane, exit",
     )  # fmt: skip
     p.add_argument("--screenshot", default=None, metavar="PNG", help="with --selftest: save PNG")
+    p.add_argument(
+        "--screenshots", default=None, metavar="DIR",
+        help="with --selftest: after the checks, save each pane as DIR/<pane>.png",
+    )  # fmt: skip
     p.add_argument("--tokens", type=int, default=8, help="with --selftest: tokens to generate")
     p.add_argument(
         "--window-size", type=window_size, default=None, metavar="WxH", help="e.g. 1920x1080"

@@ -102,6 +102,10 @@ class AttentionLinesPane(Pane):
     """One head's (or one layer's mean) attention as lines from queries to keys."""
 
     title = "Attention lines"
+    empty_text = (
+        "One head as lines from each token to the tokens it reads. Run a prompt "
+        "(Ctrl+Enter) to see it."
+    )
     card_follows_token = True
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:

@@ -85,6 +85,10 @@ class AttributionPane(Pane):
     input, and the flow graph pruned by a movable threshold."""
 
     title = "Why this token?"
+    empty_text = (
+        "Why the chosen token won: its logit split over layers and heads. Run a prompt "
+        "(Ctrl+Enter) to see it."
+    )
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(controller, parent)

@@ -50,6 +50,10 @@ class ExpertsPane(Pane):
     """Router probabilities and chosen experts per layer, and the experts of every token."""
 
     title = "Experts"
+    empty_text = (
+        "Which experts each token's router picks (mixture-of-experts models). Run a "
+        "prompt (Ctrl+Enter) to see it."
+    )
     card_follows_token = True
     live_interval_ms = 100
 

@@ -77,6 +77,10 @@ class KVCachePane(Pane):
     """Bytes held by the KV cache over the run, per layer for the selected step, and the formula."""
 
     title = "KV cache"
+    empty_text = (
+        "The bytes the KV cache holds at each step, beside the formula. Run a prompt "
+        "(Ctrl+Enter) to see it."
+    )
     live_interval_ms = 100  # two plots over the whole run
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:

@@ -54,6 +54,10 @@ class LayerStackPane(Pane):
     """Residual norm and per-layer update norms of the selected step, with the logit lens."""
 
     title = "Layer stack"
+    empty_text = (
+        "What each layer would predict if it were the last (the logit lens). Run a prompt "
+        "(Ctrl+Enter) to see it."
+    )
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(controller, parent)

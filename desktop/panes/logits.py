@@ -33,10 +33,22 @@ __all__ = ["CHOSEN_BRUSH", "LogitsPane", "bar_values", "tick_label"]
 TOP = 20
 
 
+def probability_ticks(top: float) -> list[tuple[float, str]]:
+    """Ticks of a probability axis from 0 to ``top`` and never past 1: the plot reaches a
+    quarter further for the bars' labels, and an axis to 1.1 read as a probability of 1.1."""
+    top = min(max(top, 0.0), 1.0)
+    step = next((s for s in (0.01, 0.02, 0.05, 0.1) if top / s <= 6), 0.2)
+    return [(float(v), f"{v:g}") for v in np.arange(0.0, top + 1e-9, step).round(2)]
+
+
 class LogitsPane(Pane):
     """Top-20 of the selected step's raw distribution, the chosen token highlighted."""
 
     title = "Logits"
+    empty_text = (
+        "The model's top scores for the next token at the selected step. Run a prompt "
+        "(Ctrl+Enter) to see it."
+    )
     card_follows_params = True
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
@@ -107,6 +119,10 @@ class LogitsPane(Pane):
             self.plot.setLabel("bottom", label)
         span = float(ends.max()) - base
         self.plot.setXRange(base, float(ends.max()) + 0.25 * span, padding=0)
+        probability = not (log or as_logits)  # the room for the bars' labels is no probability
+        self.plot.getAxis("bottom").setTicks(
+            [probability_ticks(float(ends.max()))] if probability else None
+        )
         self.plot.setYRange(-0.6, n - 0.4, padding=0)
         self.info.setText(self._describe(step))
 
@@ -129,6 +145,7 @@ class LogitsPane(Pane):
         for item in self.values:
             item.setText("")
         self.plot.getAxis("left").setTicks([[], []])
+        self.plot.getAxis("bottom").setTicks(None)
         self.plot.setXRange(0.0, 1.0, padding=0)  # an empty plot: probabilities 0…1
         self.plot.setYRange(-0.6, TOP - 0.4, padding=0)
         self.info.setText("no step selected")

@@ -42,6 +42,10 @@ class PositionsPane(Pane):
     """RoPE angles and frequencies, a learned table and its similarity, or ALiBi slopes."""
 
     title = "Positions"
+    empty_text = (
+        "How the model tells positions apart (RoPE turns, or a learned table). Run a "
+        "prompt (Ctrl+Enter) to see it."
+    )
     card_follows_token = True
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:

@@ -78,6 +78,7 @@ class TimingPane(Pane):
     """
 
     title = "Timing"
+    empty_text = "How long the prefill and each step took. Run a prompt (Ctrl+Enter) to see it."
     live_interval_ms = 100  # stacked bars over the whole run
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
@@ -86,7 +87,7 @@ class TimingPane(Pane):
         self.plot = self.view.getPlotItem()
         self.plot.setLabel("bottom", "step")
         self.plot.setLabel("left", "ms")
-        self.plot.addLegend(offset=(-5, 5), labelTextSize="8pt")
+        self.plot.addLegend(offset=(-5, 5), labelTextSize="8pt", colCount=3)
         steady_axes(self.plot)
         self.bars: dict[str, pg.BarGraphItem] = {}
         for key, name, colour in PARTS:
@@ -105,6 +106,7 @@ class TimingPane(Pane):
         self.plot.addItem(self.marker)
         self.marker.sigPositionChangeFinished.connect(self._on_marker_moved)
         self.plot.scene().sigMouseClicked.connect(self._on_clicked)
+        self.plot.vb.sigResized.connect(self._on_view_resized)
         self.stats_label = QLabel()
         self.stats_label.setWordWrap(True)
         self.explain_label = QLabel()
@@ -137,12 +139,31 @@ class TimingPane(Pane):
             self.bars[key].setOpts(x=x, height=t[key], y0=base.copy())
             base += t[key]
         self._legend_waits(waits_measured(steps))
+        self._make_room_for_legend(float(base.max()))
         self.marker.blockSignals(True)
         self.marker.setValue(step.index)
         self.marker.setVisible(True)
         self.marker.blockSignals(False)
         self.stats_label.setText(self.stats_text(steps, step))
         self.explain_label.setText(self.explanation(steps))
+
+    def _make_room_for_legend(self, tallest: float) -> None:
+        """The value axis reaches above the tallest bar by the legend's share of the plot's
+        height, so the legend (top right) sits over empty space, never over a bar; a plot too
+        short to spare it that room shows no legend (the lines below name the parts)."""
+        legend = self.plot.legend
+        view_h = self.plot.vb.height()
+        legend_h = legend.boundingRect().height() + 12  # + its offset and a gap
+        fits = legend_h <= 0.5 * view_h
+        legend.setVisible(fits)
+        share = legend_h / view_h if fits else 0.05
+        self.plot.setYRange(0, tallest / (1 - share), padding=0)
+
+    def _on_view_resized(self, *_: object) -> None:
+        """The legend's share of the height changes with the plot's: the room follows."""
+        steps = self.controller.steps
+        if steps and self.marker.isVisible():
+            self._make_room_for_legend(float(timings(steps)["wall_ms"].max()))
 
     def _legend_waits(self, measured: bool) -> None:
         """The waits' colours in the legend only where the run measured them."""
@@ -155,17 +176,19 @@ class TimingPane(Pane):
         self._waits_in_legend = measured
 
     def stats_text(self, steps: Sequence[Any], step: Any) -> str:
-        """TTFT, mean ITL and decode tokens/s (the run's summary once it finished)."""
+        """TTFT, the decode steps' time and rate, the selected step's parts.
+
+        One set of figures: a step's time is the loop's own (``total_ms``, as TTFT, the
+        latency and the card measure it); the mean and the card's median are both named,
+        and the parts on the second line add up to that mean."""
         t = timings(steps)
         decode = t["total_ms"][1:]
         summary = self.controller.summary
-        if summary is not None and summary.run_id == self.controller.run_id:
-            ttft, itl = summary.ttft_ms, summary.mean_itl_ms
-            overall = f", overall {summary.tokens_per_s:.1f} tokens/s"
-        else:
-            ttft = t["total_ms"][0]
-            itl = float(decode.mean()) if decode.size else float("nan")
-            overall = " (running)"
+        finished = summary is not None and summary.run_id == self.controller.run_id
+        overall = f", overall {summary.tokens_per_s:.1f} tokens/s" if finished else " (running)"
+        ttft = float(t["total_ms"][0])
+        itl = float(decode.mean()) if decode.size else float("nan")
+        median = f" (median {float(np.median(decode)):.1f})" if decode.size else ""
         rate = decode.size / decode.sum() * 1e3 if decode.size and decode.sum() > 0 else 0.0
         measured = waits_measured(steps)
         instrument = self.instrument_text(t, measured) if decode.size else ""
@@ -173,7 +196,7 @@ class TimingPane(Pane):
         wall = f + s_ + c + g + q + b
         waiting = f"waiting for the GIL {g:.1f} + for a core {q:.1f}" if measured else UNMEASURED
         return (
-            f"TTFT {ttft:.1f} ms · mean inter-token latency {itl:.1f} ms · "
+            f"TTFT {ttft:.1f} ms · mean inter-token latency {itl:.1f} ms{median} · "
             f"decode {rate:.1f} tokens/s{overall}\n{instrument}"
             f"step {step.index}: forward {f:.1f} + sample {s_:.1f} + capture {c:.1f} + "
             f"{waiting} + between {b:.1f} = {wall:.1f} ms"
@@ -181,40 +204,44 @@ class TimingPane(Pane):
 
     @staticmethod
     def instrument_text(t: dict[str, np.ndarray], measured: bool = True) -> str:
-        """Decode steps' mean: the model's own time apart from the waits and the gaps."""
+        """Decode steps' mean: the model's own time and the waits, adding up to the mean
+        inter-token latency; the gap between steps apart (it is in no step's latency)."""
         own = (t["forward"] + t["sample"] + t["capture"])[1:].mean()
-        waiting = (
-            f"waiting for the GIL {t['blocked'][1:].mean():.1f} ms, "
-            f"for a core {t['queued'][1:].mean():.1f} ms"
-            if measured
-            else UNMEASURED
-        )
-        label = "the model's own" if measured else "forward + sample + capture"
+        itl = t["total_ms"][1:].mean()
+        between = f"{t['between'][1:].mean():.1f} ms between steps"
+        if not measured:
+            return (
+                f"decode steps, mean: forward + sample + capture {own:.1f} ms a step "
+                f"({UNMEASURED}) · {between}\n"
+            )
         return (
-            f"decode steps, mean: {label} {own:.1f} ms · {waiting} · "
-            f"between steps {t['between'][1:].mean():.1f} ms · wall {t['wall_ms'][1:].mean():.1f}"
-            " ms\n"
+            f"decode steps, mean: the model's own {own:.1f} ms + waiting for the GIL "
+            f"{t['blocked'][1:].mean():.1f} ms + for a core {t['queued'][1:].mean():.1f} ms "
+            f"= {itl:.1f} ms a step · {between}\n"
         )
 
     def explanation(self, steps: Sequence[Any]) -> str:
-        """Why the first token is slow, in this run's own numbers."""
+        """Why the first token is slow, in this run's own numbers (the same TTFT and median
+        step as the line above and the card)."""
         pre = steps[0]
-        n, fwd = pre.kv.tokens, pre.timing.forward_ms
+        n, first = pre.kv.tokens, pre.timing.total_ms
         text = (
-            f"The prefill read {n} prompt tokens in {fwd:.1f} ms "
-            f"({n / fwd if fwd > 0 else float('nan'):.2f} tokens/ms, all positions in parallel)."
+            f"The prefill read {n} prompt tokens in {first:.1f} ms "
+            f"({n / first if first > 0 else float('nan'):.2f} tokens/ms, all positions in "
+            "parallel)."
         )
         if len(steps) < 2:
             return text
-        decode_fwd = float(np.median([s.timing.forward_ms for s in steps[1:]]))
+        step_ms = float(np.median([s.timing.total_ms for s in steps[1:]]))
         cached = steps[-1].kv.tokens - 1
-        per_token = fwd / n if n else float("nan")
+        per_token = first / n if n else float("nan")
         return text + (
-            f" Each decode step reads 1 token and the cache of up to {cached} tokens in "
-            f"~{decode_fwd:.1f} ms. The first token is slow because the whole prompt must pass "
-            f"through every layer before anything can be sampled; after that the cached keys and "
-            f"values are reused, so a step costs one token's work ({decode_fwd:.1f} ms for one "
-            f"token vs {per_token:.2f} ms per token in the parallel prefill)."
+            f" Each decode step reads 1 token and the cache of up to {cached} tokens: "
+            f"{step_ms:.1f} ms (median). The first token is slow because the whole prompt must "
+            "pass through every layer before anything can be sampled; after that the cached "
+            "keys and values are reused, so a step costs one token's work "
+            f"({step_ms:.1f} ms for one token vs {per_token:.2f} ms per token in the parallel "
+            "prefill)."
         )
 
     # ----------------------------------------------------------------- interaction

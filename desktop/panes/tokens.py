@@ -130,6 +130,10 @@ class TokensPane(Pane):
     """The prompt and response as token chips (click a response chip to select its step)."""
 
     title = "Tokens"
+    empty_text = (
+        "Your prompt as the model reads it, one chip per token. Press Ctrl+Enter to run "
+        "the example prompt."
+    )
     card_follows_token = True
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:

@@ -127,7 +127,10 @@ def _exec(app: Any, window: Any, args: argparse.Namespace) -> int:
         from llm_lens.desktop.startup.selftest import SelfTest
 
         window.sessions.confirm_close = False
-        test = SelfTest(window, args.tokens, args.screenshot, args.window_size, args.session)
+        test = SelfTest(
+            window, args.tokens, args.screenshot, args.window_size, args.session,
+            getattr(args, "screenshots", None),
+        )  # fmt: skip
         if test.start(args.model):
             app.exec()
         return test.exit_code

@@ -47,6 +47,7 @@ class SelfTest:
         screenshot: str | None,
         size: tuple[int, int] | None = None,
         file: str | None = None,
+        screenshots: str | None = None,
     ) -> None:
         self.window = window
         self.file = file  # FILE: a session to show, or a model to load (see is_model_path)
@@ -54,6 +55,7 @@ class SelfTest:
         self.size = size  # --window-size: the window must fit it
         self.tokens = tokens
         self.screenshot = screenshot
+        self.screenshots = screenshots  # --screenshots DIR: every pane saved after the checks
         self.exit_code = 1
         self.started = False
         c = window.controller
@@ -125,6 +127,20 @@ class SelfTest:
                 self._fail(f"could not write {self.screenshot}")
                 return
             print(f"selftest: screenshot written to {self.screenshot}", file=sys.stderr)
+        if self.screenshots:
+            from llm_lens.desktop.startup.screenshots import PaneShots
+
+            PaneShots(self.window, self.screenshots, self._shots_done).start()
+            return
+        self._pass()
+
+    def _shots_done(self, reason: str) -> None:
+        if reason:
+            self._fail(f"screenshots in {self.screenshots}: {reason}")
+        else:
+            self._pass()
+
+    def _pass(self) -> None:
         print("selftest: ok", file=sys.stderr)
         self.exit_code = 0
         self.window.close()

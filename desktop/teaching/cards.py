@@ -36,8 +36,11 @@ def install_cards(panes: Mapping[str, Pane], controller: Controller) -> dict[str
         pane.attach_card(card)
 
         def refresh(pane: Pane = pane, card: Card = card) -> None:
-            card.show_explainer(explainer_of(pane))
+            before_run = bool(pane.empty_text) and controller.current_step() is None
+            card.show_explainer(explainer_of(pane), before_run=before_run)
 
+        if pane.empty_text:  # before any run the card says what it will hold, not a bare ▸
+            card.show_explainer(None, before_run=True)
         pane.after_render.append(refresh)
         if pane.card_follows_token:
             controller.sig_token_selected.connect(lambda _p, r=refresh: r())

@@ -22,6 +22,8 @@ from PySide6.QtWidgets import (
 from llm_lens.core import cards as ex
 
 BODY_MAX = 96  # pixels: an open card scrolls rather than crowding out its pane
+BEFORE_RUN = "After a run: how to read this picture, with the run's own numbers (▸ for more)."
+# ^ a card before any run says what it will hold, not a bare ▸
 
 
 class Card(QFrame):
@@ -58,11 +60,13 @@ class Card(QFrame):
         self.toggle.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
         self.fold.setVisible(on)
 
-    def show_explainer(self, explainer: ex.Explainer | None) -> None:
+    def show_explainer(self, explainer: ex.Explainer | None, before_run: bool = False) -> None:
+        """The card for ``explainer``; None empties it, or says what it will hold when
+        ``before_run`` (no step to explain yet)."""
         self.explainer = explainer
         if explainer is None:
-            self.headline.setText("")
-            self.body.setText("")
+            self.headline.setText(BEFORE_RUN if before_run else "")
+            self.body.setText("Run a prompt (Ctrl+Enter) first." if before_run else "")
             return
         self.headline.setText(explainer.headline)
         parts = [html.escape(explainer.shows)]

@@ -12,11 +12,29 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Signal
+from PySide6.QtGui import QFontMetricsF
 
 from llm_lens.desktop.widgets.pane import plain_axis
 from llm_lens.desktop.widgets.token_text import visible_text
 
 KIND_COLOURS = {0: (66, 133, 244), 1: (150, 150, 150), 2: (244, 160, 0)}  # attn, residual, mlp
+LABEL_GAP = 10  # pixels at least between two token labels on the axis
+
+
+def spaced_ticks(
+    positions: list[int], widths: list[float], px_per_unit: float, gap: float = LABEL_GAP
+) -> list[int]:
+    """Which of the (sorted) ``positions`` get a label: a label ``widths[i]`` pixels wide,
+    centred on its position, is kept only where it clears the last kept one by ``gap`` pixels,
+    so token labels never run together ('fundambuildiblock')."""
+    kept: list[int] = []
+    right = -np.inf  # the kept labels' right edge, in pixels
+    for i, position in enumerate(positions):
+        centre = position * px_per_unit
+        if centre - widths[i] / 2 >= right + gap:
+            kept.append(i)
+            right = centre + widths[i] / 2
+    return kept
 
 
 class FlowView(QObject):
@@ -44,6 +62,11 @@ class FlowView(QObject):
         self.edges = np.zeros(0, np.int64)  # indices of the edges drawn
         self._xy = np.zeros((0, 2, 2))  # (drawn edges, ends, xy)
         plot.scene().sigMouseClicked.connect(self._on_click)
+        plot.getViewBox().sigResized.connect(self._on_resized)
+
+    def _on_resized(self, *_: object) -> None:
+        if self.graph is not None:
+            self._ticks(self.graph)
 
     def show(self, graph: Any, threshold: float) -> int:
         """Draw the routes kept at ``threshold``; returns how many edges are drawn."""
@@ -60,7 +83,7 @@ class FlowView(QObject):
         for i, edge in enumerate(e):
             r, g, b = KIND_COLOURS[int(graph.kind[edge])]
             w = float(graph.weight[edge])
-            pens[i] = (r, g, b, int(80 + 175 * w), 0.5 + 5 * w)
+            pens[i] = (r, g, b, int(130 + 125 * w), 1.0 + 5 * w)  # faint edges still seen
         self.item.setData(pos=pos, adj=adj if len(e) else None, pen=pens, size=4, symbol="o",
                           symbolBrush=pg.mkBrush(200, 200, 200, 160), symbolPen=None)  # fmt: skip
         self.picked.setData([], [])
@@ -68,10 +91,16 @@ class FlowView(QObject):
         return len(e)
 
     def _ticks(self, graph: Any) -> None:
+        """Token labels under the graph, as many as the axis' width holds apart."""
         used = sorted(set(self._xy[:, :, 0].astype(int).ravel().tolist())) or [0]
-        step = max(1, len(used) // 24)
-        ticks = [(p, visible_text(graph.tokens[p], 8)) for p in used[::step]]
-        self.plot.getAxis("bottom").setTicks([ticks])
+        texts = [visible_text(graph.tokens[p], 8) for p in used]
+        axis = self.plot.getAxis("bottom")
+        metrics = QFontMetricsF(axis.style.get("tickFont") or axis.font())
+        widths = [metrics.horizontalAdvance(t) for t in texts]
+        span = max(used) - min(used) + 1.5  # the view's range: the positions and a margin
+        px_per_unit = max(self.plot.getViewBox().width(), 100.0) / span
+        ticks = [(used[i], texts[i]) for i in spaced_ticks(used, widths, px_per_unit)]
+        axis.setTicks([ticks])
         layers = [(i, str(i)) for i in range(0, graph.num_layers + 1, 5)]
         self.plot.getAxis("left").setTicks([layers])
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from PySide6.QtCore import QCoreApplication, QEvent
+from PySide6.QtCore import QCoreApplication, QEvent, Qt
 from PySide6.QtWidgets import QLabel, QWidget
 
 from llm_lens.core.exports.table import write_csv
@@ -90,6 +90,8 @@ class Pane(QWidget):
     live_interval_ms = 0  # slower than the scheduler's LIVE_MS while a run streams (heavy panes)
     card_follows_token = False  # the card's numbers are about the selected token
     card_follows_params = False  # ... or about the sampling settings
+    empty_text = ""  # one line, centred in the pane until it has a step to show: what it
+    # will show and how to get there ('': no line, as for a pane made in a test)
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -110,6 +112,48 @@ class Pane(QWidget):
         controller.sig_model_loaded.connect(self._on_model_loaded)
         controller.sig_result.connect(self.on_result)
         controller.sig_busy_changed.connect(self._on_busy_changed)
+        self.empty_note = self._make_empty_note() if self.empty_text else None
+
+    def _make_empty_note(self) -> QLabel:
+        """The line that says, before the first run, what this pane will show and how to get
+        there: a newcomer sees an invitation, not black empty plots. It floats over the pane
+        (no layout: the plots keep their size) and goes at the first render with a step."""
+        note = QLabel(self.empty_text, self)
+        note.setObjectName("empty_note")
+        note.setWordWrap(True)
+        note.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        note.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        note.setStyleSheet(
+            "QLabel#empty_note { background: rgba(20, 20, 28, 225); color: #e8e8e8;"
+            " border: 1px solid #556; border-radius: 6px; padding: 8px; }"
+        )
+        return note
+
+    def _place_empty_note(self) -> None:
+        """Centre the note above the plots: one line where the pane is wide enough."""
+        note = self.empty_note
+        if note is None:
+            return
+        one_line = note.fontMetrics().horizontalAdvance(note.text()) + 24  # + padding, border
+        width = max(120, min(one_line, int(self.width() * 0.92)))
+        height = note.heightForWidth(width)
+        note.setGeometry(
+            (self.width() - width) // 2, max(0, (self.height() - height) // 2), width, height
+        )
+        note.raise_()
+
+    def resizeEvent(self, event: Any) -> None:  # noqa: N802 (Qt name)
+        super().resizeEvent(event)
+        self._place_empty_note()
+
+    def show_empty_note(self, shown: bool) -> None:
+        """Show the note while the pane has no step to show (before a run, after a model
+        switch), hide it once it has one."""
+        note = self.empty_note
+        if note is not None and shown != note.isVisibleTo(self):
+            note.setVisible(shown)
+            if shown:
+                self._place_empty_note()
 
     def schedule(self, *_: object) -> None:
         """Ask for a render; the scheduler runs it soon, never in the same turn as another pane.
@@ -134,7 +178,9 @@ class Pane(QWidget):
         if self._stale:
             self._stale = False
             self.clear()
-        self.render(self.controller.current_step())
+        step = self.controller.current_step()
+        self.render(step)
+        self.show_empty_note(step is None)
         for hook in self.after_render:
             hook()
         t1 = time.perf_counter()
@@ -164,6 +210,7 @@ class Pane(QWidget):
         super().showEvent(event)
         plain_axes(self)
         self.hold_minimum()
+        self._place_empty_note()
         self._render_deferred()
 
     def _render_deferred(self) -> None:

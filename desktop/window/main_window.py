@@ -212,7 +212,7 @@ class MainWindow(QMainWindow):
         )  # fmt: skip
         view.addAction(self._action("&Reset layout", self._reset_layout))
         help_menu = bar.addMenu("&Help")
-        help_menu.addAction(self._action("&Tour: one prompt, seven steps", self.open_tour, "F1"))
+        help_menu.addAction(self._action("&Tour: one prompt, step by step", self.open_tour, "F1"))
         help_menu.addAction(self._action("&About LLM Lens", self._about))
 
     def _wire(self) -> None:

@@ -77,6 +77,10 @@ class AttentionPane(Pane):
     """Heatmap of the selected layer/head (queries × keys) and a clickable grid of all heads."""
 
     title = "Attention"
+    empty_text = (
+        "Which earlier tokens each token reads, per layer and head. Run a prompt "
+        "(Ctrl+Enter) to see it."
+    )
     card_follows_token = True
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:

@@ -45,6 +45,10 @@ class EmbeddingsPane(Pane):
     """Vocabulary map with highlighted prompt/response tokens, or per-token layer paths."""
 
     title = "Embeddings"
+    empty_text = (
+        "Each token's vector drawn in 2-D, and its path through the layers. Run a prompt "
+        "(Ctrl+Enter) to see it."
+    )
     card_follows_token = True
 
     def __init__(self, controller: Controller, parent: qw.QWidget | None = None) -> None:

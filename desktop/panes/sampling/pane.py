@@ -54,6 +54,10 @@ class SamplingPane(Pane):
     """Sampling settings, and the selected step's distribution through each active stage."""
 
     title = "Sampling"
+    empty_text = (
+        "How temperature, top-k and top-p reshape the probabilities before one token is "
+        "drawn. Run a prompt (Ctrl+Enter) to see it."
+    )
     card_follows_params = True
     live_interval_ms = 150  # three plots
 

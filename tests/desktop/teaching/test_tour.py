@@ -8,7 +8,7 @@ import html
 def test_the_tour_visits_every_pane(qtbot, shown):
     ctl = shown.controller
     tour = shown.open_tour()
-    assert tour.visited == ["Tokens"] and ctl.token == len(ctl.prompt) and ctl.selected == 0
+    assert tour.visited == ["Tokens"] and ctl.token < len(ctl.prompt) and ctl.selected == 0
     said = []
     for _ in range(len(tour.stops) - 1):
         tour.next.click()
