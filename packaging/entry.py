@@ -3,7 +3,7 @@
 The bundle holds the GGUF in ``<bundle>/model`` and the resources in ``<bundle>/resources``. The
 install folder is read-only and may be shared by every user, so nothing is written there: the
 dequantized model goes to the user's cache folder and the settings to the user's config folder
-(``llm_lens.core.loading.cache_root`` and ``llm_lens.desktop.window.main_window.settings``
+(``llm_lens.core.loading.cache_root`` and ``llm_lens.desktop.window.contents.settings``
 already choose those).
 """
 

@@ -8,7 +8,8 @@ from PySide6.QtCore import QByteArray, QSettings
 
 def test_a_stored_old_layout_does_not_bring_back_a_2011_px_window(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
-    from llm_lens.desktop.window.main_window import MainWindow, settings
+    from llm_lens.desktop.window.contents import settings
+    from llm_lens.desktop.window.main_window import MainWindow
     from llm_lens.desktop.window.window_layout import default_size
 
     old = MainWindow()
