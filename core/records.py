@@ -95,6 +95,15 @@ class ModelInfo:
     rope_theta: float | None
     weights_id: str  # identity of the weights file(s): hash of name, size and sampled content
     attention_note: str = ""  # why this family has no attention maps; empty when it has them
+    # per layer, its token mixer (core.anatomy's kinds: "attention", "state-space", "linear
+    # attention", "short convolution", "attention + state-space", "none"); empty when unknown.
+    # A layer whose kind has no "attention" in it has no attention rows (they stay zero).
+    layer_kinds: tuple[str, ...] = ()
+
+    def has_attention(self, layer: int) -> bool:
+        """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""
+        kinds = self.layer_kinds
+        return not kinds or layer >= len(kinds) or "attention" in kinds[layer].split(" + ")
 
     @property
     def head_sharing(self) -> str:
