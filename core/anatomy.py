@@ -57,6 +57,9 @@ class Anatomy:
     # module whose output the layer adds to its residual) and what kind it is (``kinds``)
     mixers: list[Any] = field(default_factory=list)
     kinds: tuple[str, ...] = ()
+    # per layer: its mixer that is not attention (Mamba, DeltaNet, convolution), or None;
+    # Falcon-H1's layers have attention and this side by side
+    state_mixers: list[Any | None] = field(default_factory=list)
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (and so have attention rows and maps)?"""
@@ -93,6 +96,7 @@ class Anatomy:
             layer_of=_layer_of(attn),
             mixers=[a if a is not None else o and o[1] for a, o in zip(attn, others, strict=True)],
             kinds=tuple(_kind(a, o) for a, o in zip(attn, others, strict=True)),
+            state_mixers=[o and o[1] for o in others],
         )
 
 
@@ -186,3 +190,32 @@ def _rotary(decoder: Any) -> Any | None:
         if "Rotary" in type(module).__name__:
             return module
     return None
+
+
+def state_elements(mixer: Any | None) -> int:
+    """Elements of state one sequence's cache keeps for a non-attention mixer: its causal
+    convolution's window (channels × kernel) and its recurrent state, read from the first
+    module inside ``mixer`` that owns a ``Conv1d``; 0 for None or a mixer without one."""
+    if mixer is None:
+        return 0
+    for module in mixer.modules():
+        conv = next((c for c in module.children() if isinstance(c, torch.nn.Conv1d)), None)
+        if conv is not None:
+            kernel = int(getattr(module, "conv_kernel_size", None) or conv.kernel_size[0])
+            return conv.in_channels * kernel + _recurrent_elements(module)
+    return 0
+
+
+def _recurrent_elements(module: Any) -> int:
+    """The recurrent state: gated DeltaNet's (value heads, key dim, value dim) matrix per head;
+    Mamba's (channels, state) where ``A_log`` is that matrix; Mamba2's (heads, head dim,
+    state); none for a short convolution (no ``A_log``)."""
+    a_log = getattr(module, "A_log", None)
+    if not isinstance(a_log, torch.Tensor):
+        return 0
+    k_dim, v_dim = getattr(module, "head_k_dim", None), getattr(module, "head_v_dim", None)
+    if isinstance(k_dim, int) and isinstance(v_dim, int):
+        return int(getattr(module, "num_v_heads", a_log.numel())) * k_dim * v_dim
+    if a_log.dim() == 2:
+        return int(a_log.numel())
+    return int(a_log.numel()) * int(module.head_dim) * int(module.ssm_state_size)

@@ -295,7 +295,7 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
         rope_theta=float(theta) if theta else None,
         weights_id=weights_id,
         attention_note=_attention_note(model),
-        layer_kinds=layer_kinds(model),
+        **_layer_fields(model, head_dim),
     )
 
 
@@ -305,15 +305,24 @@ def attention_heads(cfg: Any) -> int:
     return int(getattr(cfg, "num_attention_heads", None) or 1)
 
 
-def layer_kinds(model: Any) -> tuple[str, ...]:
-    """Each layer's token mixer kind (:class:`~llm_lens.core.anatomy.Anatomy`); empty when the
-    layers cannot be found (the Engine then says why)."""
-    from llm_lens.core.anatomy import Anatomy
+def _layer_fields(model: Any, head_dim: int) -> dict[str, tuple[Any, ...]]:
+    """Per layer, from the model's own modules (:class:`~llm_lens.core.anatomy.Anatomy`): its
+    mixer kind, its attention's head size (0 without attention) and the elements of constant
+    state its cache keeps; nothing when the layers cannot be found (the Engine says why)."""
+    from llm_lens.core.anatomy import Anatomy, state_elements
 
     try:
-        return Anatomy.of(model).kinds
+        anatomy = Anatomy.of(model)
     except ModelLoadError:
-        return ()
+        return {}
+    dims = tuple(
+        0 if a is None else int(getattr(a, "head_dim", None) or head_dim) for a in anatomy.attn
+    )
+    return {
+        "layer_kinds": anatomy.kinds,
+        "layer_head_dims": dims,
+        "state_elements": tuple(state_elements(m) for m in anatomy.state_mixers),
+    }
 
 
 def _attention_note(model: Any) -> str:

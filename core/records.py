@@ -99,6 +99,11 @@ class ModelInfo:
     # attention", "short convolution", "attention + state-space", "none"); empty when unknown.
     # A layer whose kind has no "attention" in it has no attention rows (they stay zero).
     layer_kinds: tuple[str, ...] = ()
+    # per layer, its attention's head size (0: no attention; Zamba2's shared block differs from
+    # the config's) and the elements of constant conv/recurrent state its cache keeps per
+    # sequence (core.kvcache.state); empty when unknown (then every layer: head_dim, no state)
+    layer_head_dims: tuple[int, ...] = ()
+    state_elements: tuple[int, ...] = ()
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""
@@ -192,6 +197,16 @@ class KVCacheStats:
     held_tokens: np.ndarray | None = None  # (layers,) int64
     windows: tuple[int, ...] = ()
     cached_kv_heads: int | None = None  # the heads axis of the tensors held (Falcon: all heads)
+    # the constant part, included in bytes_total and formula_bytes: conv and recurrent state of
+    # Mamba, DeltaNet and convolution layers, which does not grow with the context
+    state_bytes: int = 0
+    state_formula_bytes: int = 0
+    state_per_layer: np.ndarray | None = None  # (layers,) int64
+
+    @property
+    def growing_bytes(self) -> int:
+        """The K/V that grow with the context: the total less the constant state."""
+        return self.bytes_total - self.state_bytes
 
 
 @dataclass(frozen=True)

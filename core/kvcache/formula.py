@@ -114,9 +114,19 @@ def held_tokens(seen: int, window: int) -> int:
 def formula_bytes(
     info: ModelInfo, tokens: int, num_heads: int | None = None, windows: Sequence[int] = ()
 ) -> int:
-    """Σ over layers of 2 × kv_heads × head_dim × bytes × tokens held (``num_heads`` overrides
-    kv_heads; a layer with a window > 0 holds at most window − 1 tokens)."""
+    """Σ over attention layers of 2 × kv_heads × head_dim × bytes × tokens held (``num_heads``
+    overrides kv_heads; a layer with a window > 0 holds at most window − 1 tokens; a layer's own
+    head size where ``info.layer_head_dims`` lists it, none for a layer without attention)."""
     heads = num_heads or info.num_kv_heads
-    per_token = 2 * heads * info.head_dim * info.dtype_bytes
+    dims = info.layer_head_dims or (info.head_dim,) * info.num_layers
     windows = tuple(windows) or (0,) * info.num_layers
-    return sum(per_token * held_tokens(tokens, w) for w in windows)
+    return sum(
+        2 * heads * dim * info.dtype_bytes * held_tokens(tokens, w)
+        for dim, w in zip(dims, windows, strict=False)
+    )
+
+
+def state_formula_bytes(info: ModelInfo, batch: int = 1) -> int:
+    """The constant conv and recurrent state of the non-attention layers, from
+    ``info.state_elements`` (:func:`llm_lens.core.kvcache.state.state_elements`)."""
+    return sum(info.state_elements) * info.dtype_bytes * batch
