@@ -126,7 +126,12 @@ class ModelInfo:
         return 2 if self.dtype in ("bfloat16", "float16") else 4
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """The fields as JSON holds them (the per-layer tuples as lists)."""
+        return {
+            k: list(v) if isinstance(v, tuple) else v
+            for k in self.__dataclass_fields__
+            for v in (getattr(self, k),)
+        }
 
 
 @dataclass(frozen=True)
@@ -201,7 +206,7 @@ class KVCacheStats:
     # Mamba, DeltaNet and convolution layers, which does not grow with the context
     state_bytes: int = 0
     state_formula_bytes: int = 0
-    state_per_layer: np.ndarray | None = None  # (layers,) int64
+    state_per_layer: np.ndarray | None = None  # (layers,) int64; None where no layer has state
 
     @property
     def growing_bytes(self) -> int:

@@ -80,5 +80,5 @@ def measure(cache: Any, info: ModelInfo, previous_total: int) -> KVCacheStats:
         cached_kv_heads=heads or None,
         state_bytes=int(state.sum()),
         state_formula_bytes=state_formula_bytes(info),
-        state_per_layer=frozen(state),
+        state_per_layer=frozen(state) if state.any() else None,
     )
