@@ -27,6 +27,7 @@ FINAL_NORM_NAMES = (
 )  # fmt: skip
 POSITION_TABLE_NAMES = ("wpe", "embed_positions", "position_embeddings")
 ATTENTION = "attention"
+LATENT_ATTENTION = "latent attention"  # caches a compressed latent, not per-head K/V (MLA)
 STATE_SPACE = "state-space"
 LINEAR_ATTENTION = "linear attention"
 SHORT_CONV = "short convolution"
@@ -159,7 +160,9 @@ def _other_mixer(layer: Any, attention: Any | None) -> tuple[str, Any] | None:
 
 def _kind(attention: Any | None, other: tuple[str, Any] | None) -> str:
     """The layer's mixer kind: one of the kinds, or two joined by " + " (Falcon-H1)."""
-    kinds = [ATTENTION] if attention is not None else []
+    kinds = (
+        [] if attention is None else [LATENT_ATTENTION if latent_elements(attention) else ATTENTION]
+    )
     if other is not None:
         kinds.append(other[0])
     return " + ".join(kinds) or NO_MIXER
@@ -219,3 +222,13 @@ def _recurrent_elements(module: Any) -> int:
     if a_log.dim() == 2:
         return int(a_log.numel())
     return int(a_log.numel()) * int(module.head_dim) * int(module.ssm_state_size)
+
+
+def latent_elements(attention: Any | None) -> int:
+    """Elements per token a latent-attention layer (DeepSeek's MLA) caches: its compressed
+    ``kv_lora_rank`` latent and its ``qk_rope_head_dim`` rotary key, shared by every head;
+    0 for per-head K/V attention."""
+    rank = getattr(attention, "kv_lora_rank", None)
+    if not isinstance(rank, int) or rank <= 0:
+        return 0
+    return rank + int(getattr(attention, "qk_rope_head_dim", 0) or 0)

@@ -309,7 +309,7 @@ def _layer_fields(model: Any, head_dim: int) -> dict[str, tuple[Any, ...]]:
     """Per layer, from the model's own modules (:class:`~llm_lens.core.anatomy.Anatomy`): its
     mixer kind, its attention's head size (0 without attention) and the elements of constant
     state its cache keeps; nothing when the layers cannot be found (the Engine says why)."""
-    from llm_lens.core.anatomy import Anatomy, state_elements
+    from llm_lens.core.anatomy import Anatomy, latent_elements, state_elements
 
     try:
         anatomy = Anatomy.of(model)
@@ -322,6 +322,7 @@ def _layer_fields(model: Any, head_dim: int) -> dict[str, tuple[Any, ...]]:
         "layer_kinds": anatomy.kinds,
         "layer_head_dims": dims,
         "state_elements": tuple(state_elements(m) for m in anatomy.state_mixers),
+        "latent_dims": tuple(latent_elements(a) for a in anatomy.attn),
     }
 
 

@@ -104,11 +104,15 @@ class ModelInfo:
     # sequence (core.kvcache.state); empty when unknown (then every layer: head_dim, no state)
     layer_head_dims: tuple[int, ...] = ()
     state_elements: tuple[int, ...] = ()
+    # per layer, the elements per token a latent-attention layer caches in place of per-head
+    # K/V (DeepSeek's MLA: its latent and rotary key); 0 elsewhere; empty when none has one
+    latent_dims: tuple[int, ...] = ()
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""
         kinds = self.layer_kinds
-        return not kinds or layer >= len(kinds) or "attention" in kinds[layer].split(" + ")
+        parts = kinds[layer].split(" + ") if layer < len(kinds) else ["attention"]
+        return not kinds or "attention" in parts or "latent attention" in parts
 
     @property
     def head_sharing(self) -> str:

@@ -1,7 +1,8 @@
 """Tiny random hybrid and state-space models, built from their config classes (fast tests).
 
 Each layer pattern holds one layer of each mixer kind the family has (a Mamba, gated-DeltaNet or
-short-convolution layer, then an attention layer), so a 2-layer model covers the family's kinds.
+short-convolution layer, then an attention layer), so a 2-layer model covers the family's kinds;
+DeepSeek-V3 is here for its latent attention, Cohere and Cohere 2 for their logit scale.
 Built like :mod:`tests.families` (the bundled tokenizer, 32-wide residual, a fixed seed); a
 family the installed transformers cannot build at this size is skipped with its reason.
 """
@@ -116,6 +117,23 @@ HYBRIDS: dict[str, tuple[str, dict[str, Any]]] = {
         "falcon_h1",
         dict(head_dim=8, mamba_d_ssm=64, lm_head_multiplier=0.5, **MAMBA2),
     ),  # fmt: skip
+    "deepseek_v3": (
+        "deepseek_v3",
+        dict(
+            kv_lora_rank=16,
+            q_lora_rank=16,
+            qk_rope_head_dim=8,
+            qk_nope_head_dim=8,
+            v_head_dim=8,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            first_k_dense_replace=1,
+            n_group=1,
+            topk_group=1,
+            num_key_value_heads=4,
+        ),
+    ),  # fmt: skip
     "cohere": ("cohere", dict(logit_scale=0.25)),
     "cohere2": ("cohere2", dict(logit_scale=0.25, sliding_window=5, head_dim=8)),
 }
@@ -130,6 +148,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "zamba2": ("state-space", "attention + state-space"),
     "mamba2": ("state-space", "state-space"),
     "falcon_h1": ("attention + state-space",) * 2,
+    "deepseek_v3": ("latent attention",) * 2,
     "cohere": ("attention",) * 2,
     "cohere2": ("attention",) * 2,
 }

@@ -3,7 +3,8 @@
 constant conv/recurrent state measured = formula, and the lens's last row the model's output.
 
 The models are tiny seeded ones from ``tests/hybrid_families.py`` (Qwen3-Next, Granite 4, LFM2,
-Jamba, Bamba, Nemotron-H, Zamba2, Mamba2, Falcon-H1, and Cohere / Cohere 2 for their logit scale).
+Jamba, Bamba, Nemotron-H, Zamba2, Mamba2, Falcon-H1; DeepSeek-V3 for its latent attention, Cohere
+and Cohere 2 for their logit scale).
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ def test_each_layer_names_its_mixer(tokenizer: Any, name: str) -> None:
     anatomy = Anatomy.of(engine.model)
     assert anatomy.kinds == KINDS[name] == engine.info.layer_kinds
     for i, kind in enumerate(anatomy.kinds):
-        assert anatomy.has_attention(i) == ("attention" in kind.split(" + "))
+        parts = kind.split(" + ")
+        assert anatomy.has_attention(i) == ("attention" in parts or "latent attention" in parts)
         assert engine.info.has_attention(i) == anatomy.has_attention(i)
         assert any(m is anatomy.mixers[i] for m in anatomy.layers[i].modules())
-        has_state = kind != "attention"
+        has_state = kind not in ("attention", "latent attention")
         assert (anatomy.state_mixers[i] is not None) == has_state
 
 
@@ -87,7 +89,7 @@ def test_cache_bytes_equal_the_formula_growing_and_constant_apart(
     layer is not only attention and does not grow; the K/V grow by one token's worth a step."""
     engine, run = _run(name, tokenizer)
     info, kinds = engine.info, engine.info.layer_kinds
-    stateful = [i for i, k in enumerate(kinds) if k != "attention"]
+    stateful = [i for i, k in enumerate(kinds) if k not in ("attention", "latent attention")]
     state = run.steps[0].kv.state_bytes
     assert (state > 0) == bool(stateful)
     for step in run.steps:
@@ -100,7 +102,11 @@ def test_cache_bytes_equal_the_formula_growing_and_constant_apart(
         assert set(np.flatnonzero(kv.per_layer.sum(1))) == set(kv_layers)
     growth = np.diff([s.kv.growing_bytes for s in run.steps]).tolist()
     if not any(w for w in run.steps[-1].kv.windows):
-        per_token = sum(2 * info.num_kv_heads * d * info.dtype_bytes for d in info.layer_head_dims)
+        latent = info.latent_dims or (0,) * info.num_layers
+        per_token = info.dtype_bytes * sum(
+            lat or 2 * info.num_kv_heads * d
+            for d, lat in zip(info.layer_head_dims, latent, strict=True)
+        )  # a latent layer holds its latent once a token, not per-head K/V
         assert growth == [per_token] * (len(run.steps) - 1)
 
 
