@@ -115,13 +115,43 @@ def _window_of(section: Mapping[str, Any], config: Any, key: str, where: str) ->
     return window
 
 
-def _windows(section: Mapping[str, Any], layers: int, where: str) -> tuple[int, ...]:
-    """Per layer, the sliding window its cache keeps (0: full), as transformers builds it."""
+def _layer_types(section: Mapping[str, Any]) -> tuple[list[Any] | None, Any]:
+    """The config's per-layer types (transformers' own class derives them when config.json
+    lists none, or lists them as ``layers_block_type``), and that class's config, if made."""
     config = None
     types = section.get("layer_types")
     if not isinstance(types, list):
         config = _transformers_config(section)
         types = getattr(config, "layer_types", None)
+    return (types if isinstance(types, list) else None), config
+
+
+def _kv_free(section: Mapping[str, Any], layers: int) -> tuple[bool, ...]:
+    """Per layer, True where it keeps no K/V: a type that is not softmax attention (transformers'
+    ``linear_attention``, Mamba, convolution, an MLP-only layer); Zamba2's "hybrid" has one."""
+    types, _config = _layer_types(section)
+    if types is None or len(types) != layers:
+        return (False,) * layers
+    return tuple(
+        not (t == "hybrid" or ("attention" in str(t) and "linear" not in str(t))) for t in types
+    )
+
+
+def _latent(section: Mapping[str, Any], heads: int, where: str) -> tuple[int, int]:
+    """Latent attention (DeepSeek's MLA): (latent + rotary key, per-head K/V of every head)
+    elements a token, or (0, 0) for a config without ``kv_lora_rank``."""
+    rank = _get_int(section, ("kv_lora_rank",), where)
+    if rank is None:
+        return 0, 0
+    rope = _get_int(section, ("qk_rope_head_dim",), where) or 0
+    nope = _get_int(section, ("qk_nope_head_dim",), where) or 0
+    value = _get_int(section, ("v_head_dim",), where) or 0
+    return rank + rope, heads * (nope + rope + value)
+
+
+def _windows(section: Mapping[str, Any], layers: int, where: str) -> tuple[int, ...]:
+    """Per layer, the sliding window its cache keeps (0: full), as transformers builds it."""
+    types, config = _layer_types(section)
     if isinstance(types, list):
         out = []
         for t in types:
@@ -144,8 +174,13 @@ def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
     section, where = _text_section(cfg)
     model_type = str(section.get("model_type") or cfg.get("model_type") or "unknown")
     family = "falcon" if model_type in _FALCON_TYPES else model_type
-    layers = _require_int(section, _LAYER_KEYS, where)
+    listed = section.get("layers_block_type") or section.get("layer_types")
+    if _get_int(section, _LAYER_KEYS, where) is None and isinstance(listed, list) and listed:
+        layers = len(listed)  # Nemotron-H: one entry a layer, no separate count
+    else:
+        layers = _require_int(section, _LAYER_KEYS, where)
     heads = _require_int(section, _HEAD_KEYS, where)
+    latent, latent_mha = _latent(section, heads, where)
     return KVLayout(
         family=family,
         num_layers=layers,
@@ -154,4 +189,7 @@ def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
         head_dim=_head_dim(section, heads, where),
         context_length=_get_int(section, _CONTEXT_KEYS, where),
         windows=_windows(section, layers, where),
+        kv_free=_kv_free(section, layers),
+        latent_dim=latent,
+        latent_mha_dim=latent_mha,
     )
