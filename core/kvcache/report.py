@@ -94,6 +94,8 @@ def build_report(
         "sliding_layers": layout.sliding_layers,
         "sliding_windows": windows,
         "held_tokens": list(layout.held_tokens(tokens)),
+        "kv_layers": layout.kv_layers,
+        "latent_dim": layout.latent_dim,
     }
 
 
@@ -117,9 +119,24 @@ def _formula_lines(r: Mapping[str, Any], nbytes: int) -> list[str]:
     batch_term = " × batch" if r["batch"] != 1 else ""
     batch_num = f" × {r['batch']}" if r["batch"] != 1 else ""
     total = int(r["total_bytes"])
-    if not r.get("sliding_layers"):
-        numbers = f"2 × {r['num_layers']} × {r['num_kv_heads']} × {r['head_dim']} × {nbytes}"
+    layers, kv_layers = int(r["num_layers"]), int(r.get("kv_layers", r["num_layers"]))
+    kept = (
+        [f"K/V layers   {kv_layers} of {layers} keep K/V; the others (state-space, linear "
+         "attention, convolution) keep a state that does not grow"]
+        if kv_layers < layers else []
+    )  # fmt: skip
+    if r.get("latent_dim"):
         return [
+            *kept,
+            f"formula      layers × latent × bytes × tokens{batch_term} (latent attention: one "
+            "compressed latent and rotary key a token, shared by every head)",
+            f"             {kv_layers} × {r['latent_dim']} × {nbytes} × {r['tokens']}{batch_num}"
+            f" = {total} bytes",
+        ]
+    if not r.get("sliding_layers"):
+        numbers = f"2 × {kv_layers} × {r['num_kv_heads']} × {r['head_dim']} × {nbytes}"
+        return [
+            *kept,
             f"formula      2 × layers × kv_heads × head_dim × bytes × tokens{batch_term}",
             f"             {numbers} × {r['tokens']}{batch_num} = {total} bytes",
         ]
@@ -135,6 +152,7 @@ def _formula_lines(r: Mapping[str, Any], nbytes: int) -> list[str]:
     )  # fmt: skip
     numbers = f"2 × {r['num_kv_heads']} × {r['head_dim']} × {nbytes}"
     return [
+        *kept,
         f"formula      Σ layers 2 × kv_heads × head_dim × bytes × tokens held{batch_term}",
         f"windows      {kinds}",
         f"             {numbers} × ({terms}){batch_num} = {total} bytes",
