@@ -94,8 +94,9 @@ def build_report(
         "sliding_layers": layout.sliding_layers,
         "sliding_windows": windows,
         "held_tokens": list(layout.held_tokens(tokens)),
-        "kv_layers": layout.kv_layers,
-        "latent_dim": layout.latent_dim,
+        # only where they differ from a plain layout: layers keeping K/V, a latent's width
+        **({"kv_layers": layout.kv_layers} if layout.kv_layers < layout.num_layers else {}),
+        **({"latent_dim": layout.latent_dim} if layout.latent_dim else {}),
     }
 
 
