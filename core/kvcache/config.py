@@ -90,20 +90,31 @@ def _kv_heads(cfg: Mapping[str, Any], family: str, heads: int, where: str) -> in
 def _transformers_config(section: Mapping[str, Any]) -> Any | None:
     """transformers' own config class for this section, which derives the layer types when
     config.json lists none (Gemma 2 alternates, Gemma 3 follows ``sliding_window_pattern``, Qwen2
-    reads ``use_sliding_window`` and ``max_window_layers``) and fills its defaults; None when it
-    cannot say (an unknown family, or a config its class refuses)."""
-    try:
-        import logging
-        import warnings
+    reads ``use_sliding_window`` and ``max_window_layers``, Mamba's layers are all
+    ``linear_attention``) and fills its defaults; None when it cannot say (an unknown family, or a
+    config its class refuses even with only its plain fields)."""
+    import logging
+    import warnings
 
-        from transformers import CONFIG_MAPPING
+    from transformers import CONFIG_MAPPING
 
-        logging.getLogger("transformers").setLevel(logging.ERROR)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return CONFIG_MAPPING[str(section.get("model_type"))](**section)
-    except Exception:
-        return None
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    plain = {k: v for k, v in section.items() if _plain(v)}  # e.g. not Mamba2's encoded ∞
+    for fields in (section, plain):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return CONFIG_MAPPING[str(section.get("model_type"))](**fields)
+        except Exception:
+            continue
+    return None
+
+
+def _plain(value: Any) -> bool:
+    """A number, string, bool or null, or a list of them."""
+    if isinstance(value, list):
+        return all(_plain(v) and not isinstance(v, list) for v in value)
+    return value is None or isinstance(value, int | float | str | bool)
 
 
 def _window_of(section: Mapping[str, Any], config: Any, key: str, where: str) -> int:

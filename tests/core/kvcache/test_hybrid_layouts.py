@@ -44,3 +44,13 @@ def test_latent_attention_counts_its_latent_not_per_head_kv() -> None:
     assert layout.bytes_per_token(2) == 61 * (512 + 64) * 2
     assert layout.mha_bytes_per_token(2) == 61 * 128 * (128 + 64 + 128) * 2
     assert layout.total_bytes(1000, 2) == 1000 * layout.bytes_per_token(2)
+
+
+def test_a_pure_state_space_config_keeps_no_kv_even_with_a_field_its_class_refuses() -> None:
+    """Mamba2's config.json as transformers writes it encodes ∞ in ``time_step_limit``, which
+    its own class refuses back; the plain fields still say every layer is ``linear_attention``."""
+    cfg = dict(model_type="mamba2", num_hidden_layers=2, num_heads=4, head_dim=16,
+               hidden_size=32, time_step_limit=[0.0, {"__float__": "Infinity"}])  # fmt: skip
+    layout = layout_from_config(cfg)
+    assert layout.kv_free == (True, True) and layout.kv_layers == 0
+    assert layout.total_bytes(100, 2) == layout.bytes_per_token(2) == 0
