@@ -115,17 +115,23 @@ def _human_bytes(n: int) -> str:
     return f"{n} B" if unit == "B" else f"{size:.2f} {unit}"
 
 
+def _kept_lines(r: Mapping[str, Any]) -> tuple[int, list[str]]:
+    """The layers that keep K/V, and a line saying so where some keep none (hybrids)."""
+    layers, kv_layers = int(r["num_layers"]), int(r.get("kv_layers", r["num_layers"]))
+    if kv_layers == layers:
+        return kv_layers, []
+    return kv_layers, [
+        f"K/V layers   {kv_layers} of {layers} keep K/V; the others (state-space, linear "
+        "attention, convolution) keep a state that does not grow"
+    ]
+
+
 def _formula_lines(r: Mapping[str, Any], nbytes: int) -> list[str]:
     """The formula and its numbers; with sliding windows, per group of layers holding alike."""
     batch_term = " × batch" if r["batch"] != 1 else ""
     batch_num = f" × {r['batch']}" if r["batch"] != 1 else ""
     total = int(r["total_bytes"])
-    layers, kv_layers = int(r["num_layers"]), int(r.get("kv_layers", r["num_layers"]))
-    kept = (
-        [f"K/V layers   {kv_layers} of {layers} keep K/V; the others (state-space, linear "
-         "attention, convolution) keep a state that does not grow"]
-        if kv_layers < layers else []
-    )  # fmt: skip
+    kv_layers, kept = _kept_lines(r)
     if r.get("latent_dim"):
         return [
             *kept,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from llm_lens.core.kvcache import layout_from_config
+from llm_lens.core.kvcache import build_report, format_report, layout_from_config
 from llm_lens.core.loop.engine import Engine, RunConfig
 from llm_lens.core.sampling import GREEDY
 from tests.hybrid_families import HYBRIDS, hybrid_model
@@ -44,6 +44,8 @@ def test_latent_attention_counts_its_latent_not_per_head_kv() -> None:
     assert layout.bytes_per_token(2) == 61 * (512 + 64) * 2
     assert layout.mha_bytes_per_token(2) == 61 * 128 * (128 + 64 + 128) * 2
     assert layout.total_bytes(1000, 2) == 1000 * layout.bytes_per_token(2)
+    text = format_report(build_report("ds", cfg, 1000, 1, "bf16"))
+    assert f"61 × 576 × 2 × 1000 = {1000 * 61 * 576 * 2} bytes" in text
 
 
 def test_a_pure_state_space_config_keeps_no_kv_even_with_a_field_its_class_refuses() -> None:
@@ -54,3 +56,4 @@ def test_a_pure_state_space_config_keeps_no_kv_even_with_a_field_its_class_refus
     layout = layout_from_config(cfg)
     assert layout.kv_free == (True, True) and layout.kv_layers == 0
     assert layout.total_bytes(100, 2) == layout.bytes_per_token(2) == 0
+    assert "0 of 2 keep K/V" in format_report(build_report("m", cfg, 100, 1, "bf16"))
