@@ -2,9 +2,14 @@
 
 Found from transformers' own structure, not a table per family: the decoder stack is
 ``get_decoder()`` (or ``base_model``), the layers are its ``nn.ModuleList`` with one entry per
-hidden layer, each layer's attention is its ``self_attn``/``attn``/``attention``/``self_attention``
-child (else the child whose class name ends in ``Attention``), the final norm is the stack's
-norm-like child, the head is ``get_output_embeddings()``.
+hidden layer, the final norm is the stack's norm-like child, the head is
+``get_output_embeddings()``.
+
+A layer's token mixer is not always attention. Each layer's mixer is named from its own modules
+(:func:`mixer_kind`): attention (its ``self_attn``/``attn``/``attention``/``self_attention``
+child, else a module whose class name ends in ``Attention``), linear attention (gated DeltaNet,
+lightning), state-space (Mamba, Mamba2), a short convolution (LFM2), or none. A layer can hold
+two side by side (Falcon-H1: attention and Mamba in parallel); its kind names both.
 """
 
 from __future__ import annotations
@@ -17,8 +22,23 @@ import torch
 from llm_lens.core.errors import ModelLoadError
 
 ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
-FINAL_NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "final_layernorm", "final_norm")
+FINAL_NORM_NAMES = (
+    "norm", "ln_f", "final_layer_norm", "final_layernorm", "final_norm", "norm_f", "embedding_norm"
+)  # fmt: skip
 POSITION_TABLE_NAMES = ("wpe", "embed_positions", "position_embeddings")
+ATTENTION = "attention"
+LATENT_ATTENTION = "latent attention"  # caches a compressed latent, not per-head K/V (MLA)
+STATE_SPACE = "state-space"
+LINEAR_ATTENTION = "linear attention"
+SHORT_CONV = "short convolution"
+NO_MIXER = "none"
+# words in a module's class or attribute name that say which kind of token mixer it is; the
+# first kind whose words match wins (a gated DeltaNet has Mamba's ``A_log`` but is not Mamba)
+MIXER_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (LINEAR_ATTENTION, ("deltanet", "delta", "linear_attn", "linearattention", "lightning")),
+    (STATE_SPACE, ("mamba", "ssm", "mixer")),
+    (SHORT_CONV, ("shortconv", "short_conv", "conv")),
+)
 
 
 @dataclass
@@ -27,13 +47,24 @@ class Anatomy:
 
     embed: Any
     layers: list[Any]
-    attn: list[Any]
+    attn: list[Any]  # per layer: its attention module, None where the layer has none
     final_norm: Any
     lm_head: Any
     rotary: Any | None  # the model's rotary embedding module, if any
     decoder: Any = None  # the decoder stack holding embeddings, layers and final norm
     position_table: Any | None = None  # a learned position table (GPT-2's wpe, OPT's), if any
     layer_of: dict[int, int] = field(default_factory=dict)  # id(attention module) -> layer
+    # per layer: its token mixer (the attention module, else the Mamba, DeltaNet or convolution
+    # module whose output the layer adds to its residual) and what kind it is (``kinds``)
+    mixers: list[Any] = field(default_factory=list)
+    kinds: tuple[str, ...] = ()
+    # per layer: its mixer that is not attention (Mamba, DeltaNet, convolution), or None;
+    # Falcon-H1's layers have attention and this side by side
+    state_mixers: list[Any | None] = field(default_factory=list)
+
+    def has_attention(self, layer: int) -> bool:
+        """Does ``layer`` compute attention (and so have attention rows and maps)?"""
+        return self.attn[layer] is not None
 
     @classmethod
     def of(cls, model: Any) -> Anatomy:
@@ -44,9 +75,13 @@ class Anatomy:
         if layers is None:
             raise ModelLoadError(f"{name}: cannot find the decoder layers (no list of blocks)")
         attn = [_attention(layer) for layer in layers]
-        missing = [i for i, a in enumerate(attn) if a is None]
+        others = [_other_mixer(layer, a) for layer, a in zip(layers, attn, strict=True)]
+        missing = [i for i, (a, o) in enumerate(zip(attn, others, strict=True)) if a is o is None]
         if missing:
-            raise ModelLoadError(f"{name}: cannot find the attention module of layer {missing[0]}")
+            raise ModelLoadError(
+                f"{name}: cannot find the attention module of layer {missing[0]} "
+                "(nor a state-space, linear-attention or convolution mixer)"
+            )
         head = model.get_output_embeddings()
         if head is None:
             raise ModelLoadError(f"{name}: has no output embeddings (not a causal LM head)")
@@ -59,7 +94,10 @@ class Anatomy:
             rotary=_rotary(decoder),
             decoder=decoder,
             position_table=_child(decoder, POSITION_TABLE_NAMES),
-            layer_of={id(a): i for i, a in enumerate(attn)},
+            layer_of=_layer_of(attn),
+            mixers=[a if a is not None else o and o[1] for a, o in zip(attn, others, strict=True)],
+            kinds=tuple(_kind(a, o) for a, o in zip(attn, others, strict=True)),
+            state_mixers=[o and o[1] for o in others],
         )
 
 
@@ -83,15 +121,60 @@ def _layers(model: Any, decoder: Any) -> Any | None:
     return None
 
 
+def mixer_kind(name: str, module: Any) -> str | None:
+    """The kind of token mixer a layer's child ``name`` is, from its attribute and class names:
+    linear attention, state-space or short convolution; None when it is none of those."""
+    words = f"{name} {type(module).__name__}".lower()
+    for kind, needles in MIXER_WORDS:
+        if any(n in words for n in needles):
+            return kind
+    return None
+
+
 def _attention(layer: Any) -> Any | None:
+    """A layer's (softmax) attention module: a named child, else the first module whose class
+    name ends in ``Attention`` (Zamba2 nests its shared one); None for a layer without one."""
     for name in ATTENTION_NAMES:
         module = getattr(layer, name, None)
-        if isinstance(module, torch.nn.Module):
+        if isinstance(module, torch.nn.Module) and mixer_kind("", module) is None:
             return module
-    for module in layer.children():
-        if type(module).__name__.endswith("Attention"):
+    for module in layer.modules():
+        if type(module).__name__.endswith("Attention") and mixer_kind("", module) is None:
             return module
     return None
+
+
+def _other_mixer(layer: Any, attention: Any | None) -> tuple[str, Any] | None:
+    """A layer's token mixer that is not attention (Mamba, DeltaNet, a short convolution): its
+    first child of a mixer kind by attribute or class name."""
+    for name, module in layer.named_children():
+        if module is attention or isinstance(module, torch.nn.Linear | torch.nn.ModuleList):
+            continue
+        if "norm" in type(module).__name__.lower():  # Mamba2RMSNorm is a norm, not a mixer
+            continue
+        kind = mixer_kind(name, module)
+        if kind is not None:
+            return kind, module
+    return None
+
+
+def _kind(attention: Any | None, other: tuple[str, Any] | None) -> str:
+    """The layer's mixer kind: one of the kinds, or two joined by " + " (Falcon-H1)."""
+    kinds = (
+        [] if attention is None else [LATENT_ATTENTION if latent_elements(attention) else ATTENTION]
+    )
+    if other is not None:
+        kinds.append(other[0])
+    return " + ".join(kinds) or NO_MIXER
+
+
+def _layer_of(attn: list[Any | None]) -> dict[int, int]:
+    """id(attention module) -> its layer (a module shared by several layers: the first)."""
+    out: dict[int, int] = {}
+    for i, a in enumerate(attn):
+        if a is not None:
+            out.setdefault(id(a), i)
+    return out
 
 
 def _child(decoder: Any, names: tuple[str, ...]) -> Any | None:
@@ -110,3 +193,42 @@ def _rotary(decoder: Any) -> Any | None:
         if "Rotary" in type(module).__name__:
             return module
     return None
+
+
+def state_elements(mixer: Any | None) -> int:
+    """Elements of state one sequence's cache keeps for a non-attention mixer: its causal
+    convolution's window (channels × kernel) and its recurrent state, read from the first
+    module inside ``mixer`` that owns a ``Conv1d``; 0 for None or a mixer without one."""
+    if mixer is None:
+        return 0
+    for module in mixer.modules():
+        conv = next((c for c in module.children() if isinstance(c, torch.nn.Conv1d)), None)
+        if conv is not None:
+            kernel = int(getattr(module, "conv_kernel_size", None) or conv.kernel_size[0])
+            return conv.in_channels * kernel + _recurrent_elements(module)
+    return 0
+
+
+def _recurrent_elements(module: Any) -> int:
+    """The recurrent state: gated DeltaNet's (value heads, key dim, value dim) matrix per head;
+    Mamba's (channels, state) where ``A_log`` is that matrix; Mamba2's (heads, head dim,
+    state); none for a short convolution (no ``A_log``)."""
+    a_log = getattr(module, "A_log", None)
+    if not isinstance(a_log, torch.Tensor):
+        return 0
+    k_dim, v_dim = getattr(module, "head_k_dim", None), getattr(module, "head_v_dim", None)
+    if isinstance(k_dim, int) and isinstance(v_dim, int):
+        return int(getattr(module, "num_v_heads", a_log.numel())) * k_dim * v_dim
+    if a_log.dim() == 2:
+        return int(a_log.numel())
+    return int(a_log.numel()) * int(module.head_dim) * int(module.ssm_state_size)
+
+
+def latent_elements(attention: Any | None) -> int:
+    """Elements per token a latent-attention layer (DeepSeek's MLA) caches: its compressed
+    ``kv_lora_rank`` latent and its ``qk_rope_head_dim`` rotary key, shared by every head;
+    0 for per-head K/V attention."""
+    rank = getattr(attention, "kv_lora_rank", None)
+    if not isinstance(rank, int) or rank <= 0:
+        return 0
+    return rank + int(getattr(attention, "qk_rope_head_dim", 0) or 0)

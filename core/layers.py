@@ -1,13 +1,18 @@
 """The layer stack: what each layer's residual stream would predict (the logit lens).
 
-The lens passes every layer's residual through the model's own final transform (its final norm,
-OPT's output projection, the unembedding, Granite's ``logits_scaling``, Gemma 2's final
-soft-capping), so the last layer's row is the model's real output. Too costly for the step loop
-(one unembedding of the whole vocabulary per layer), so it is derived on demand.
+The lens passes every layer's residual through the model's own tail: the model's own forward
+is run with the residual put in place of its last layer's output, so whatever the model does
+after its layers (its final norm, OPT's output projection, the unembedding, Granite's
+``logits_scaling``, Cohere's ``logit_scale``, Falcon-H1's ``lm_head_multiplier``, Gemma 2's final
+soft-capping) is its own code, with no list of families' multipliers, and the last layer's row
+is the model's real output by construction. Too costly for the step loop (one unembedding of the
+whole vocabulary per layer), so it is derived on demand.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,23 +46,57 @@ class PromptLens:
 
 
 def lens_logits(engine: Any, hidden: torch.Tensor) -> torch.Tensor:
-    """(..., vocab) float32 logits of ``hidden`` (..., hidden) through the model's final transform:
-    final norm, output projection (OPT), unembedding, then the config's logit scaling
-    (Granite divides by ``logits_scaling``) and final soft-capping (Gemma 2)."""
-    a = engine.anatomy
-    x = a.final_norm(hidden)
-    project_out = getattr(a.decoder, "project_out", None)
-    if project_out is not None:
-        x = project_out(x)
-    logits: torch.Tensor = a.lm_head(x)
-    cfg = engine.model.config.get_text_config(decoder=True)
-    scaling = getattr(cfg, "logits_scaling", None)
-    if scaling:
-        logits = logits / scaling
-    cap = getattr(cfg, "final_logit_softcapping", None)
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
-    return logits.float()
+    """(..., vocab) float32 logits of ``hidden`` (..., hidden) through the model's own tail.
+
+    Each residual vector is one sequence of one token, so no position attends to another: the
+    model runs with only its last layer (all of them where its loop needs every one, as
+    Zamba2's does), whose output is replaced by the residual, and its own forward applies
+    everything after the layers."""
+    rows = hidden.reshape(-1, hidden.shape[-1])  # (N, hidden)
+    ids = torch.zeros((rows.shape[0], 1), dtype=torch.long, device=rows.device)  # (N, 1)
+    try:
+        with _last_layer_outputs(engine.anatomy, rows[:, None, :], alone=True):
+            logits = engine.model(input_ids=ids, use_cache=False).logits  # (N, 1, vocab)
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError):
+        with _last_layer_outputs(engine.anatomy, rows[:, None, :], alone=False):
+            logits = engine.model(input_ids=ids, use_cache=False).logits
+    out: torch.Tensor = logits[:, -1].float().reshape(*hidden.shape[:-1], -1)
+    return out
+
+
+@contextmanager
+def _last_layer_outputs(anatomy: Any, residual: torch.Tensor, alone: bool) -> Iterator[None]:
+    """While open, the decoder's last layer's output tensor is ``residual`` (N, 1, hidden), in
+    the structure the layer returns (a tensor or a tuple); ``alone``: it runs no other layer."""
+    holder, name = _layer_list(anatomy)
+    full = getattr(holder, name)
+    last = full[-1]
+    original = last.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        if isinstance(out, tuple):
+            return (residual.to(out[0].dtype), *out[1:])
+        return residual.to(out.dtype)
+
+    if alone:
+        setattr(holder, name, torch.nn.ModuleList([last]))
+    last.forward = forward
+    try:
+        yield
+    finally:
+        setattr(holder, name, full)
+        del last.forward
+
+
+def _layer_list(anatomy: Any) -> tuple[Any, str]:
+    """The module holding the decoder's list of layers, and that list's attribute name."""
+    for path, module in anatomy.decoder.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == len(anatomy.layers):
+            if module[0] is anatomy.layers[0]:
+                parent, _, name = path.rpartition(".")
+                return anatomy.decoder.get_submodule(parent), name
+    raise RuntimeError("the decoder's list of layers is not where the anatomy found it")
 
 
 def logit_lens(engine: Any, step: StepRecord, k: int = 5) -> LensResult:

@@ -268,7 +268,7 @@ def _check_causal(config: Any, spec: str) -> None:
 def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
     """Read the shapes the panes need from a loaded model's config."""
     cfg = model.config.get_text_config(decoder=True)
-    heads = cfg.num_attention_heads
+    heads = attention_heads(cfg)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     rope = getattr(cfg, "rope_parameters", None) or {}
     theta = rope.get("rope_theta") if isinstance(rope, dict) else None
@@ -295,7 +295,35 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
         rope_theta=float(theta) if theta else None,
         weights_id=weights_id,
         attention_note=_attention_note(model),
+        **_layer_fields(model, head_dim),
     )
+
+
+def attention_heads(cfg: Any) -> int:
+    """Query heads of the attention layers; 1 for a model with no attention at all (Mamba2's
+    config has no ``num_attention_heads``: its rows are one empty head)."""
+    return int(getattr(cfg, "num_attention_heads", None) or 1)
+
+
+def _layer_fields(model: Any, head_dim: int) -> dict[str, tuple[Any, ...]]:
+    """Per layer, from the model's own modules (:class:`~llm_lens.core.anatomy.Anatomy`): its
+    mixer kind, its attention's head size (0 without attention) and the elements of constant
+    state its cache keeps; nothing when the layers cannot be found (the Engine says why)."""
+    from llm_lens.core.anatomy import Anatomy, latent_elements, state_elements
+
+    try:
+        anatomy = Anatomy.of(model)
+    except ModelLoadError:
+        return {}
+    dims = tuple(
+        0 if a is None else int(getattr(a, "head_dim", None) or head_dim) for a in anatomy.attn
+    )
+    return {
+        "layer_kinds": anatomy.kinds,
+        "layer_head_dims": dims,
+        "state_elements": tuple(state_elements(m) for m in anatomy.state_mixers),
+        "latent_dims": tuple(latent_elements(a) for a in anatomy.attn),
+    }
 
 
 def _attention_note(model: Any) -> str:
@@ -320,7 +348,7 @@ def kv_heads(model: Any, cfg: Any) -> int:
     """How many key/value heads the attention really has: from the attention module's own
     ``num_key_value_groups`` (Falcon's multi-query keeps one, its new decoder architecture
     ``num_kv_heads``), else the config's ``num_key_value_heads``, else one per query head."""
-    heads: int = cfg.num_attention_heads
+    heads = attention_heads(cfg)
     for module in model.modules():
         groups = getattr(module, "num_key_value_groups", None)
         if isinstance(groups, int) and groups > 0 and hasattr(module, "layer_idx"):

@@ -95,6 +95,24 @@ class ModelInfo:
     rope_theta: float | None
     weights_id: str  # identity of the weights file(s): hash of name, size and sampled content
     attention_note: str = ""  # why this family has no attention maps; empty when it has them
+    # per layer, its token mixer (core.anatomy's kinds: "attention", "state-space", "linear
+    # attention", "short convolution", "attention + state-space", "none"); empty when unknown.
+    # A layer whose kind has no "attention" in it has no attention rows (they stay zero).
+    layer_kinds: tuple[str, ...] = ()
+    # per layer, its attention's head size (0: no attention; Zamba2's shared block differs from
+    # the config's) and the elements of constant conv/recurrent state its cache keeps per
+    # sequence (core.kvcache.state); empty when unknown (then every layer: head_dim, no state)
+    layer_head_dims: tuple[int, ...] = ()
+    state_elements: tuple[int, ...] = ()
+    # per layer, the elements per token a latent-attention layer caches in place of per-head
+    # K/V (DeepSeek's MLA: its latent and rotary key); 0 elsewhere; empty when none has one
+    latent_dims: tuple[int, ...] = ()
+
+    def has_attention(self, layer: int) -> bool:
+        """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""
+        kinds = self.layer_kinds
+        parts = kinds[layer].split(" + ") if layer < len(kinds) else ["attention"]
+        return not kinds or "attention" in parts or "latent attention" in parts
 
     @property
     def head_sharing(self) -> str:
@@ -112,7 +130,12 @@ class ModelInfo:
         return 2 if self.dtype in ("bfloat16", "float16") else 4
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """The fields as JSON holds them (the per-layer tuples as lists)."""
+        return {
+            k: list(v) if isinstance(v, tuple) else v
+            for k in self.__dataclass_fields__
+            for v in (getattr(self, k),)
+        }
 
 
 @dataclass(frozen=True)
@@ -183,6 +206,16 @@ class KVCacheStats:
     held_tokens: np.ndarray | None = None  # (layers,) int64
     windows: tuple[int, ...] = ()
     cached_kv_heads: int | None = None  # the heads axis of the tensors held (Falcon: all heads)
+    # the constant part, included in bytes_total and formula_bytes: conv and recurrent state of
+    # Mamba, DeltaNet and convolution layers, which does not grow with the context
+    state_bytes: int = 0
+    state_formula_bytes: int = 0
+    state_per_layer: np.ndarray | None = None  # (layers,) int64; None where no layer has state
+
+    @property
+    def growing_bytes(self) -> int:
+        """The K/V that grow with the context: the total less the constant state."""
+        return self.bytes_total - self.state_bytes
 
 
 @dataclass(frozen=True)

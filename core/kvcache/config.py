@@ -90,20 +90,31 @@ def _kv_heads(cfg: Mapping[str, Any], family: str, heads: int, where: str) -> in
 def _transformers_config(section: Mapping[str, Any]) -> Any | None:
     """transformers' own config class for this section, which derives the layer types when
     config.json lists none (Gemma 2 alternates, Gemma 3 follows ``sliding_window_pattern``, Qwen2
-    reads ``use_sliding_window`` and ``max_window_layers``) and fills its defaults; None when it
-    cannot say (an unknown family, or a config its class refuses)."""
-    try:
-        import logging
-        import warnings
+    reads ``use_sliding_window`` and ``max_window_layers``, Mamba's layers are all
+    ``linear_attention``) and fills its defaults; None when it cannot say (an unknown family, or a
+    config its class refuses even with only its plain fields)."""
+    import logging
+    import warnings
 
-        from transformers import CONFIG_MAPPING
+    from transformers import CONFIG_MAPPING
 
-        logging.getLogger("transformers").setLevel(logging.ERROR)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return CONFIG_MAPPING[str(section.get("model_type"))](**section)
-    except Exception:
-        return None
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    plain = {k: v for k, v in section.items() if _plain(v)}  # e.g. not Mamba2's encoded ∞
+    for fields in (section, plain):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return CONFIG_MAPPING[str(section.get("model_type"))](**fields)
+        except Exception:
+            continue
+    return None
+
+
+def _plain(value: Any) -> bool:
+    """A number, string, bool or null, or a list of them."""
+    if isinstance(value, list):
+        return all(_plain(v) and not isinstance(v, list) for v in value)
+    return value is None or isinstance(value, int | float | str | bool)
 
 
 def _window_of(section: Mapping[str, Any], config: Any, key: str, where: str) -> int:
@@ -115,13 +126,43 @@ def _window_of(section: Mapping[str, Any], config: Any, key: str, where: str) ->
     return window
 
 
-def _windows(section: Mapping[str, Any], layers: int, where: str) -> tuple[int, ...]:
-    """Per layer, the sliding window its cache keeps (0: full), as transformers builds it."""
+def _layer_types(section: Mapping[str, Any]) -> tuple[list[Any] | None, Any]:
+    """The config's per-layer types (transformers' own class derives them when config.json
+    lists none, or lists them as ``layers_block_type``), and that class's config, if made."""
     config = None
     types = section.get("layer_types")
     if not isinstance(types, list):
         config = _transformers_config(section)
         types = getattr(config, "layer_types", None)
+    return (types if isinstance(types, list) else None), config
+
+
+def _kv_free(section: Mapping[str, Any], layers: int) -> tuple[bool, ...]:
+    """Per layer, True where it keeps no K/V: a type that is not softmax attention (transformers'
+    ``linear_attention``, Mamba, convolution, an MLP-only layer); Zamba2's "hybrid" has one."""
+    types, _config = _layer_types(section)
+    if types is None or len(types) != layers:
+        return (False,) * layers
+    return tuple(
+        not (t == "hybrid" or ("attention" in str(t) and "linear" not in str(t))) for t in types
+    )
+
+
+def _latent(section: Mapping[str, Any], heads: int, where: str) -> tuple[int, int]:
+    """Latent attention (DeepSeek's MLA): (latent + rotary key, per-head K/V of every head)
+    elements a token, or (0, 0) for a config without ``kv_lora_rank``."""
+    rank = _get_int(section, ("kv_lora_rank",), where)
+    if rank is None:
+        return 0, 0
+    rope = _get_int(section, ("qk_rope_head_dim",), where) or 0
+    nope = _get_int(section, ("qk_nope_head_dim",), where) or 0
+    value = _get_int(section, ("v_head_dim",), where) or 0
+    return rank + rope, heads * (nope + rope + value)
+
+
+def _windows(section: Mapping[str, Any], layers: int, where: str) -> tuple[int, ...]:
+    """Per layer, the sliding window its cache keeps (0: full), as transformers builds it."""
+    types, config = _layer_types(section)
     if isinstance(types, list):
         out = []
         for t in types:
@@ -144,8 +185,13 @@ def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
     section, where = _text_section(cfg)
     model_type = str(section.get("model_type") or cfg.get("model_type") or "unknown")
     family = "falcon" if model_type in _FALCON_TYPES else model_type
-    layers = _require_int(section, _LAYER_KEYS, where)
+    listed = section.get("layers_block_type") or section.get("layer_types")
+    if _get_int(section, _LAYER_KEYS, where) is None and isinstance(listed, list) and listed:
+        layers = len(listed)  # Nemotron-H: one entry a layer, no separate count
+    else:
+        layers = _require_int(section, _LAYER_KEYS, where)
     heads = _require_int(section, _HEAD_KEYS, where)
+    latent, latent_mha = _latent(section, heads, where)
     return KVLayout(
         family=family,
         num_layers=layers,
@@ -154,4 +200,7 @@ def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
         head_dim=_head_dim(section, heads, where),
         context_length=_get_int(section, _CONTEXT_KEYS, where),
         windows=_windows(section, layers, where),
+        kv_free=_kv_free(section, layers),
+        latent_dim=latent,
+        latent_mha_dim=latent_mha,
     )

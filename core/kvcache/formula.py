@@ -54,6 +54,12 @@ class KVLayout:
     head_dim: int
     context_length: int | None
     windows: tuple[int, ...] = ()  # per layer: its sliding window, 0 for full attention
+    # per layer: True where it holds no K/V (a Mamba, DeltaNet, convolution or MLP-only layer)
+    kv_free: tuple[bool, ...] = ()
+    # latent attention (MLA): elements a token costs a layer in place of per-head K/V (its
+    # latent and rotary key), and what per-head K/V of every query head would cost instead
+    latent_dim: int = 0
+    latent_mha_dim: int = 0
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_heads", "num_kv_heads", "head_dim"):
@@ -68,6 +74,13 @@ class KVLayout:
             raise ConfigError(
                 f"{len(self.windows)} layer types for {self.num_layers} layers in the config"
             )
+        if not self.kv_free:
+            object.__setattr__(self, "kv_free", (False,) * self.num_layers)
+
+    @property
+    def kv_layers(self) -> int:
+        """Layers that hold K/V (or a latent) for every token."""
+        return self.num_layers - sum(self.kv_free)
 
     @property
     def sliding_layers(self) -> int:
@@ -81,29 +94,40 @@ class KVLayout:
     def bytes_per_token(self, dtype_bytes: int, batch: int = 1) -> int:
         """Bytes one token adds to a full-attention cache: a key and a value per layer per KV
         head (a windowed layer stops adding once its window is full)."""
-        return self._bytes(self.num_kv_heads, dtype_bytes, batch)
+        return self._bytes(self.num_kv_heads, dtype_bytes, batch, latent=True)
 
     def total_bytes(self, tokens: int, dtype_bytes: int, batch: int = 1) -> int:
         """Bytes the cache holds after `tokens` tokens of each of `batch` sequences."""
-        return self._held_bytes(self.num_kv_heads, tokens, dtype_bytes, batch)
+        return self._held_bytes(self.num_kv_heads, tokens, dtype_bytes, batch, latent=True)
 
     def mha_total_bytes(self, tokens: int, dtype_bytes: int, batch: int = 1) -> int:
         """`total_bytes` if every query head kept its own K/V."""
         return self._held_bytes(self.num_heads, tokens, dtype_bytes, batch)
 
-    def _held_bytes(self, kv_heads: int, tokens: int, dtype_bytes: int, batch: int) -> int:
+    def _held_bytes(
+        self, kv_heads: int, tokens: int, dtype_bytes: int, batch: int, latent: bool = False
+    ) -> int:
         _check_positive("tokens", tokens)
-        per_layer_token = self._bytes(kv_heads, dtype_bytes, batch) // self.num_layers
-        return per_layer_token * sum(self.held_tokens(tokens))
+        per_token = self._bytes(kv_heads, dtype_bytes, batch, latent)
+        per_layer_token = per_token // max(self.kv_layers, 1)
+        held = self.held_tokens(tokens)
+        return per_layer_token * sum(
+            h for h, free in zip(held, self.kv_free, strict=True) if not free
+        )
 
     def mha_bytes_per_token(self, dtype_bytes: int, batch: int = 1) -> int:
         """What a token would cost if every query head kept its own K/V (no GQA/MQA saving)."""
         return self._bytes(self.num_heads, dtype_bytes, batch)
 
-    def _bytes(self, kv_heads: int, dtype_bytes: int, batch: int) -> int:
+    def _bytes(self, kv_heads: int, dtype_bytes: int, batch: int, latent: bool = False) -> int:
+        """One token's bytes over the K/V layers; ``latent``: a latent layer's own latent
+        (else what per-head K/V of ``kv_heads`` would cost it)."""
         _check_positive("dtype_bytes", dtype_bytes)
         _check_positive("batch", batch)
-        return 2 * self.num_layers * kv_heads * self.head_dim * dtype_bytes * batch
+        if self.latent_dim:
+            per_layer = self.latent_dim if latent else self.latent_mha_dim
+            return self.kv_layers * per_layer * dtype_bytes * batch
+        return 2 * self.kv_layers * kv_heads * self.head_dim * dtype_bytes * batch
 
 
 def held_tokens(seen: int, window: int) -> int:
@@ -114,9 +138,25 @@ def held_tokens(seen: int, window: int) -> int:
 def formula_bytes(
     info: ModelInfo, tokens: int, num_heads: int | None = None, windows: Sequence[int] = ()
 ) -> int:
-    """Σ over layers of 2 × kv_heads × head_dim × bytes × tokens held (``num_heads`` overrides
-    kv_heads; a layer with a window > 0 holds at most window − 1 tokens)."""
+    """Σ over attention layers of 2 × kv_heads × head_dim × bytes × tokens held (``num_heads``
+    overrides kv_heads; a layer with a window > 0 holds at most window − 1 tokens; a layer's own
+    head size where ``info.layer_head_dims`` lists it, none for a layer without attention, the
+    latent once per token for a latent-attention layer, ``info.latent_dims``)."""
     heads = num_heads or info.num_kv_heads
-    per_token = 2 * heads * info.head_dim * info.dtype_bytes
+    dims = info.layer_head_dims or (info.head_dim,) * info.num_layers
+    latent = info.latent_dims or (0,) * info.num_layers
     windows = tuple(windows) or (0,) * info.num_layers
-    return sum(per_token * held_tokens(tokens, w) for w in windows)
+    per_token = [
+        lat if lat and num_heads is None else 2 * heads * dim
+        for dim, lat in zip(dims, latent, strict=False)
+    ]  # a latent layer: its latent once (``num_heads``: what per-head K/V would hold)
+    return sum(
+        n * info.dtype_bytes * held_tokens(tokens, w)
+        for n, w in zip(per_token, windows, strict=False)
+    )
+
+
+def state_formula_bytes(info: ModelInfo, batch: int = 1) -> int:
+    """The constant conv and recurrent state of the non-attention layers, from
+    ``info.state_elements`` (:func:`llm_lens.core.kvcache.state.state_elements`)."""
+    return sum(info.state_elements) * info.dtype_bytes * batch

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from llm_lens.core.kvcache.formula import formula_bytes
+from llm_lens.core.kvcache.formula import formula_bytes, state_formula_bytes
+from llm_lens.core.kvcache.state import cache_state_bytes
 from llm_lens.core.records import KVCacheStats, ModelInfo, frozen
 
 
@@ -43,7 +44,8 @@ def seen_tokens(cache: Any) -> int:
 
 
 def measure(cache: Any, info: ModelInfo, previous_total: int) -> KVCacheStats:
-    """Sum the bytes of every key and value tensor the cache holds right now."""
+    """Sum the bytes of every key and value tensor the cache holds right now, and of the conv
+    and recurrent state of its non-attention layers (constant; also kept apart)."""
     per_layer = np.zeros((info.num_layers, 2), dtype=np.int64)
     held = np.zeros(info.num_layers, dtype=np.int64)
     heads = 0
@@ -53,11 +55,12 @@ def measure(cache: Any, info: ModelInfo, previous_total: int) -> KVCacheStats:
         per_layer[i] = (k.numel() * k.element_size(), v.numel() * v.element_size())
         held[i] = int(k.shape[-2])
         heads = max(heads, int(k.shape[1]))  # (batch, kv_heads, tokens, head_dim)
-    total = int(per_layer.sum())
+    state = np.array(cache_state_bytes(cache, info.num_layers), np.int64)  # (layers,)
+    total = int(per_layer.sum() + state.sum())
     seen = seen_tokens(cache)
     windows = cache_windows(cache, info.num_layers)
     allocated = reserved = None
-    device = next(iter(cache_tensors(cache)), (None, None))[0]
+    device = next((k for k, _v in cache_tensors(cache) if k is not None), None)
     if device is not None and device.is_cuda:
         import torch
 
@@ -68,11 +71,14 @@ def measure(cache: Any, info: ModelInfo, previous_total: int) -> KVCacheStats:
         bytes_total=total,
         bytes_added=total - previous_total,
         per_layer=frozen(per_layer),
-        formula_bytes=formula_bytes(info, seen, windows=windows),
-        mha_bytes=formula_bytes(info, seen, info.num_heads, windows),
+        formula_bytes=formula_bytes(info, seen, windows=windows) + state_formula_bytes(info),
+        mha_bytes=formula_bytes(info, seen, info.num_heads, windows) + state_formula_bytes(info),
         device_allocated=allocated,
         device_reserved=reserved,
         held_tokens=frozen(held),
         windows=windows,
         cached_kv_heads=heads or None,
+        state_bytes=int(state.sum()),
+        state_formula_bytes=state_formula_bytes(info),
+        state_per_layer=frozen(state) if state.any() else None,
     )

@@ -94,6 +94,9 @@ def build_report(
         "sliding_layers": layout.sliding_layers,
         "sliding_windows": windows,
         "held_tokens": list(layout.held_tokens(tokens)),
+        # only where they differ from a plain layout: layers keeping K/V, a latent's width
+        **({"kv_layers": layout.kv_layers} if layout.kv_layers < layout.num_layers else {}),
+        **({"latent_dim": layout.latent_dim} if layout.latent_dim else {}),
     }
 
 
@@ -112,14 +115,35 @@ def _human_bytes(n: int) -> str:
     return f"{n} B" if unit == "B" else f"{size:.2f} {unit}"
 
 
+def _kept_lines(r: Mapping[str, Any]) -> tuple[int, list[str]]:
+    """The layers that keep K/V, and a line saying so where some keep none (hybrids)."""
+    layers, kv_layers = int(r["num_layers"]), int(r.get("kv_layers", r["num_layers"]))
+    if kv_layers == layers:
+        return kv_layers, []
+    return kv_layers, [
+        f"K/V layers   {kv_layers} of {layers} keep K/V; the others (state-space, linear "
+        "attention, convolution) keep a state that does not grow"
+    ]
+
+
 def _formula_lines(r: Mapping[str, Any], nbytes: int) -> list[str]:
     """The formula and its numbers; with sliding windows, per group of layers holding alike."""
     batch_term = " × batch" if r["batch"] != 1 else ""
     batch_num = f" × {r['batch']}" if r["batch"] != 1 else ""
     total = int(r["total_bytes"])
-    if not r.get("sliding_layers"):
-        numbers = f"2 × {r['num_layers']} × {r['num_kv_heads']} × {r['head_dim']} × {nbytes}"
+    kv_layers, kept = _kept_lines(r)
+    if r.get("latent_dim"):
         return [
+            *kept,
+            f"formula      layers × latent × bytes × tokens{batch_term} (latent attention: one "
+            "compressed latent and rotary key a token, shared by every head)",
+            f"             {kv_layers} × {r['latent_dim']} × {nbytes} × {r['tokens']}{batch_num}"
+            f" = {total} bytes",
+        ]
+    if not r.get("sliding_layers"):
+        numbers = f"2 × {kv_layers} × {r['num_kv_heads']} × {r['head_dim']} × {nbytes}"
+        return [
+            *kept,
             f"formula      2 × layers × kv_heads × head_dim × bytes × tokens{batch_term}",
             f"             {numbers} × {r['tokens']}{batch_num} = {total} bytes",
         ]
@@ -135,6 +159,7 @@ def _formula_lines(r: Mapping[str, Any], nbytes: int) -> list[str]:
     )  # fmt: skip
     numbers = f"2 × {r['num_kv_heads']} × {r['head_dim']} × {nbytes}"
     return [
+        *kept,
         f"formula      Σ layers 2 × kv_heads × head_dim × bytes × tokens held{batch_term}",
         f"windows      {kinds}",
         f"             {numbers} × ({terms}){batch_num} = {total} bytes",

@@ -78,7 +78,9 @@ class Capture:
         # goes, so each layer's output is freed once the next has read it (at 8,192 tokens the
         # kept outputs and their stack were 2 × 585 MB at once)
         self._positions: np.ndarray | None = None
-        self.attn_out: list[Any] = []  # layers tensors (hidden,): the last position
+        # layers tensors (hidden,): each layer's token mixer's output at the last position (its
+        # attention's, or its Mamba, DeltaNet or convolution mixer's where it has no attention)
+        self.attn_out: list[Any] = []
         self.tap = Tap(anatomy.layer_of, fast=fast, rows=True)
         self.probes: list[Probe] = []  # every stage's output, in the order computed
         self._last: tuple[Any, Any] | None = None
@@ -87,7 +89,8 @@ class Capture:
 
     @property
     def attn_rows(self) -> list[Any | None]:
-        """Per layer, the last query's probabilities (heads, kv), or None where not recorded."""
+        """Per layer, the last query's probabilities (heads, kv), or None where not recorded
+        (a layer without attention: :meth:`Anatomy.has_attention`)."""
         return [self.tap.last_rows.get(i) for i in range(len(self.anatomy.layers))]
 
     def __enter__(self) -> Capture:
@@ -98,8 +101,8 @@ class Capture:
             if self.probing:
                 self._probe_children(i, layer)
             self._handles.append(layer.register_forward_hook(partial(self._on_hidden, i)))
-        for attn in a.attn:
-            self._handles.append(attn.register_forward_hook(self._on_attn))
+        for mixer in dict.fromkeys(a.mixers):  # a layer's attention, or its Mamba/conv mixer
+            self._handles.append(mixer.register_forward_hook(self._on_attn))
         if self.probing:
             final = partial(self._on_probe, "the final norm's output")
             self._handles.append(a.final_norm.register_forward_hook(final))
@@ -121,7 +124,7 @@ class Capture:
     def _probe_children(self, index: int, layer: Any) -> None:
         """Hook each child of decoder layer ``index`` (its norms, attention or mixer, MLP) so
         a NaN is placed in the sublayer that first computed it."""
-        attention = self.anatomy.attn[index]
+        attention = self.anatomy.mixers[index]
         for name, child in layer.named_children():
             if isinstance(child, PASS_THROUGH) or isinstance(child, torch.nn.ModuleList):
                 continue

@@ -86,6 +86,7 @@ class Engine:
         self.device = next(self.model.parameters()).device
         params = inspect.signature(self.model.forward).parameters
         self.cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.takes_positions = "position_ids" in params  # passed as generate() passes them
         self.eos_ids = self._eos_ids()
         # True where wall minus the model thread's CPU time is its waiting on this device (the
         # Timing pane's waits); None on the CPU, where the torch thread count decides it per run
@@ -189,7 +190,13 @@ class Engine:
         # again when a reference or explain pass set another one (once, not every token)
         if self.attention_maps and self.model.config._attn_implementation != ATTN_IMPLEMENTATION:
             use_lens_attention(self.model)
-        out = self.model(ids, use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
+        kw: dict[str, Any] = {self.cache_kw: cache}
+        if self.takes_positions:  # Bamba numbers a cached token from 0 when not told
+            past = kvcache.seen_tokens(cache)
+            kw["position_ids"] = torch.arange(past, past + ids.shape[1], device=ids.device).expand(
+                ids.shape[0], -1
+            )  # (batch, seq)
+        out = self.model(ids, use_cache=True, logits_to_keep=1, **kw)
         return out.logits[:, -1]  # (batch, vocab)
 
 

@@ -1,0 +1,185 @@
+"""Tiny random hybrid and state-space models, built from their config classes (fast tests).
+
+Each layer pattern holds one layer of each mixer kind the family has (a Mamba, gated-DeltaNet or
+short-convolution layer, then an attention layer), so a 2-layer model covers the family's kinds;
+DeepSeek-V3 is here for its latent attention, Cohere and Cohere 2 for their logit scale.
+Built like :mod:`tests.families` (the bundled tokenizer, 32-wide residual, a fixed seed); a
+family the installed transformers cannot build at this size is skipped with its reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.families import COMMON
+
+MAMBA2 = dict(mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8, mamba_n_groups=1,
+              mamba_chunk_size=8, mamba_d_conv=4, mamba_expand=2)  # fmt: skip
+# name -> (model_type, config overrides); None drops a COMMON key the family does not have
+HYBRIDS: dict[str, tuple[str, dict[str, Any]]] = {
+    "qwen3_next": (
+        "qwen3_next",
+        dict(
+            head_dim=8,
+            layer_types=["linear_attention", "full_attention"],
+            linear_num_value_heads=4,
+            linear_num_key_heads=2,
+            linear_key_head_dim=8,
+            linear_value_head_dim=8,
+            linear_conv_kernel_dim=4,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            shared_expert_intermediate_size=16,
+        ),
+    ),  # fmt: skip
+    "granitemoehybrid": (
+        "granitemoehybrid",
+        dict(
+            layer_types=["mamba", "attention"],
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            shared_intermediate_size=32,
+            **MAMBA2,
+        ),
+    ),  # fmt: skip
+    "lfm2": (
+        "lfm2",
+        dict(
+            layer_types=["conv", "full_attention"],
+            conv_L_cache=3,
+            block_ff_dim=64,
+            block_auto_adjust_ff_dim=False,
+        ),
+    ),  # fmt: skip
+    "jamba": (
+        "jamba",
+        dict(
+            attn_layer_period=2,
+            attn_layer_offset=1,
+            expert_layer_period=2,
+            expert_layer_offset=1,
+            num_experts=2,
+            num_experts_per_tok=1,
+            mamba_d_state=8,
+            mamba_d_conv=4,
+            mamba_expand=2,
+            mamba_dt_rank=4,
+        ),
+    ),  # fmt: skip
+    "bamba": ("bamba", dict(attn_layer_indices=[1], **MAMBA2)),
+    "nemotron_h": (
+        "nemotron_h",
+        dict(
+            hybrid_override_pattern="M*",
+            mamba_num_heads=4,
+            mamba_head_dim=16,
+            ssm_state_size=8,
+            n_groups=1,
+            chunk_size=8,
+            conv_kernel=4,
+            expand=2,
+            head_dim=8,
+        ),
+    ),  # fmt: skip
+    "zamba2": (
+        "zamba2",
+        dict(
+            layers_block_type=["mamba", "hybrid"],
+            mamba_d_state=8,
+            mamba_headdim=16,
+            n_mamba_heads=4,
+            mamba_ngroups=1,
+            chunk_size=8,
+            mamba_d_conv=4,
+            mamba_expand=2,
+            use_mem_rope=True,
+            adapter_rank=8,
+            num_mem_blocks=1,
+        ),
+    ),  # fmt: skip
+    "mamba2": (
+        "mamba2",
+        dict(
+            num_heads=4,
+            head_dim=16,
+            state_size=8,
+            n_groups=1,
+            chunk_size=8,
+            conv_kernel=4,
+            expand=2,
+            num_attention_heads=None,
+            num_key_value_heads=None,
+            intermediate_size=None,
+        ),
+    ),  # fmt: skip
+    "falcon_h1": (
+        "falcon_h1",
+        dict(head_dim=8, mamba_d_ssm=64, lm_head_multiplier=0.5, **MAMBA2),
+    ),  # fmt: skip
+    "deepseek_v3": (
+        "deepseek_v3",
+        dict(
+            kv_lora_rank=16,
+            q_lora_rank=16,
+            qk_rope_head_dim=8,
+            qk_nope_head_dim=8,
+            v_head_dim=8,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            first_k_dense_replace=1,
+            n_group=1,
+            topk_group=1,
+            num_key_value_heads=4,
+        ),
+    ),  # fmt: skip
+    "cohere": ("cohere", dict(logit_scale=0.25)),
+    "cohere2": ("cohere2", dict(logit_scale=0.25, sliding_window=5, head_dim=8)),
+}
+# each family's layer kinds, as core.anatomy names them (what the tests require)
+KINDS: dict[str, tuple[str, ...]] = {
+    "qwen3_next": ("linear attention", "attention"),
+    "granitemoehybrid": ("state-space", "attention"),
+    "lfm2": ("short convolution", "attention"),
+    "jamba": ("state-space", "attention"),
+    "bamba": ("state-space", "attention"),
+    "nemotron_h": ("state-space", "attention"),
+    "zamba2": ("state-space", "attention + state-space"),
+    "mamba2": ("state-space", "state-space"),
+    "falcon_h1": ("attention + state-space",) * 2,
+    "deepseek_v3": ("latent attention",) * 2,
+    "cohere": ("attention",) * 2,
+    "cohere2": ("attention",) * 2,
+}
+_cache: dict[str, Any] = {}
+
+
+def hybrid_config(name: str, vocab_size: int) -> Any:
+    """The family's config, or ``pytest.skip`` with the reason transformers cannot build it."""
+    import pytest
+    from transformers import CONFIG_MAPPING
+
+    model_type, overrides = HYBRIDS[name]
+    if model_type not in CONFIG_MAPPING:
+        pytest.skip(f"the installed transformers has no {model_type}")
+    cfg = {**COMMON, **overrides, "vocab_size": vocab_size}
+    try:
+        return CONFIG_MAPPING[model_type](**{k: v for k, v in cfg.items() if v is not None})
+    except (ValueError, TypeError) as exc:
+        pytest.skip(f"transformers cannot build a tiny {model_type}: {exc}")
+
+
+def hybrid_model(name: str, tokenizer: Any) -> Any:
+    """``LoadedModel`` of the hybrid family ``name`` with ``tokenizer``'s vocabulary, built once."""
+    if name not in _cache:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from llm_lens.core.loading import LoadedModel, describe
+
+        config = hybrid_config(name, len(tokenizer))
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+        _cache[name] = LoadedModel(model, tokenizer, describe(model, name, "test", "tiny"))
+    return _cache[name]
