@@ -49,8 +49,8 @@ def layer_maps(
     through the interface.
     """
     maps = _memo(engine, hidden, block)
-    if maps is None:
-        return None
+    if maps is None or not engine.anatomy.has_attention(layer):
+        return None  # (a Mamba, DeltaNet or convolution layer has no map)
     every = maps.get((layer, None))
     if every is not None:
         return every
@@ -200,6 +200,10 @@ def every_layer_maps(engine: Any, hidden: np.ndarray, block: int) -> list[np.nda
     if maps is None:
         return None
     layers = range(engine.info.num_layers)
+    size = -(-hidden.shape[1] // block)
+    for n in layers:  # a layer without attention (Mamba, DeltaNet, convolution): zeros
+        if not engine.anatomy.has_attention(n):
+            maps.setdefault((n, None), np.zeros((engine.info.num_heads, size, size), np.float32))
     missing = tuple(n for n in layers if (n, None) not in maps)
     if missing:
         got = _rerun_for_maps(engine, hidden, missing, block).map_weights

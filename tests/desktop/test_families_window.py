@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QApplication
 
 from llm_lens.core.sampling import GREEDY
 from tests.families import FAMILIES, WINDOW, family_model
+from tests.hybrid_families import HYBRIDS, hybrid_model
 
 # longer than the windowed families' sliding window, so their windowed layers are exercised
 PROMPT = "The quick brown fox jumps over the lazy dog and runs far away"
@@ -40,7 +41,21 @@ def window(qapp: Any, tmp_path_factory: Any) -> Any:
 def test_every_pane_draws_the_family(
     qtbot: Any, window: Any, tokenizer: Any, tmp_path: Path, name: str
 ) -> None:
-    loaded = family_model(name, tokenizer)
+    _draw_every_pane(qtbot, window, family_model(name, tokenizer), tokenizer, tmp_path, name)
+
+
+@pytest.mark.parametrize("name", list(HYBRIDS))
+def test_every_pane_draws_the_hybrid_or_state_space_family(
+    qtbot: Any, window: Any, tokenizer: Any, tmp_path: Path, name: str
+) -> None:
+    """Layers that are not attention (Mamba, gated DeltaNet, short convolution, latent
+    attention): every pane draws, and no analysis fails for a layer without a map."""
+    _draw_every_pane(qtbot, window, hybrid_model(name, tokenizer), tokenizer, tmp_path, name)
+
+
+def _draw_every_pane(
+    qtbot: Any, window: Any, loaded: Any, tokenizer: Any, tmp_path: Path, name: str
+) -> None:
     loaded.model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
     ctl = window.controller
