@@ -51,6 +51,13 @@ def test_every_pane_draws_the_hybrid_or_state_space_family(
     """Layers that are not attention (Mamba, gated DeltaNet, short convolution, latent
     attention): every pane draws, and no analysis fails for a layer without a map."""
     _draw_every_pane(qtbot, window, hybrid_model(name, tokenizer), tokenizer, tmp_path, name)
+    info, pane = window.controller.info, window.panes["Attention"]
+    plain = [n for n in range(info.num_layers) if not info.has_attention(n)]
+    if plain:  # such a layer says why it has no map, rather than "computing…" for ever
+        pane.layer_box.setValue(plain[0])
+        pane.render_and_paint()
+        assert "has no attention map" in pane.header.text()
+        assert info.layer_kinds[plain[0]] in pane.header.text()
 
 
 def _draw_every_pane(

@@ -316,6 +316,8 @@ class AttentionPane(Pane):
             parts.append(f"sliding window: each query sees its last {windows[layer]} positions")
         if info.attention_note:
             parts.append(info.attention_note)
+        elif not info.has_attention(layer):
+            parts.append(no_attention_note(info.layer_kinds[layer]))
         elif amap is None:
             parts.append(self.controller.waiting_text("prompt map", "computing the prompt map…"))
         elif self.block > 1:
@@ -408,3 +410,11 @@ class AttentionPane(Pane):
                 weight = float(self.matrix[q, k])
                 rows.append((int(qpos), full[q], int(self.positions[k]), full[k], weight))
         return header, rows
+
+
+def no_attention_note(kind: str) -> str:
+    """Why a layer of a hybrid or state-space model has no attention map (one line)."""
+    return (
+        f"this layer is a {kind} layer: it mixes tokens through a running state, not weights "
+        "over the earlier tokens, so it has no attention map (its rows stay empty)"
+    )
