@@ -7,6 +7,7 @@ layers, a 32-64 wide residual, GQA where the family allows it, eager attention a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 WINDOW = 5  # sliding windows shorter than the test prompts
@@ -77,14 +78,22 @@ def family_config(name: str, vocab_size: int) -> Any:
 
 def family_model(name: str, tokenizer: Any) -> Any:
     """``LoadedModel`` of the family ``name`` with ``tokenizer``'s vocabulary, built once."""
-    if name not in _cache:
+    return seeded_model(_cache, name, family_config, tokenizer)
+
+
+def seeded_model(
+    cache: dict[str, Any], name: str, config_of: Callable[[str, int], Any], tokenizer: Any
+) -> Any:
+    """``LoadedModel`` of ``config_of(name, vocabulary size)``, its weights drawn with seed 0
+    and eager attention, with ``tokenizer``; built once per ``name`` in ``cache``."""
+    if name not in cache:
         import torch
         from transformers import AutoModelForCausalLM
 
         from llm_lens.core.loading import LoadedModel, describe
 
-        config = family_config(name, len(tokenizer))
+        config = config_of(name, len(tokenizer))
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-        _cache[name] = LoadedModel(model, tokenizer, describe(model, name, "test", "tiny"))
-    return _cache[name]
+        cache[name] = LoadedModel(model, tokenizer, describe(model, name, "test", "tiny"))
+    return cache[name]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.families import COMMON
+from tests.families import COMMON, seeded_model
 
 MAMBA2 = dict(mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8, mamba_n_groups=1,
               mamba_chunk_size=8, mamba_d_conv=4, mamba_expand=2)  # fmt: skip
@@ -172,14 +172,4 @@ def hybrid_config(name: str, vocab_size: int) -> Any:
 
 def hybrid_model(name: str, tokenizer: Any) -> Any:
     """``LoadedModel`` of the hybrid family ``name`` with ``tokenizer``'s vocabulary, built once."""
-    if name not in _cache:
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        from llm_lens.core.loading import LoadedModel, describe
-
-        config = hybrid_config(name, len(tokenizer))
-        torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-        _cache[name] = LoadedModel(model, tokenizer, describe(model, name, "test", "tiny"))
-    return _cache[name]
+    return seeded_model(_cache, name, hybrid_config, tokenizer)
