@@ -6,15 +6,19 @@ re-run with one place replaced by the clean run's value, and the metric read aga
 
 - ``residual[l, p]``: the residual stream entering layer ``l`` at position ``p``;
 - ``heads[l, h]``: head ``h``'s output at layer ``l`` (its slice of the input to the attention
-  output projection), at every position.
+  output projection), at every position (NaN for a layer without attention).
 
-Each cell equals one forward of the corrupted prompt with that one
-:class:`~llm_lens.core.interventions.ResidualPatch` (or head patch) hooked on; the sweep computes
-a layer's cells in one batched forward, one row of the batch per cell.
+Each cell equals one full forward of the corrupted prompt with that one place hooked by hand (the
+tests check it). The sweep gets there for a fraction of the work (:mod:`.resume`): a patch at
+layer ``l``, position ``p`` runs only layers ``l``… on positions ``p``… from the corrupted run's
+recorded values, and many patches share one batched forward (one row each). Where the prompts
+agree (a shared start, such as a chat template's), the two runs agree too, so a residual cell
+there is the corrupted run's metric without a pass, and the head passes start after it.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,8 +31,10 @@ import torch
 from llm_lens.core.anatomy import Anatomy
 from llm_lens.core.errors import Cancelled, PromptError
 from llm_lens.core.interventions.places import out_projection
+from llm_lens.core.interventions.resume import Recording, Resumer, record
 
 Progress = Callable[[int, int], None]
+CHUNK = 8  # positions patched in one forward of the residual map (one row each)
 
 
 @dataclass(frozen=True)
@@ -58,20 +64,26 @@ class SweepResult:
     clean: float
     corrupt: float
     residual: np.ndarray  # (layers, positions) float64
-    heads: np.ndarray  # (layers, heads) float64
+    heads: np.ndarray  # (layers, heads) float64, NaN where a layer has no attention
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-able; a NaN cell (a layer without attention) is written as null."""
         return {
             "metric": {"kind": self.metric.name, "a": self.metric.a, "b": self.metric.b},
             "clean": self.clean,
             "corrupt": self.corrupt,
-            "residual": self.residual.tolist(),
-            "heads": self.heads.tolist(),
+            "residual": _rows(self.residual),
+            "heads": _rows(self.heads),
         }
 
 
-class _Sweeper:
-    """One sweep's model, prompts and the clean run's values."""
+def _rows(grid: np.ndarray) -> list[list[float | None]]:
+    return [[None if math.isnan(v) else float(v) for v in row] for row in grid]
+
+
+class Sweep:
+    """One sweep's model, prompts and recorded runs; :meth:`residual` and :meth:`heads` fill
+    the two maps (the benchmark times them apart); :func:`patching_sweep` runs both."""
 
     def __init__(self, model: Any, anatomy: Anatomy, clean: list[int], corrupt: list[int]):
         if len(clean) != len(corrupt) or not clean:
@@ -80,70 +92,90 @@ class _Sweeper:
                 f"{len(clean)} and {len(corrupt)}"
             )
         self.model, self.anatomy = model, anatomy
-        self.heads = int(model.config.get_text_config(decoder=True).num_attention_heads)
+        self.layers = len(anatomy.layers)
+        self.positions = len(clean)
+        self.n_heads = int(model.config.get_text_config(decoder=True).num_attention_heads)
         device = next(model.parameters()).device
-        self.clean = torch.tensor([clean], device=device)  # (1, T)
-        self.corrupt = torch.tensor([corrupt], device=device)  # (1, T)
-        self.resid: list[Any] = []  # per layer (T, hidden): the clean residual entering it
-        self.head_in: list[Any] = []  # per layer (T, heads * head_dim): out-proj inputs
+        self.clean_ids = torch.tensor([clean], device=device)  # (1, T)
+        self.corrupt_ids = torch.tensor([corrupt], device=device)  # (1, T)
+        # the first position where the prompts differ: before it the two runs are the same
+        pairs = enumerate(zip(clean, corrupt, strict=True))
+        self.differ = next((p for p, (a, b) in pairs if a != b), len(clean))
+        self.clean: Recording | None = None
+        self.resumer: Resumer | None = None
 
-    def logits(self, ids: Any) -> Any:
-        out = self.model(input_ids=ids, use_cache=False, logits_to_keep=1)
-        return out.logits[:, -1]  # (batch, vocab)
+    def prepare(self) -> None:
+        """The two plain runs (each recorded once)."""
+        if self.resumer is None:
+            self.clean = record(self.model, self.anatomy, self.clean_ids)
+            base = record(self.model, self.anatomy, self.corrupt_ids)
+            self.resumer = Resumer(self.model, self.anatomy, self.corrupt_ids, base)
 
-    def record_clean(self) -> Any:
-        """The clean run's last logits, keeping its residual and head inputs at every layer."""
-        handles = []
-        for i, layer in enumerate(self.anatomy.layers):
-            handles.append(layer.register_forward_pre_hook(partial(self._keep, self.resid, i),
-                                                           with_kwargs=True))  # fmt: skip
-            proj = out_projection(self.anatomy, i)
-            handles.append(proj.register_forward_pre_hook(partial(self._keep_in, i)))
-        try:
-            return self.logits(self.clean)
-        finally:
-            for h in handles:
-                h.remove()
+    def cells(self) -> int:
+        return self.layers * (self.positions + self.n_heads)
 
-    def _keep(self, store: list[Any], _i: int, _m: Any, args: Any, kwargs: Any) -> None:
-        store.append((args[0] if args else kwargs["hidden_states"])[0].clone())
+    def residual(self, metric: Metric, each: Callable[[int], None]) -> np.ndarray:
+        """The residual map; ``each(cells)`` is called after each forward with its cells
+        (and first with the cells that need none)."""
+        self.prepare()
+        assert self.clean is not None and self.resumer is not None
+        out = np.full((self.layers, self.positions), float(self._corrupt(metric)))
+        start = self.resumer.start(self.differ)
+        each(self.layers * start)
+        # starting at 0 (a model whose layers are not all attention), one forward holds them all
+        chunk = CHUNK if self.resumer.can_start_late else self.positions
+        for layer in range(self.layers):
+            for first in range(start, self.positions, chunk):
+                rows = list(range(first, min(first + chunk, self.positions)))
+                p0 = self.resumer.start(first)
+                edit = partial(_patch_diagonal, self.clean.resid[layer], rows, p0)
+                logits = self.resumer.logits(layer, p0, len(rows), edit)
+                out[layer, rows] = metric.of(logits).double().cpu().numpy()
+                each(len(rows))
+        return out
 
-    def _keep_in(self, _i: int, _m: Any, args: Any) -> None:
-        self.head_in.append(args[0][0].clone())
+    def heads(self, metric: Metric, each: Callable[[int], None]) -> np.ndarray:
+        """The head map; ``each(cells)`` as for :meth:`residual`."""
+        self.prepare()
+        assert self.clean is not None and self.resumer is not None
+        out = np.full((self.layers, self.n_heads), math.nan)
+        start = self.resumer.start(min(self.differ, self.positions - 1))
+        for layer in range(self.layers):
+            clean = self.clean.head_in[layer]
+            if clean is None:  # a layer without attention has no heads to patch
+                each(self.n_heads)
+                continue
+            hook = partial(_patch_heads, clean[start:], self.n_heads)
+            handle = out_projection(self.anatomy, layer).register_forward_pre_hook(hook)
+            try:
+                logits = self.resumer.logits(layer, start, self.n_heads, lambda h: h)
+            finally:
+                handle.remove()
+            out[layer] = metric.of(logits).double().cpu().numpy()
+            each(self.n_heads)
+        return out
 
-    def residual_row(self, layer: int) -> Any:
-        """Layer ``layer``'s cells: batch row p has position p's residual patched."""
-        seq = self.clean.shape[1]
-        rows = torch.arange(seq)
+    def _corrupt(self, metric: Metric) -> float:
+        assert self.resumer is not None
+        return float(metric.of(self.resumer.base.logits[None])[0])
 
-        def patch(_m: Any, args: Any, kwargs: Any) -> Any:
-            h = (args[0] if args else kwargs["hidden_states"]).clone()  # (T, T, hidden)
-            h[rows, rows] = self.resid[layer][rows].to(h.dtype)
-            return ((h, *args[1:]), kwargs) if args else (args, kwargs | {"hidden_states": h})
 
-        hook = self.anatomy.layers[layer].register_forward_pre_hook(patch, with_kwargs=True)
-        try:
-            return self.logits(self.corrupt.expand(seq, -1))
-        finally:
-            hook.remove()
+def _patch_diagonal(clean: Any, rows: list[int], p0: int, h: Any) -> Any:
+    """Batch row i of ``h`` (rows, T - p0, hidden), whose first position is ``p0``, with
+    position rows[i] from ``clean``."""
+    index = torch.arange(len(rows))
+    h[index, torch.tensor(rows) - p0] = clean[rows].to(h.dtype)
+    return h
 
-    def head_row(self, layer: int) -> Any:
-        """Layer ``layer``'s cells: batch row h has head h's output patched at every position."""
-        clean = self.head_in[layer]  # (T, heads * head_dim)
 
-        def patch(_m: Any, args: Any) -> Any:
-            x = args[0]  # (heads, T, heads * head_dim)
-            x = x.reshape(*x.shape[:-1], self.heads, -1).clone()  # (heads, T, heads, head_dim)
-            src = clean.reshape(clean.shape[0], self.heads, -1).to(x.dtype)  # (T, heads, hd)
-            for h in range(self.heads):
-                x[h, :, h] = src[:, h]
-            return (x.reshape(*x.shape[:2], -1), *args[1:])
-
-        hook = out_projection(self.anatomy, layer).register_forward_pre_hook(patch)
-        try:
-            return self.logits(self.corrupt.expand(self.heads, -1))
-        finally:
-            hook.remove()
+def _patch_heads(clean: Any, heads: int, _m: Any, args: Any) -> Any:
+    """Batch row h of the output projection's input with head h's slice from ``clean``."""
+    x = args[0]  # (heads, seq, heads * head_dim)
+    x = x.reshape(*x.shape[:-1], heads, -1).clone()  # (heads, seq, heads, head_dim)
+    src = clean.reshape(clean.shape[0], heads, -1).to(x.dtype)  # (seq, heads, head_dim)
+    index = torch.arange(heads)
+    x[index, :, index] = src.transpose(0, 1)  # row h, every position, head h
+    return (x.reshape(*x.shape[:2], -1), *args[1:])
 
 
 def patching_sweep(
@@ -156,22 +188,23 @@ def patching_sweep(
     progress: Progress | None = None,
 ) -> SweepResult:
     """The metric with each layer × position's residual, and each layer × head's output,
-    patched from ``clean`` into ``corrupt``; ``cancel`` stops between layers (:class:`Cancelled`)
-    and ``progress(done, total)`` counts the forwards."""
-    s = _Sweeper(model, anatomy or Anatomy.of(model), clean, corrupt)
-    layers = len(s.anatomy.layers)
-    total, done = 2 + 2 * layers, 0
-    resid = np.zeros((layers, len(clean)))
-    heads = np.zeros((layers, s.heads))
+    patched from ``clean`` into ``corrupt``; ``cancel`` stops between forwards
+    (:class:`Cancelled`) and ``progress(done, total)`` counts the cells done."""
+    sweep = Sweep(model, anatomy or Anatomy.of(model), clean, corrupt)
+    done = [0]
+
+    def each(cells: int) -> None:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("the patching sweep was cancelled")
+        done[0] += cells
+        if progress is not None and cells:
+            progress(done[0], sweep.cells())
+
     with torch.inference_mode():
-        base = (float(metric.of(s.record_clean())[0]), float(metric.of(s.logits(s.corrupt))[0]))
-        done = 2
-        for layer in range(layers):
-            for out, row in ((resid, s.residual_row), (heads, s.head_row)):
-                if cancel is not None and cancel.is_set():
-                    raise Cancelled("the patching sweep was cancelled")
-                out[layer] = metric.of(row(layer)).double().cpu().numpy()
-                done += 1
-                if progress is not None:
-                    progress(done, total)
-    return SweepResult(metric, base[0], base[1], resid, heads)
+        each(0)
+        sweep.prepare()
+        resid = sweep.residual(metric, each)
+        heads = sweep.heads(metric, each)
+        assert sweep.clean is not None
+        clean_metric = float(metric.of(sweep.clean.logits[None])[0])
+    return SweepResult(metric, clean_metric, sweep._corrupt(metric), resid, heads)
