@@ -55,6 +55,7 @@ class NdifEngine:
         """The engine over a model loaded here, its traces run by ``remote="local"``."""
         from nnsight.modeling.transformers import TransformersModel
 
+        reinstate(loaded.model)
         model = TransformersModel(loaded.model, task="text-generation", tokenizer=loaded.tokenizer)
         return cls(model, loaded.model, loaded.tokenizer, loaded.info, remote="local")
 
@@ -113,6 +114,19 @@ class NdifEngine:
         if self.remote == "local":
             return local_backend(self.model, on_status)
         return remote_backend(self.model, self.key or "", on_status, self.host)
+
+
+def reinstate(model: Any) -> None:
+    """Put nnsight's forward back on any module whose instance ``forward`` was replaced and
+    then deleted since nnsight wrapped it (the local lens swaps the last layer's forward,
+    :func:`llm_lens.core.layers.lens_logits`), so a model both engines share still reaches
+    every module in a trace."""
+    from nnsight.intervention.source import STATE, Controller
+
+    for module in model.modules():
+        state = module.__dict__.get(STATE)
+        if state is not None and "forward" not in module.__dict__:
+            module.__dict__["forward"] = Controller(module, state)
 
 
 def _attention_call(mixer: Any) -> Any | None:
@@ -177,6 +191,7 @@ class NdifRun:
         ids = torch.tensor([self.prompt.ids])  # (1, T)
         pad = eng.tokenizer.pad_token_id
         gen = generate_kwargs(self.params, self.config, pad if pad is not None else -1)
+        reinstate(eng.hf_model)
         t0 = time.perf_counter()
         payloads = generate_steps(
             eng.model,

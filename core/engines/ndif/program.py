@@ -64,7 +64,7 @@ def generate_steps(
     payload: a dict of small CPU tensors (see the module docstring)."""
     top_n, lens_k, full, heads = spec.top_n, spec.lens_k, spec.full_logits, list(spec.heads)
     layers, mixers, norm, head = list(targets.layers), list(targets.mixers), None, None
-    norm, head, routers = targets.final_norm, targets.lm_head, list(targets.routers)
+    norm, head, routers = targets.final_norm, targets.lm_head, dict(targets.routers)
     calls, groups, bins, width = targets.attention_calls, targets.groups, TAIL_BINS, TAIL_WIDTH
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*was never reached.*")
@@ -80,13 +80,15 @@ def generate_steps(
                 held = {}
                 first = layers[0].input  # (1, seq, hidden)
                 rows = [first[0, -1]]
-                updates = []
+                updates, routing = [], []
                 for i, layer in enumerate(layers):
                     if i in calls:  # read in the order the model computes: q/k, mixer, layer
                         held[f"heads{i}"] = _head_rows(calls[i], heads, i, groups)
                     out = mixers[i].output
                     attn = out[0] if isinstance(out, tuple) else out
                     updates.append(attn[0, -1])
+                    if i in routers:
+                        routing.append(_router(routers[i].output))
                     out = layer.output
                     rows.append((out[0] if isinstance(out, tuple) else out)[0, -1])
                 residual = torch.stack(rows)  # (layers + 1, hidden)
@@ -94,8 +96,8 @@ def generate_steps(
                 lens = torch.softmax(head(norm(residual)).float(), dim=-1).topk(lens_k)
                 held["lens_ids"] = lens.indices.to(torch.int32).cpu()
                 held["lens_probs"] = lens.values.cpu()
-                if routers:
-                    held["routing"] = [_router(r.output) for _layer, r in routers]
+                if routing:
+                    held["routing"] = routing
                 logits = model.output.logits[0, -1].float()  # (vocab,)
                 held["logits"] = logits
                 if full:
