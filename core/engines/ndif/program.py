@@ -69,7 +69,7 @@ def generate_steps(
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*was never reached.*")
         with model.generate(ids, **gen, **how) as tracer:
-            steps = list().save()
+            steps = list().save()  # type: ignore[attr-defined]  # nnsight adds .save()
             held = None
             for _step in tracer.all():
                 chosen = model.generator.streamer.output.reshape(-1)[-1]
