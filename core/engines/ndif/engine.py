@@ -11,6 +11,7 @@ and sends each run to NDIF with the user's key. Either way a run is one
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -49,6 +50,8 @@ class NdifEngine:
         self.anatomy = Anatomy.of(hf_model)
         self.routers = find_routers(hf_model)
         self.eos_ids = _eos_ids(hf_model, tokenizer)
+        self.spec: CaptureSpec = how.get("spec") or CaptureSpec()  # what a run asks for
+        self.lenses: dict[tuple[int, int], LensResult] = {}  # (run_id, step) -> the server's
 
     @classmethod
     def local(cls, loaded: LoadedModel) -> NdifEngine:
@@ -74,6 +77,34 @@ class NdifEngine:
     def source(self) -> str:
         """Where runs go, without credentials: "ndif (local simulation)" or the host."""
         return "ndif (local simulation)" if self.remote == "local" else f"ndif {self.host or ''}"
+
+    @property
+    def identity(self) -> Any:
+        """:class:`~llm_lens.core.engines.base.EngineIdentity`: ndif, the model, the host (no
+        credentials; None for the local simulation)."""
+        from llm_lens.core.engines.base import EngineIdentity, public_url  # type: ignore[import-not-found,unused-ignore]
+
+        url = None if self.remote == "local" else public_url(self.host or _default_host())
+        mode = "local simulation" if self.remote == "local" else "NDIF"
+        return EngineIdentity("ndif", self.info.name, url, (("backend", mode),))
+
+    @property
+    def provides(self) -> Any:
+        """:class:`~llm_lens.core.engines.base.Provides` for runs made with :attr:`spec`."""
+        from llm_lens.core.engines.base import Provides  # type: ignore[import-not-found,unused-ignore]
+
+        fills, missing = provided(self.spec, bool(self.routers))
+        return Provides(
+            frozenset(fills), missing, top_n=-1 if self.spec.full_logits else self.spec.top_n
+        )
+
+    def logit_lens(self, step: StepRecord, k: int = 5) -> LensResult | None:
+        """The lens the server computed for ``step`` (its top ``k`` ≤ the run's), or None."""
+        lens = self.lenses.get((step.run_id, step.index))
+        if lens is None:
+            return None
+        texts = tuple(row[:k] for row in lens.top_texts)
+        return LensResult(lens.top_ids[:, :k], lens.top_probs[:, :k], texts, lens.final_id)
 
     def tokenize(
         self, text: str, chat: bool = True, system: str | None = None, parse_special: bool = False
@@ -102,18 +133,57 @@ class NdifEngine:
         prompt: PromptTokens,
         params: SamplingParams,
         config: RunConfig | None = None,
+        cancel: threading.Event | None = None,
         spec: CaptureSpec | None = None,
         on_status: StatusCallback | None = None,
     ) -> NdifRun:
-        """A run ready to iterate; the job is sent at the first ``next()``."""
+        """A run ready to iterate; the job is sent at the first ``next()`` (``cancel`` set
+        before then sends none; a job under way runs to its end, then stops the records)."""
         config = config or RunConfig()
-        spec = spec or CaptureSpec(top_n=config.top_n)
-        return NdifRun(self, prompt, params, config, spec, on_status)
+        spec = spec or replace(self.spec, top_n=config.top_n)
+        return NdifRun(self, prompt, params, config, spec, on_status, cancel or threading.Event())
 
     def backend(self, on_status: StatusCallback | None) -> Any:
         if self.remote == "local":
             return local_backend(self.model, on_status)
         return remote_backend(self.model, self.key or "", on_status, self.host)
+
+
+MISSING = {
+    "residual": "NDIF runs bring back each layer's residual norms, not the vectors: open the "
+    "model locally for them",
+    "attention": "NDIF runs bring back the attention rows of the heads you open only: open "
+    "the model locally for whole maps",
+    "timing": "an NDIF run is one job: its whole time is the first step's (queue included)",
+    "prompt_logprobs": "NDIF runs read the prompt's last position only: open the model locally",
+    "prefix_cache": "NDIF keeps no cache between jobs",
+    "interventions": "not sent to NDIF yet: open the model locally to change it",
+    "branching": "each NDIF run is one job from the prompt: open the model locally to branch",
+}
+
+
+def provided(spec: CaptureSpec, moe: bool) -> tuple[set[str], dict[str, str]]:
+    """The capabilities runs made with ``spec`` fill, and a line for each they do not."""
+    fills = {"tokens", "token_ids", "logprobs", "alternatives", "lens", "kv_cache"}
+    missing = dict(MISSING)
+    if spec.full_logits:
+        fills |= {"distribution", "sampling"}
+    else:
+        why = "NDIF runs bring back the top-N and a histogram of the rest: ask for the whole "
+        missing["distribution"] = why + "distribution (full logits) for exact sampling stages"
+        missing["sampling"] = missing["distribution"]
+    if moe:
+        fills.add("routing")
+    else:
+        missing["routing"] = "this model has no mixture-of-experts routers"
+    return fills, missing
+
+
+def _default_host() -> str:
+    from nnsight import CONFIG
+
+    host: str = CONFIG.API.HOST
+    return host
 
 
 def reinstate(model: Any) -> None:
@@ -167,6 +237,7 @@ class NdifRun:
     config: RunConfig
     spec: CaptureSpec
     on_status: StatusCallback | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
     run_id: int = field(default_factory=lambda: next(_run_ids))
     steps: list[StepRecord] = field(default_factory=list)
     lenses: list[LensResult] = field(default_factory=list)
@@ -175,7 +246,10 @@ class NdifRun:
     wall_ms: float = 0.0
 
     def __iter__(self) -> Iterator[StepRecord]:
-        if not self.steps:
+        if not self.steps and self.finish_reason is None:
+            if self.cancel.is_set():
+                self.finish_reason = "cancelled"
+                return
             self._run()
         yield from self.steps
 
@@ -223,6 +297,7 @@ class NdifRun:
             reason = self._finish_reason(record, context)
             self.steps.append(replace(record, finish_reason=reason) if reason else record)
             self.lenses.append(rec.lens_result(payload, eng.texts, int(record.top_ids[0])))
+            eng.lenses[(self.run_id, index)] = self.lenses[-1]
             if reason:
                 self.finish_reason = reason
                 return
@@ -238,6 +313,8 @@ class NdifRun:
             return "length"
         if len(context) >= self.engine.info.context_length:
             return "context"
+        if self.cancel.is_set():
+            return "cancelled"
         return None
 
     @property

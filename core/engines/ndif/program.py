@@ -30,7 +30,10 @@ from typing import Any
 
 import torch
 
-from llm_lens.core.sessions.compact import TAIL_BINS, TAIL_WIDTH
+# the rest of the vocabulary as the session format keeps it (core.sessions.compact, a layer
+# above the engines): bins of TAIL_WIDTH nats below the highest, the last taking all lower
+TAIL_BINS = 64
+TAIL_WIDTH = 0.5
 
 
 @dataclass(frozen=True)

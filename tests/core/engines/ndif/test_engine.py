@@ -23,7 +23,7 @@ def ndif_run(loaded):
     engine = NdifEngine.local(loaded)
     seen = []
     run = engine.start(
-        engine.tokenize(PROMPT), GREEDY, RunConfig(max_new_tokens=8), CaptureSpec(heads=HEADS),
+        engine.tokenize(PROMPT), GREEDY, RunConfig(max_new_tokens=8), spec=CaptureSpec(heads=HEADS),
         on_status=seen.append,
     )  # fmt: skip
     run.run_all()
@@ -96,7 +96,7 @@ def test_family_model_equals_the_local_engine(tokenizer, name):
     want = local.start(prompt, GREEDY, RunConfig(max_new_tokens=5)).run_all()
     ndif = NdifEngine.local(loaded)
     spec = CaptureSpec(full_logits=True, heads=((1, 2),))
-    got = ndif.start(prompt, GREEDY, RunConfig(max_new_tokens=5), spec).run_all()
+    got = ndif.start(prompt, GREEDY, RunConfig(max_new_tokens=5), spec=spec).run_all()
     assert [s.token.id for s in got] == [s.token.id for s in want]
     for a, b in zip(got, want, strict=True):
         assert a.tail_levels == 0
