@@ -59,6 +59,9 @@ def trace_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--intervene", action="append", default=[], metavar="SPEC", help=INTERVENE_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    from llm_lens.core.cli import ndif
+
+    ndif.add_arguments(p)  # --engine ndif, --open-head, --full-logits
     return p
 
 
@@ -150,6 +153,11 @@ def start_run(
 
 def run_trace(args: argparse.Namespace) -> dict[str, Any]:
     from llm_lens.core.exports.trace import run_dict
+
+    if getattr(args, "engine", "local") == "ndif":
+        from llm_lens.core.cli.ndif import ndif_trace
+
+        return ndif_trace(args)
 
     engine, run, cancel = start_run(args)
     if args.branch:

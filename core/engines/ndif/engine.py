@@ -1,0 +1,325 @@
+"""An engine whose model runs on NDIF (or nnsight's local simulation of it): one job a run.
+
+``NdifEngine.local(loaded)`` wraps a model loaded here and runs every trace with
+``remote="local"`` (serialised exactly as for NDIF, run on this machine): what the tests and
+the bundled model use. ``NdifEngine.hosted(hub_id)`` builds the model's skeleton without weights
+and sends each run to NDIF with the user's key. Either way a run is one
+:func:`~llm_lens.core.engines.ndif.program.generate_steps` trace, whose payload becomes the same
+:class:`~llm_lens.core.records.StepRecord` the local engine yields, with the lens computed there.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from llm_lens.core.anatomy import Anatomy
+from llm_lens.core.engines.ndif import records as rec
+from llm_lens.core.engines.ndif.program import CaptureSpec, Targets, generate_steps
+from llm_lens.core.engines.ndif.status import StatusCallback, local_backend, remote_backend
+from llm_lens.core.experts import _scoring, find_routers
+from llm_lens.core.layers import LensResult
+from llm_lens.core.loading import LoadedModel, describe
+from llm_lens.core.loop.engine import RunConfig
+from llm_lens.core.records import ModelInfo, PromptTokens, RunSummary, StepRecord, StepTiming
+from llm_lens.core.sampling import SamplingParams
+from llm_lens.core.tokens import TokenText, tokenize_prompt
+
+_run_ids = itertools.count(1)
+ATTENTION_CALL = "attention_interface"  # transformers' attention function, as .source names it
+
+
+class NdifEngine:
+    """Tokenizes here; runs each generation as one nnsight trace on the server."""
+
+    name = "ndif"
+
+    def __init__(self, model: Any, hf_model: Any, tokenizer: Any, info: ModelInfo, **how: Any):
+        self.model = model  # the nnsight wrapper
+        self.hf_model = hf_model
+        self.tokenizer = tokenizer
+        self.info = info
+        self.remote: bool | str = how.get("remote", "local")
+        self.key: str | None = how.get("key")  # held in memory only
+        self.host: str | None = how.get("host")
+        self.texts = TokenText(tokenizer)
+        self.anatomy = Anatomy.of(hf_model)
+        self.routers = find_routers(hf_model)
+        self.eos_ids = _eos_ids(hf_model, tokenizer)
+        self.spec: CaptureSpec = how.get("spec") or CaptureSpec()  # what a run asks for
+        self.lenses: dict[tuple[int, int], LensResult] = {}  # (run_id, step) -> the server's
+
+    @classmethod
+    def local(cls, loaded: LoadedModel) -> NdifEngine:
+        """The engine over a model loaded here, its traces run by ``remote="local"``."""
+        from nnsight.modeling.transformers import TransformersModel
+
+        reinstate(loaded.model)
+        model = TransformersModel(loaded.model, task="text-generation", tokenizer=loaded.tokenizer)
+        return cls(model, loaded.model, loaded.tokenizer, loaded.info, remote="local")
+
+    @classmethod
+    def hosted(cls, hub_id: str, key: str, host: str | None = None) -> NdifEngine:
+        """The engine for ``hub_id`` as NDIF serves it: its skeleton built here without weights
+        (config and tokenizer from the Hub), each run sent with ``key``."""
+        from nnsight.modeling.transformers import TransformersModel
+
+        model = TransformersModel(hub_id, task="text-generation")
+        hf_model = model._module
+        info = describe(hf_model, hub_id, "ndif", f"hub:{hub_id}")
+        return cls(model, hf_model, model.tokenizer, info, remote=True, key=key, host=host)
+
+    @property
+    def source(self) -> str:
+        """Where runs go, without credentials: "ndif (local simulation)" or the host."""
+        return "ndif (local simulation)" if self.remote == "local" else f"ndif {self.host or ''}"
+
+    @property
+    def identity(self) -> Any:
+        """:class:`~llm_lens.core.engines.base.EngineIdentity`: ndif, the model, the host (no
+        credentials; None for the local simulation)."""
+        from llm_lens.core.engines.base import EngineIdentity, public_url  # type: ignore[import-not-found,unused-ignore]
+
+        url = None if self.remote == "local" else public_url(self.host or _default_host())
+        mode = "local simulation" if self.remote == "local" else "NDIF"
+        return EngineIdentity("ndif", self.info.name, url, (("backend", mode),))
+
+    @property
+    def provides(self) -> Any:
+        """:class:`~llm_lens.core.engines.base.Provides` for runs made with :attr:`spec`."""
+        from llm_lens.core.engines.base import Provides  # type: ignore[import-not-found,unused-ignore]
+
+        fills, missing = provided(self.spec, bool(self.routers))
+        return Provides(
+            frozenset(fills), missing, top_n=-1 if self.spec.full_logits else self.spec.top_n
+        )
+
+    def logit_lens(self, step: StepRecord, k: int = 5) -> LensResult | None:
+        """The lens the server computed for ``step`` (its top ``k`` ≤ the run's), or None."""
+        lens = self.lenses.get((step.run_id, step.index))
+        if lens is None:
+            return None
+        texts = tuple(row[:k] for row in lens.top_texts)
+        return LensResult(lens.top_ids[:, :k], lens.top_probs[:, :k], texts, lens.final_id)
+
+    def tokenize(
+        self, text: str, chat: bool = True, system: str | None = None, parse_special: bool = False
+    ) -> PromptTokens:
+        return tokenize_prompt(
+            self.tokenizer, text, chat, system, self.info.context_length, 1, parse_special
+        )
+
+    def targets(self, spec: CaptureSpec) -> Targets:
+        """The envoys of the parts the trace reads (the attention calls only for opened heads)."""
+        envoys = {id(e._module): e for e in self.model.modules()}
+        a = self.anatomy
+        calls = {n: _attention_call(envoys[id(a.mixers[n])]) for n, _h in spec.heads}
+        return Targets(
+            layers=tuple(envoys[id(m)] for m in a.layers),
+            mixers=tuple(envoys[id(m)] for m in a.mixers),
+            final_norm=envoys[id(a.final_norm)],
+            lm_head=envoys[id(a.lm_head)],
+            routers=tuple((n, envoys[id(r)]) for n, r in self.routers),
+            attention_calls={n: c for n, c in calls.items() if c is not None},
+            groups=max(1, self.info.num_heads // max(1, self.info.num_kv_heads)),
+        )
+
+    def start(
+        self,
+        prompt: PromptTokens,
+        params: SamplingParams,
+        config: RunConfig | None = None,
+        cancel: threading.Event | None = None,
+        spec: CaptureSpec | None = None,
+        on_status: StatusCallback | None = None,
+    ) -> NdifRun:
+        """A run ready to iterate; the job is sent at the first ``next()`` (``cancel`` set
+        before then sends none; a job under way runs to its end, then stops the records)."""
+        config = config or RunConfig()
+        spec = spec or replace(self.spec, top_n=config.top_n)
+        return NdifRun(self, prompt, params, config, spec, on_status, cancel or threading.Event())
+
+    def backend(self, on_status: StatusCallback | None) -> Any:
+        if self.remote == "local":
+            return local_backend(self.model, on_status)
+        return remote_backend(self.model, self.key or "", on_status, self.host)
+
+
+MISSING = {
+    "residual": "NDIF runs bring back each layer's residual norms, not the vectors: open the "
+    "model locally for them",
+    "attention": "NDIF runs bring back the attention rows of the heads you open only: open "
+    "the model locally for whole maps",
+    "timing": "an NDIF run is one job: its whole time is the first step's (queue included)",
+    "prompt_logprobs": "NDIF runs read the prompt's last position only: open the model locally",
+    "prefix_cache": "NDIF keeps no cache between jobs",
+    "interventions": "not sent to NDIF yet: open the model locally to change it",
+    "branching": "each NDIF run is one job from the prompt: open the model locally to branch",
+}
+
+
+def provided(spec: CaptureSpec, moe: bool) -> tuple[set[str], dict[str, str]]:
+    """The capabilities runs made with ``spec`` fill, and a line for each they do not."""
+    fills = {"tokens", "token_ids", "logprobs", "alternatives", "lens", "kv_cache"}
+    missing = dict(MISSING)
+    if spec.full_logits:
+        fills |= {"distribution", "sampling"}
+    else:
+        why = "NDIF runs bring back the top-N and a histogram of the rest: ask for the whole "
+        missing["distribution"] = why + "distribution (full logits) for exact sampling stages"
+        missing["sampling"] = missing["distribution"]
+    if moe:
+        fills.add("routing")
+    else:
+        missing["routing"] = "this model has no mixture-of-experts routers"
+    return fills, missing
+
+
+def _default_host() -> str:
+    from nnsight import CONFIG
+
+    host: str = CONFIG.API.HOST
+    return host
+
+
+def reinstate(model: Any) -> None:
+    """Put nnsight's forward back on any module whose instance ``forward`` was replaced and
+    then deleted since nnsight wrapped it (the local lens swaps the last layer's forward,
+    :func:`llm_lens.core.layers.lens_logits`), so a model both engines share still reaches
+    every module in a trace."""
+    from nnsight.intervention.source import STATE, Controller
+
+    for module in model.modules():
+        state = module.__dict__.get(STATE)
+        if state is not None and "forward" not in module.__dict__:
+            module.__dict__["forward"] = Controller(module, state)
+
+
+def _attention_call(mixer: Any) -> Any | None:
+    """The call of transformers' attention function inside ``mixer``'s forward (its inputs are
+    the rotated q and the cached k), or None where the family computes attention otherwise."""
+    try:
+        names = [n for n in mixer.source.names if n.startswith(ATTENTION_CALL)]
+    except Exception:  # noqa: BLE001 - no source to read (a compiled or C module): no rows
+        return None
+    return getattr(mixer.source, names[-1]) if names else None
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids: set[int] = set()
+    for source in (model.generation_config, tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        ids.update(value if isinstance(value, list) else [] if value is None else [value])
+    return ids
+
+
+def generate_kwargs(params: SamplingParams, config: RunConfig, pad: int | None) -> dict[str, Any]:
+    """``generate()`` keywords for the server's own sampler (its seed is the server's)."""
+    gen: dict[str, Any] = {"max_new_tokens": config.max_new_tokens, "pad_token_id": pad}
+    if params.is_greedy:
+        return gen | {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+    gen |= {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p}
+    gen |= {"top_k": params.top_k or None, "min_p": params.min_p or None}
+    return gen | {"repetition_penalty": params.repetition_penalty}
+
+
+@dataclass
+class NdifRun:
+    """One generation as one job; iterate it for the step records once the job has returned."""
+
+    engine: NdifEngine
+    prompt: PromptTokens
+    params: SamplingParams
+    config: RunConfig
+    spec: CaptureSpec
+    on_status: StatusCallback | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    run_id: int = field(default_factory=lambda: next(_run_ids))
+    steps: list[StepRecord] = field(default_factory=list)
+    lenses: list[LensResult] = field(default_factory=list)
+    finish_reason: str | None = None
+    payload_bytes: int = 0  # what the server sent back (tensors), for the whole run
+    wall_ms: float = 0.0
+
+    def __iter__(self) -> Iterator[StepRecord]:
+        if not self.steps and self.finish_reason is None:
+            if self.cancel.is_set():
+                self.finish_reason = "cancelled"
+                return
+            self._run()
+        yield from self.steps
+
+    def run_all(self) -> list[StepRecord]:
+        for _ in self:
+            pass
+        return self.steps
+
+    def _run(self) -> None:
+        import torch
+
+        eng = self.engine
+        ids = torch.tensor([self.prompt.ids])  # (1, T)
+        pad = eng.tokenizer.pad_token_id
+        gen = generate_kwargs(self.params, self.config, pad if pad is not None else -1)
+        reinstate(eng.hf_model)
+        t0 = time.perf_counter()
+        payloads = generate_steps(
+            eng.model,
+            eng.targets(self.spec),
+            self.spec,
+            ids,
+            gen,
+            backend=eng.backend(self.on_status),
+        )
+        self.wall_ms = (time.perf_counter() - t0) * 1e3
+        self.payload_bytes = rec.payload_bytes(payloads)
+        self._keep(payloads)
+
+    def _keep(self, payloads: list[dict[str, Any]]) -> None:
+        """Records from the payloads, stopping where the local loop would stop."""
+        eng, context = self.engine, list(self.prompt.ids)
+        kv_before = 0
+        for index, payload in enumerate(payloads):
+            timing = StepTiming(self.wall_ms if index == 0 else 0.0, 0.0, 0.0, waits_measured=False)
+            how = {
+                "run_id": self.run_id, "index": index, "info": eng.info, "params": self.params,
+                "top_n": self.spec.top_n, "heads": self.spec.heads, "kv_before": kv_before,
+                "timing": timing, "routers": [n for n, _r in eng.routers],
+                "scoring": _scoring(eng.routers[0][1]) if eng.routers else "softmax",
+            }  # fmt: skip
+            record = rec.step_record(payload, how, eng.texts, context)
+            kv_before = record.kv.bytes_total
+            context.append(record.token.id)
+            reason = self._finish_reason(record, context)
+            self.steps.append(replace(record, finish_reason=reason) if reason else record)
+            self.lenses.append(rec.lens_result(payload, eng.texts, int(record.top_ids[0])))
+            eng.lenses[(self.run_id, index)] = self.lenses[-1]
+            if reason:
+                self.finish_reason = reason
+                return
+
+    def _finish_reason(self, record: StepRecord, context: list[int]) -> str | None:
+        if record.token.id in self.engine.eos_ids:
+            return "eos"
+        if self.config.stop_strings:
+            text = self.engine.texts.join(context[len(self.prompt) :])
+            if any(s and s in text for s in self.config.stop_strings):
+                return "stop"
+        if len(self.steps) + 1 >= self.config.max_new_tokens:
+            return "length"
+        if len(context) >= self.engine.info.context_length:
+            return "context"
+        if self.cancel.is_set():
+            return "cancelled"
+        return None
+
+    @property
+    def generated_ids(self) -> list[int]:
+        return [s.token.id for s in self.steps]
+
+    def summary(self) -> RunSummary:
+        return RunSummary.of(self.run_id, self.prompt, self.steps, self.finish_reason)

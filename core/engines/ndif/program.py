@@ -1,0 +1,179 @@
+"""The nnsight trace that runs on the server: one generation, every step's captures reduced there.
+
+One ``model.generate`` trace per run (nnsight's ``tracer.all()`` loop over the generation's
+steps), so the whole run is one request and one reply, not a round trip per token. Each step
+returns only what the panes draw, computed where the activations are:
+
+- the residual norms per layer (residual, attention update, MLP update, layer update), never the
+  vectors;
+- the logit lens top-k, through the model's own final norm and ``lm_head``;
+- the final layer's top-N logits, the log-sum-exp and entropy of the whole distribution, the
+  chosen token's logit and rank, and a 64-bin histogram of the rest (the session format's tail,
+  :mod:`llm_lens.core.sessions.compact`); the whole ``(vocab,)`` logits only when asked;
+- each router's logits, weights and chosen experts at the new positions (MoE models);
+- the attention row of only the heads the user opened, from the model's own rotated q and cached
+  k (the inputs of its attention function, read through nnsight's ``.source``).
+
+A step's token is chosen by the server's ``generate()``; nnsight hands it over through the
+generation streamer at the start of the next step, so a step's reading of its logits is finished
+then (the last step's at the streamer's final put, after which the loop stops by design).
+
+The trace body uses torch and the model's modules only: nnsight ships it to NDIF as source, and
+``remote="local"`` checks that exactly as the server would (with this package hidden).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+# the rest of the vocabulary as the session format keeps it (core.sessions.compact, a layer
+# above the engines): bins of TAIL_WIDTH nats below the highest, the last taking all lower
+TAIL_BINS = 64
+TAIL_WIDTH = 0.5
+
+
+@dataclass(frozen=True)
+class CaptureSpec:
+    """What a run asks the server for besides tokens."""
+
+    top_n: int = 50
+    lens_k: int = 5
+    full_logits: bool = False  # the whole (vocab,) logits per step (the Sampling pane exact)
+    heads: tuple[tuple[int, int], ...] = ()  # (layer, head) whose attention rows to bring back
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The model's parts a trace reads, as nnsight envoys (found from the model's anatomy)."""
+
+    layers: tuple[Any, ...]
+    mixers: tuple[Any, ...]  # each layer's attention or token mixer
+    final_norm: Any
+    lm_head: Any
+    routers: tuple[tuple[int, Any], ...] = ()  # (decoder layer, router envoy)
+    attention_calls: dict[int, Any] = field(default_factory=dict)  # layer -> its attention call
+    groups: int = 1  # query heads per key/value head
+
+
+def generate_steps(
+    model: Any, targets: Targets, spec: CaptureSpec, ids: Any, gen: dict[str, Any], **how: Any
+) -> list[dict[str, Any]]:
+    """One generation on ``model`` (an nnsight model) from ``ids`` (1, T) with ``generate()``
+    keywords ``gen``; ``how`` goes to the trace (``remote=``, ``backend=``). Returns each step's
+    payload: a dict of small CPU tensors (see the module docstring)."""
+    top_n, lens_k, full, heads = spec.top_n, spec.lens_k, spec.full_logits, list(spec.heads)
+    layers, mixers, norm, head = list(targets.layers), list(targets.mixers), None, None
+    norm, head, routers = targets.final_norm, targets.lm_head, dict(targets.routers)
+    calls, groups, bins, width = targets.attention_calls, targets.groups, TAIL_BINS, TAIL_WIDTH
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*was never reached.*")
+        with model.generate(ids, **gen, **how) as tracer:
+            steps = list().save()  # type: ignore[attr-defined]  # nnsight adds .save()
+            held = None
+            for _step in tracer.all():
+                chosen = model.generator.streamer.output.reshape(-1)[-1]
+                if held is not None:
+                    held["reading"] = _reading(held.pop("logits"), chosen, top_n, bins, width)
+                    held["token"] = chosen.cpu()
+                    steps.append(held)
+                held = {}
+                first = layers[0].input  # (1, seq, hidden)
+                rows = [first[0, -1]]
+                updates, routing = [], []
+                for i, layer in enumerate(layers):
+                    if i in calls:  # read in the order the model computes: q/k, mixer, layer
+                        held[f"heads{i}"] = _head_rows(calls[i], heads, i, groups)
+                    out = mixers[i].output
+                    attn = out[0] if isinstance(out, tuple) else out
+                    updates.append(attn[0, -1])
+                    if i in routers:
+                        routing.append(_router(routers[i].output))
+                    out = layer.output
+                    rows.append((out[0] if isinstance(out, tuple) else out)[0, -1])
+                residual = torch.stack(rows)  # (layers + 1, hidden)
+                held["norms"] = _norms(residual, torch.stack(updates))
+                lens = torch.softmax(head(norm(residual)).float(), dim=-1).topk(lens_k)
+                held["lens_ids"] = lens.indices.to(torch.int32).cpu()
+                held["lens_probs"] = lens.values.cpu()
+                if routing:
+                    held["routing"] = routing
+                logits = model.output.logits[0, -1].float()  # (vocab,)
+                held["logits"] = logits
+                if full:
+                    held["full"] = logits.cpu()
+    return list(steps)
+
+
+def _norms(residual: Any, attn: Any) -> Any:
+    """(4, layers + 1) float32: norms of the residual, attention, MLP and layer updates."""
+    change = residual[1:] - residual[:-1]  # (layers, hidden)
+    out = torch.zeros((4, residual.shape[0]), dtype=torch.float32, device=residual.device)
+    out[0] = residual.float().norm(dim=-1)
+    out[1, 1:] = attn.float().norm(dim=-1)
+    out[2, 1:] = (change - attn).float().norm(dim=-1)
+    out[3, 1:] = change.float().norm(dim=-1)
+    return out.cpu()
+
+
+def _reading(logits: Any, chosen: Any, top_n: int, bins: int, width: float) -> dict[str, Any]:
+    """A step's distribution reduced on the server: top-N, log-sum-exp, entropy, the chosen
+    token's logit and rank, and the rest as a histogram (count and log-sum-exp per bin)."""
+    top = logits.topk(min(top_n, logits.shape[0]))
+    logp = torch.log_softmax(logits, dim=-1)
+    p = logp.exp().double()  # the entropy as llm_lens.core.logits.entropy computes it
+    entropy = -(p * torch.where(p > 0, p.log(), torch.zeros_like(p))).sum()
+    value = logits[chosen]
+    tail = torch.ones_like(logits, dtype=torch.bool)
+    tail[top.indices] = False
+    tail[chosen] = False
+    rest = logits[tail].double()
+    peak = rest.max()
+    index = ((peak - rest) / width).long().clamp(max=bins - 1)
+    counts = torch.bincount(index, minlength=bins)
+    edge = peak - width * torch.arange(bins, dtype=torch.float64, device=rest.device)
+    last = index == bins - 1
+    edge[-1] = torch.where(last.any(), rest.masked_fill(~last, -torch.inf).max(), edge[-1])
+    sums = torch.zeros(bins, dtype=torch.float64, device=rest.device)
+    sums.index_add_(0, index, (rest - edge[index]).exp())
+    lse = torch.where(counts > 0, edge + sums.log(), torch.full_like(edge, -torch.inf))
+    return {
+        "top_ids": top.indices.to(torch.int32).cpu(),
+        "top_logits": top.values.cpu(),
+        "top_logprobs": logp[top.indices].cpu(),
+        "lse": torch.logsumexp(logits, dim=-1).cpu(),
+        "entropy": entropy.cpu(),
+        "chosen_logit": value.cpu(),
+        "chosen_logprob": logp[chosen].cpu(),
+        "rank": (logits > value).sum().to(torch.int32).cpu(),
+        "tail_counts": counts.to(torch.int32).cpu(),
+        "tail_lse": lse.float().cpu(),
+    }
+
+
+def _router(output: Any) -> tuple[Any, Any, Any]:
+    """A router's (logits, weights, chosen experts) at this pass's positions."""
+    logits, weights, index = output[0], output[1], output[2]
+    k = index.shape[-1]
+    return (
+        logits.reshape(-1, logits.shape[-1]).float().cpu(),
+        weights.reshape(-1, k).float().cpu(),
+        index.reshape(-1, k).to(torch.int32).cpu(),
+    )
+
+
+def _head_rows(call: Any, heads: list[tuple[int, int]], layer: int, groups: int) -> Any:
+    """(opened heads of ``layer``, kv) float32: each opened head's last query's softmax over the
+    cached keys, from the rotated q and k the model passed to its attention function."""
+    args, kwargs = call.inputs
+    query, key = args[1], args[2]  # (1, heads, seq, d), (1, kv_heads, kv, d)
+    scaling = kwargs.get("scaling")
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    chosen = [h for n, h in heads if n == layer]
+    q = query[0, chosen, -1].float()  # (n, d)
+    k = key[0, [h // groups for h in chosen]].float()  # (n, kv, d)
+    scores = torch.einsum("nd,nkd->nk", q, k) * scale
+    return torch.softmax(scores, dim=-1).cpu()

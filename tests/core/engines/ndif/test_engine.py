@@ -1,0 +1,122 @@
+"""The NDIF engine through nnsight's remote="local" backend (the trace serialised exactly as for
+NDIF, run here) against the local engine: the same tokens and the same numbers per step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llm_lens.core.engines.ndif import CaptureSpec, NdifEngine
+from llm_lens.core.engines.ndif.records import full_activation_bytes
+from llm_lens.core.layers import logit_lens
+from llm_lens.core.loop.engine import Engine, RunConfig
+from llm_lens.core.sampling import GREEDY
+from tests.families import family_model
+
+HEADS = ((3, 1), (20, 5))  # (layer, head) the user opened
+PROMPT = "Explain transformers like I am 12"
+
+
+@pytest.fixture(scope="module")
+def ndif_run(loaded):
+    """The greedy run of the conftest's ``greedy_run``, through the NDIF engine."""
+    engine = NdifEngine.local(loaded)
+    seen = []
+    run = engine.start(
+        engine.tokenize(PROMPT), GREEDY, RunConfig(max_new_tokens=8), spec=CaptureSpec(heads=HEADS),
+        on_status=seen.append,
+    )  # fmt: skip
+    run.run_all()
+    return run, seen
+
+
+def test_tokens_and_distribution_equal_the_local_engine(ndif_run, greedy_run):
+    run, _ = ndif_run
+    assert [s.token.id for s in run.steps] == greedy_run.generated_ids
+    assert run.finish_reason == greedy_run.finish_reason
+    for a, b in zip(run.steps, greedy_run.steps, strict=True):
+        assert (a.index, a.position, a.rank) == (b.index, b.position, b.rank)
+        assert (a.prob, a.logprob) == (b.prob, b.logprob)  # bit-identical
+        np.testing.assert_array_equal(a.top_ids, b.top_ids)
+        np.testing.assert_array_equal(a.top_logits, b.top_logits)
+        np.testing.assert_array_equal(a.top_probs, b.top_probs)
+        assert a.entropy == pytest.approx(b.entropy, abs=1e-9)
+        np.testing.assert_array_equal(a.context_ids, b.context_ids)
+        assert a.kv.bytes_total == b.kv.bytes_total  # the formula equals the measured cache
+
+
+def test_norms_lens_and_opened_heads_equal_the_local_engine(ndif_run, greedy_run, engine):
+    run, _ = ndif_run
+    for a, b, lens in zip(run.steps, greedy_run.steps, run.lenses, strict=True):
+        assert a.hidden.shape[1] == 0  # the vectors never came back, only their norms
+        np.testing.assert_allclose(a.norm_table(), b.norm_table(), rtol=2e-6, atol=1e-5)
+        local = logit_lens(engine, b)
+        np.testing.assert_array_equal(lens.top_ids, local.top_ids)
+        np.testing.assert_allclose(lens.top_probs, local.top_probs, rtol=1e-5, atol=1e-7)
+        for layer, head in HEADS:
+            np.testing.assert_allclose(
+                a.attention[layer, head], b.attention[layer, head], rtol=1e-4, atol=1e-6
+            )
+        opened = np.zeros(a.attention.shape[:2], bool)
+        opened[tuple(zip(*HEADS, strict=True))] = True
+        assert not a.attention[~opened].any()  # no other head was sent
+
+
+def test_tail_keeps_the_mass_and_the_top_exact(ndif_run, greedy_run):
+    """Without the whole distribution, the top-N are exact and the rest at their bin's level:
+    the log-sum-exp (the probability mass at temperature 1) is the model's."""
+    run, _ = ndif_run
+    for a, b in zip(run.steps, greedy_run.steps, strict=True):
+        assert a.tail_levels == a.logits.size - len(set(a.top_ids) | {a.token.id})
+        np.testing.assert_array_equal(a.logits[a.top_ids], b.logits[b.top_ids])
+        lse = lambda x: float(np.logaddexp.reduce(np.asarray(x, np.float64)))  # noqa: E731
+        assert lse(a.logits) == pytest.approx(lse(b.logits), abs=1e-5)
+
+
+def test_payload_per_step_is_bounded(ndif_run, loaded):
+    """What comes back per step is a few kB, not the activations (0.7 MB a decode step here)."""
+    run, _ = ndif_run
+    per_step = run.payload_bytes / len(run.steps)
+    assert 0 < per_step < 8_000
+    assert per_step < full_activation_bytes(loaded.info, 1) / 50
+
+
+def test_status_reports_the_job(ndif_run):
+    _, seen = ndif_run
+    assert [s.state for s in seen] == ["RECEIVED", "RUNNING", "COMPLETED"]
+    assert seen[0].waiting and not seen[1].waiting
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen2"])
+def test_family_model_equals_the_local_engine(tokenizer, name):
+    """A tiny seeded model: the whole logits when asked (bit-identical), router choices."""
+    loaded = family_model(name, tokenizer)
+    local = Engine(loaded)
+    prompt = local.tokenize(PROMPT)
+    want = local.start(prompt, GREEDY, RunConfig(max_new_tokens=5)).run_all()
+    ndif = NdifEngine.local(loaded)
+    spec = CaptureSpec(full_logits=True, heads=((1, 2),))
+    got = ndif.start(prompt, GREEDY, RunConfig(max_new_tokens=5), spec=spec).run_all()
+    assert [s.token.id for s in got] == [s.token.id for s in want]
+    for a, b in zip(got, want, strict=True):
+        assert a.tail_levels == 0
+        np.testing.assert_array_equal(a.logits, b.logits)
+        np.testing.assert_allclose(a.norm_table(), b.norm_table(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(a.attention[1, 2], b.attention[1, 2], rtol=1e-4, atol=1e-6)
+        assert (a.routing is None) == (b.routing is None) == (name != "mixtral")
+        if a.routing is not None:
+            np.testing.assert_array_equal(a.routing.experts, b.routing.experts)
+            np.testing.assert_array_equal(a.routing.layers, b.routing.layers)
+            assert a.routing.first_position == b.routing.first_position
+            np.testing.assert_allclose(a.routing.probs, b.routing.probs, rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(a.routing.weights, b.routing.weights, rtol=1e-5)
+
+
+def test_stop_string_ends_the_run(loaded, greedy_run):
+    """A stop string cuts the run where the local loop would (the server ran on)."""
+    ndif = NdifEngine.local(loaded)
+    stop = greedy_run.steps[2].token.text
+    got = ndif.start(greedy_run.prompt, GREEDY, RunConfig(max_new_tokens=8, stop_strings=(stop,)))
+    got.run_all()
+    assert got.finish_reason == "stop"
+    assert len(got.steps) <= 3
