@@ -179,7 +179,16 @@ def render_prompt(tokenizer: Any, text: str, chat: bool, system: str | None = No
         raise PromptError("this model has no chat template: use raw mode")
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": text})
-    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+    from llm_lens.core.guards.template import check_template, render_failed
+
+    check_template(tokenizer, messages, add_generation_prompt=True)  # bounded, or one line
+    try:
+        rendered = tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+    except Exception as exc:
+        raise render_failed(tokenizer, exc) from None
+    return str(rendered)
 
 
 def check_text(text: str, what: str = "the prompt") -> None:
