@@ -222,12 +222,15 @@ def user_span(
 def _encode(
     tokenizer: Any, text: str, add_special: bool, literal: bool
 ) -> tuple[list[int], list[Any]]:
-    enc = tokenizer(
-        text,
-        add_special_tokens=add_special,
-        return_offsets_mapping=True,
-        split_special_tokens=literal,
-    )
+    from llm_lens.core.guards.native import tokenizer_panics
+
+    with tokenizer_panics(str(getattr(tokenizer, "name_or_path", "") or "this model")):
+        enc = tokenizer(
+            text,
+            add_special_tokens=add_special,
+            return_offsets_mapping=True,
+            split_special_tokens=literal,
+        )
     ids = list(enc["input_ids"])
     return ids, list(enc.get("offset_mapping") or [(-1, -1)] * len(ids))
 
