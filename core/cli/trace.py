@@ -18,6 +18,7 @@ from llm_lens.core.cli.args import (
     seed_int,
     token_count,
 )
+from llm_lens.core.errors import NonFiniteError
 
 RAW_HELP = (
     "skip the chat template: the model reads the text as typed (plus the tokenizer's BOS, if any); "
@@ -147,6 +148,9 @@ def start_run(
                 if not args.quiet:
                     text = step.token.text.encode("utf-8", "replace").decode("utf-8")
                     print(text, end="", file=sys.stderr, flush=True)
+        except NonFiniteError as exc:
+            exc.partial = (engine, run)  # type: ignore[attr-defined]  # the steps before it
+            raise
         finally:
             if not args.quiet:
                 print(file=sys.stderr)  # the streamed text ends its line, whatever happens
@@ -178,13 +182,29 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
     return run_dict(engine, run)
 
 
+def non_finite_trace(exc: NonFiniteError) -> dict[str, Any]:
+    """The trace of a run the model broke: its steps before the failing one, finish reason
+    ``"non_finite"`` and the ``non_finite`` record (step, value, layer, sublayer, where,
+    positions)."""
+    from llm_lens.core.exports.trace import run_dict
+    from llm_lens.core.loop.nonfinite import placed
+
+    engine, run = exc.partial  # type: ignore[attr-defined]
+    data = run_dict(engine, run)
+    return data | {"finish_reason": "non_finite", "non_finite": placed(exc).as_dict()}
+
+
 def main(argv: list[str]) -> int:
     def body() -> int:
         args = trace_parser().parse_args(argv)
         check_inputs(args, args.session)
-        data = run_trace(args)
         from llm_lens.core.exports.trace import emit_json
 
+        try:
+            data = run_trace(args)
+        except NonFiniteError as exc:  # the trace so far, and where: then the line, exit 1
+            emit_json(non_finite_trace(exc), args.out)
+            raise
         emit_json(data, args.out)
         return 0
 
