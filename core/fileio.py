@@ -99,13 +99,27 @@ def clean_stale(target: Path, older_than_s: float = STALE_AFTER_S) -> list[Path]
     """Remove ``.NAME.*.tmp`` files of ours beside ``target`` left by a write that was killed."""
     removed: list[Path] = []
     now = time.time()
-    for tmp in target.parent.glob(f".{_glob_escape(target.name)}.*{TMP_SUFFIX}*"):
+    prefix, _suffix = _tmp_parts(target)
+    for tmp in target.parent.glob(f"{_glob_escape(prefix)}*{TMP_SUFFIX}*"):
         with contextlib.suppress(OSError):
             st = tmp.lstat()
             if stat.S_ISREG(st.st_mode) and now - st.st_mtime > older_than_s:
                 tmp.unlink()
                 removed.append(tmp)
     return removed
+
+
+def _tmp_parts(target: Path) -> tuple[str, str]:
+    """(prefix, suffix) of the temporary name beside ``target``: ``.NAME.`` cut short where a
+    long name (a legal 255 bytes) would push the temporary one past the file system's limit."""
+    suffix = TMP_SUFFIX + (target.suffix if len(target.suffix.encode()) <= 16 else "")
+    try:
+        name_max = os.pathconf(target.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    room = max(1, name_max - len(suffix.encode()) - 8 - 2)  # mkstemp's 8 random characters
+    name = target.name.encode()[:room].decode("utf-8", "ignore")
+    return f".{name}.", suffix
 
 
 def _glob_escape(name: str) -> str:
@@ -119,8 +133,8 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[str], object]) -
     clean_stale(target)
     try:
         mode = target.stat().st_mode & 0o7777 if target.exists() else _new_file_mode()
-        suffix = TMP_SUFFIX + target.suffix  # writers that pick a format by suffix still can
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+        prefix, suffix = _tmp_parts(target)  # writers that pick a format by suffix still can
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=target.parent)
     except OSError as exc:
         raise PathError(f"{path}: cannot write ({exc.strerror or exc})") from exc
     os.close(fd)

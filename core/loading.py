@@ -6,14 +6,13 @@ the file's identity) because dequantizing on every launch costs tens of seconds.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,23 +63,19 @@ def bundled_gguf() -> Path:
     )
 
 
-def file_identity(path: Path) -> str:
-    """A short hash of a file's name, size and first and last MiB: cheap, stable across copies."""
-    size = path.stat().st_size
-    h = hashlib.sha256(f"{path.name}:{size}".encode())
-    with path.open("rb") as f:
-        h.update(f.read(1 << 20))
-        f.seek(max(0, size - (1 << 20)))
-        h.update(f.read(1 << 20))
-    return h.hexdigest()[:16]
-
-
 def folder_identity(folder: Path) -> str:
+    """A hash of the weight files' bytes (:func:`~llm_lens.core.guards.weights.weights_id`)."""
+    from llm_lens.core.guards.weights import weights_id
+
     weights = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin"))
-    h = hashlib.sha256()
-    for w in weights:
-        h.update(file_identity(w).encode())
-    return h.hexdigest()[:16] if weights else "unknown"
+    return weights_id(weights, cache_root())
+
+
+def content_identity(path: Path) -> str:
+    """A hash of one file's bytes (remembered per path, size and mtime)."""
+    from llm_lens.core.guards.weights import weights_id
+
+    return weights_id([path], cache_root())
 
 
 def load_model(
@@ -88,12 +83,17 @@ def load_model(
     device: str = "auto",
     dtype: str = "auto",
     progress: Progress | None = None,
+    allow_partly_random: bool = False,
 ) -> LoadedModel:
-    """Load ``spec`` (default: the bundled SmolLM2) for inspection, with eager attention."""
+    """Load ``spec`` (default: the bundled SmolLM2) for inspection, with eager attention.
+    Weights missing from the files, unexpected or of another shape refuse the load unless
+    ``allow_partly_random`` (then :attr:`ModelInfo.partly_random` says what is random)."""
+    from llm_lens.core.guards.load import guard_folder, quiet_transformers
     from llm_lens.core.runtime import configure_threads, resolve_device, resolve_dtype
 
     report = progress or (lambda _f, _m: None)
     if spec and os.path.isdir(os.path.expanduser(spec)):
+        guard_folder(Path(os.path.expanduser(spec)), spec)  # regular files, sizes, claims
         _refuse_custom_code(os.path.expanduser(spec), spec)  # before anything else is read
     configure_threads()
     from transformers.utils import logging as hf_logging
@@ -102,31 +102,36 @@ def load_model(
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     spec = spec or DEFAULT_MODEL
-    folder, name, weights_id, local_only = _resolve(spec, report)
-    report(0.7, f"loading {name}")
-    model, tokenizer = _from_pretrained(folder, spec, torch_dtype, dev, local_only)
+    with quiet_transformers():  # its warnings would add lines to a one-line error
+        folder, name, weights_id, local_only = _resolve(spec, report)
+        report(0.7, f"loading {name}")
+        model, tokenizer, random = _from_pretrained(
+            folder, spec, torch_dtype, dev, local_only, allow_partly_random
+        )
     report(1.0, f"loaded {name}")
-    return LoadedModel(model, tokenizer, describe(model, name, str(spec), weights_id))
+    info = describe(model, name, str(spec), weights_id)
+    return LoadedModel(model, tokenizer, replace(info, partly_random=random))
 
 
 def _resolve(spec: str, report: Progress) -> tuple[str, str, str, bool]:
     """Map a spec to (folder or hub id to load, display name, weights id, local only)."""
     if spec == DEFAULT_MODEL:
         gguf = bundled_gguf()
-        return str(gguf_to_folder(gguf, report)), "SmolLM2-135M-Instruct", file_identity(gguf), True
+        folder = gguf_to_folder(gguf, report)
+        return str(folder), "SmolLM2-135M-Instruct", content_identity(gguf), True
     path = Path(os.path.expanduser(spec))  # an unknown ~user stays as typed: "no such file"
     windows_sep = os.sep != "/" and os.sep in spec
     looks_like_path = spec.startswith((".", "/", "~")) or windows_sep or spec.endswith(".gguf")
     if path.exists():
         if path.is_file() and path.suffix == ".gguf":
-            return str(gguf_to_folder(path, report)), path.stem, file_identity(path), True
+            return str(gguf_to_folder(path, report)), path.stem, content_identity(path), True
         if path.is_dir():
             if not (path / "config.json").is_file():
                 ggufs = sorted(path.glob("*.gguf"))
                 if len(ggufs) == 1:
                     gguf = ggufs[0]
                     folder = gguf_to_folder(gguf, report)
-                    return str(folder), gguf.stem, file_identity(gguf), True
+                    return str(folder), gguf.stem, content_identity(gguf), True
                 raise ModelLoadError(
                     f"{spec}: folder holds no model (no config.json or .gguf file)"
                 )
@@ -140,17 +145,20 @@ def _resolve(spec: str, report: Progress) -> tuple[str, str, str, bool]:
 
 def gguf_to_folder(gguf: Path, report: Progress) -> Path:
     """The float32 safetensors copy of ``gguf`` in the cache, converting it on first use."""
-    target = cache_root() / "models" / f"{gguf.stem}-{file_identity(gguf)}"
-    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+    from llm_lens.core.guards.gguf import check_gguf
+    from llm_lens.core.guards.load import clean_stale_conversions, publish
+
+    target = cache_root() / "models" / f"{gguf.stem}-{content_identity(gguf)}"
+    if _converted(target):
         return target
+    check_gguf(gguf, str(gguf))  # its claims against the file, before transformers builds
     report(0.05, f"first use of {gguf.name}: dequantizing into {target} (once)")
     target.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_conversions(target.parent)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
         _convert(gguf, tmp, report)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        publish(tmp, target, _converted)  # a launch beside this one may have won the race
     except ModelLoadError:
         raise
     except Exception as exc:
@@ -158,6 +166,10 @@ def gguf_to_folder(gguf: Path, report: Progress) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _converted(target: Path) -> bool:
+    return (target / "config.json").is_file() and (target / "model.safetensors").is_file()
 
 
 def _convert(gguf: Path, out: Path, report: Progress) -> None:
@@ -188,9 +200,13 @@ def _convert(gguf: Path, out: Path, report: Progress) -> None:
     (out / "llm-lens-source.json").write_text(json.dumps({"gguf": str(gguf)}))
 
 
-def _from_pretrained(folder: str, spec: str, dtype: Any, dev: Any, local: bool) -> tuple[Any, Any]:
+def _from_pretrained(
+    folder: str, spec: str, dtype: Any, dev: Any, local: bool, allow_random: bool = False
+) -> tuple[Any, Any, str]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from llm_lens.core.guards.weights import check_loading_info
 
     _refuse_custom_code(folder, spec)
     no_code: dict[str, Any] = {"local_files_only": local, "trust_remote_code": False}
@@ -202,9 +218,11 @@ def _from_pretrained(folder: str, spec: str, dtype: Any, dev: Any, local: bool) 
         # use_kernels=False: transformers (5.2x) otherwise "kernelizes" the model on load,
         # swapping modules' forwards for kernels fetched from the Hub on CUDA (code from
         # outside, numbers other than the model's own modules')
-        model = AutoModelForCausalLM.from_pretrained(
-            folder, dtype=dtype, attn_implementation="eager", use_kernels=False, **no_code
-        )
+        model, loading = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=dtype, attn_implementation="eager", use_kernels=False, **no_code,
+            output_loading_info=True, ignore_mismatched_sizes=True,  # refused below, by name
+        )  # fmt: skip
+        random = check_loading_info(loading, spec, allow_random)
     except ModelLoadError:
         raise
     except (torch.OutOfMemoryError, MemoryError) as exc:
@@ -220,7 +238,7 @@ def _from_pretrained(folder: str, spec: str, dtype: Any, dev: Any, local: bool) 
     except (torch.OutOfMemoryError, MemoryError) as exc:
         raise ModelLoadError(f"{spec}: ran out of memory moving it to {dev}") from exc
     model.eval()  # type: ignore[no-untyped-call]
-    return model, tokenizer
+    return model, tokenizer, random
 
 
 def _refuse_custom_code(folder: str, spec: str) -> None:

@@ -93,7 +93,7 @@ class ModelInfo:
     num_parameters: int
     position_kind: str  # "rope", "learned", "alibi" or "none"
     rope_theta: float | None
-    weights_id: str  # identity of the weights file(s): hash of name, size and sampled content
+    weights_id: str  # identity of the weights file(s): a hash of their bytes
     attention_note: str = ""  # why this family has no attention maps; empty when it has them
     # per layer, its token mixer (core.anatomy's kinds: "attention", "state-space", "linear
     # attention", "short convolution", "attention + state-space", "none"); empty when unknown.
@@ -107,6 +107,9 @@ class ModelInfo:
     # per layer, the elements per token a latent-attention layer caches in place of per-head
     # K/V (DeepSeek's MLA: its latent and rotary key); 0 elsewhere; empty when none has one
     latent_dims: tuple[int, ...] = ()
+    # what is random in a model loaded with --allow-partly-random (weights missing from its
+    # files, of another shape); empty when every weight came from the files
+    partly_random: str = ""
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""

@@ -179,7 +179,16 @@ def render_prompt(tokenizer: Any, text: str, chat: bool, system: str | None = No
         raise PromptError("this model has no chat template: use raw mode")
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": text})
-    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+    from llm_lens.core.guards.template import check_template, render_failed
+
+    check_template(tokenizer, messages, add_generation_prompt=True)  # bounded, or one line
+    try:
+        rendered = tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+    except Exception as exc:
+        raise render_failed(tokenizer, exc) from None
+    return str(rendered)
 
 
 def check_text(text: str, what: str = "the prompt") -> None:
@@ -213,12 +222,15 @@ def user_span(
 def _encode(
     tokenizer: Any, text: str, add_special: bool, literal: bool
 ) -> tuple[list[int], list[Any]]:
-    enc = tokenizer(
-        text,
-        add_special_tokens=add_special,
-        return_offsets_mapping=True,
-        split_special_tokens=literal,
-    )
+    from llm_lens.core.guards.native import tokenizer_panics
+
+    with tokenizer_panics(str(getattr(tokenizer, "name_or_path", "") or "this model")):
+        enc = tokenizer(
+            text,
+            add_special_tokens=add_special,
+            return_offsets_mapping=True,
+            split_special_tokens=literal,
+        )
     ids = list(enc["input_ids"])
     return ids, list(enc.get("offset_mapping") or [(-1, -1)] * len(ids))
 

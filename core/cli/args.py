@@ -53,14 +53,45 @@ def finite_float(text: str) -> float:
 
 
 def seed_int(text: str) -> int:
-    """An argparse type: a whole number from 0 to 2**63 - 1 (what torch's generator takes)."""
+    """An argparse type: a whole number from 0 to 2**64 - 1 (torch's generator takes an
+    unsigned 64-bit seed)."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 2**63 - 1, got {text[:40]!r}")
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text[:40]!r}") from None
+    if not 0 <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 2**64 - 1, got {text[:40]!r}")
     return value
+
+
+def token_count(text: str) -> int:
+    """An argparse type: a count of tokens, at least 1; ``1e30`` and ``1000000000`` are taken
+    (the run caps them at the model's context, saying so), ``nan``, ``0`` and ``-1`` are not."""
+    try:
+        value = float(text) if any(c in text for c in ".eE") else int(text)
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text[:40]!r}") from None
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text[:40]!r}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text[:40]!r}")
+    return int(min(value, 2**62))
+
+
+def cap_new_tokens(asked: int, prompt_tokens: int, context: int, quiet: bool = False) -> int:
+    """``asked`` new tokens, or as many as the model's context leaves after the prompt, with
+    one line on stderr saying so (a run past its context cannot be computed, and memory grows
+    with every step)."""
+    room = max(1, context - prompt_tokens)
+    if asked <= room:
+        return asked
+    if not quiet:
+        print(
+            f"llm-lens: --max-new-tokens {asked} is past the model's context of {context} "
+            f"tokens ({prompt_tokens} in the prompt): capped at {room}",
+            file=sys.stderr,
+        )
+    return room
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from llm_lens.core.cli.args import Parser, cancellable, doing, guarded
+from llm_lens.core.cli.args import Parser, cancellable, cap_new_tokens, doing, guarded, token_count
 from llm_lens.core.cli.trace import (
     OUT_HELP,
     PARSE_SPECIAL_HELP,
@@ -97,7 +97,7 @@ def compare_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="folder, .gguf file or hub id (default: bundled)")
     p.add_argument("--raw", action="store_true", help=RAW_HELP)
     p.add_argument("--parse-special", action="store_true", help=PARSE_SPECIAL_HELP)
-    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=token_count, default=32)
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
@@ -125,8 +125,10 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
     from llm_lens.core.runs.compare import compare
 
     configs = parse_configs(args.config)
-    run_config = RunConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop))
     engine, prompt = load_engine(args)
+    asked, context = args.max_new_tokens, engine.info.context_length
+    new_tokens = cap_new_tokens(asked, len(prompt.ids), context, args.quiet)
+    run_config = RunConfig(max_new_tokens=new_tokens, stop_strings=tuple(args.stop))
     doing(f"comparing {len(configs)} configurations on {engine.info.name}")
     comparison, _cancel = cancellable(lambda c: compare(engine, prompt, configs, run_config, c))
     if not args.quiet:

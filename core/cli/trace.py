@@ -10,12 +10,15 @@ from typing import Any
 from llm_lens.core.cli.args import (
     Parser,
     cancellable,
+    cap_new_tokens,
     ctrl_c_cancels,
     doing,
     finite_float,
     guarded,
     seed_int,
+    token_count,
 )
+from llm_lens.core.errors import NonFiniteError
 
 RAW_HELP = (
     "skip the chat template: the model reads the text as typed (plus the tokenizer's BOS, if any); "
@@ -26,6 +29,10 @@ PARSE_SPECIAL_HELP = (
     "(default: the prompt's special-token text is tokenized as ordinary text, in chat and raw mode)"
 )
 OUT_HELP = "write the JSON here, atomically ('-' or default: stdout)"
+PARTLY_RANDOM_HELP = (
+    "load a model whose files lack weights its config needs (or hold others): those are random, "
+    "and the trace and session say 'partly random' (default: refuse the load, naming them)"
+)
 INTERVENE_HELP = (
     "change the model for this run (repeatable): head:L.H=0, head:L.H*F, head:L.H=mean, "
     "attn:L=0, mlp:L*F, resid:L@P+=VEC.npy, resid:L@P=ROWS.npy, expert:L.E=off, "
@@ -39,7 +46,7 @@ def trace_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="folder, .gguf file or hub id (default: bundled)")
     p.add_argument("--raw", action="store_true", help=RAW_HELP)
     p.add_argument("--parse-special", action="store_true", help=PARSE_SPECIAL_HELP)
-    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=token_count, default=32)
     p.add_argument("--greedy", action="store_true")
     p.add_argument("--temperature", type=finite_float, default=0.7)
     p.add_argument("--top-k", type=int, default=0)
@@ -59,6 +66,7 @@ def trace_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--intervene", action="append", default=[], metavar="SPEC", help=INTERVENE_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--allow-partly-random", action="store_true", help=PARTLY_RANDOM_HELP)
     from llm_lens.core.cli import ndif
 
     ndif.add_arguments(p)  # --engine ndif, --open-head, --full-logits
@@ -103,7 +111,10 @@ def load_engine(args: argparse.Namespace) -> tuple[Any, Any]:
 
     say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
     doing(f"loading the model {args.model or 'bundled'}")
-    engine = Engine(load_model(args.model, args.device, args.dtype, say))
+    allow = bool(getattr(args, "allow_partly_random", False))
+    engine = Engine(load_model(args.model, args.device, args.dtype, say, allow))
+    if engine.info.partly_random:
+        print(f"llm-lens: warning: {args.model}: {engine.info.partly_random}", file=sys.stderr)
     prompt = engine.tokenize(args.prompt, chat=not args.raw, parse_special=args.parse_special)
     return engine, prompt
 
@@ -115,23 +126,21 @@ def start_run(
     (engine, finished run, its cancel event)."""
     from llm_lens.core.sampling import GREEDY, SamplingParams
 
-    params = (  # checked before torch is even imported
-        GREEDY
-        if args.greedy
-        else SamplingParams(
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            min_p=args.min_p,
-            repetition_penalty=args.repetition_penalty,
-            seed=args.seed,
-        )
+    sampled = SamplingParams(  # checked before torch is even imported, greedy or not
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
+        seed=args.seed,
     )
+    params = GREEDY if args.greedy else sampled
     from llm_lens.core.loop.engine import RunConfig
 
-    new_tokens = max_new_tokens or args.max_new_tokens
-    config = RunConfig(max_new_tokens=new_tokens, stop_strings=tuple(args.stop))
     engine, prompt = load_engine(args)
+    asked = max_new_tokens or args.max_new_tokens
+    new_tokens = cap_new_tokens(asked, len(prompt.ids), engine.info.context_length, args.quiet)
+    config = RunConfig(max_new_tokens=new_tokens, stop_strings=tuple(args.stop))
     doing(f"generating with {engine.info.name}")
 
     def generate(cancel: threading.Event) -> Any:
@@ -142,6 +151,9 @@ def start_run(
                 if not args.quiet:
                     text = step.token.text.encode("utf-8", "replace").decode("utf-8")
                     print(text, end="", file=sys.stderr, flush=True)
+        except NonFiniteError as exc:
+            exc.partial = (engine, run)  # type: ignore[attr-defined]  # the steps before it
+            raise
         finally:
             if not args.quiet:
                 print(file=sys.stderr)  # the streamed text ends its line, whatever happens
@@ -178,13 +190,29 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
     return run_dict(engine, run)
 
 
+def non_finite_trace(exc: NonFiniteError) -> dict[str, Any]:
+    """The trace of a run the model broke: its steps before the failing one, finish reason
+    ``"non_finite"`` and the ``non_finite`` record (step, value, layer, sublayer, where,
+    positions)."""
+    from llm_lens.core.exports.trace import run_dict
+    from llm_lens.core.loop.nonfinite import placed
+
+    engine, run = exc.partial  # type: ignore[attr-defined]
+    data = run_dict(engine, run)
+    return data | {"finish_reason": "non_finite", "non_finite": placed(exc).as_dict()}
+
+
 def main(argv: list[str]) -> int:
     def body() -> int:
         args = trace_parser().parse_args(argv)
         check_inputs(args, args.session)
-        data = run_trace(args)
         from llm_lens.core.exports.trace import emit_json
 
+        try:
+            data = run_trace(args)
+        except NonFiniteError as exc:  # the trace so far, and where: then the line, exit 1
+            emit_json(non_finite_trace(exc), args.out)
+            raise
         emit_json(data, args.out)
         return 0
 

@@ -33,6 +33,7 @@ from llm_lens.desktop.widgets.pane import Pane, steady_axes
 from llm_lens.desktop.widgets.token_text import visible
 
 LENS_K = 5
+NAN_RED = "#ef5350"  # where the model computed NaN or Inf
 PROMPT_LENS_TOKENS = 1024  # the prompt lens unembeds every layer at every position: past this
 # many positions it is minutes of the worker (8,192 tokens: 31 × 8,192 unembeddings, ~5 min here)
 WAIT_TEXT = "lens computed when the run ends or when you select a step"
@@ -78,8 +79,29 @@ class LayerStackPane(Pane):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(split)
+        self.non_finite_label = QLabel()
+        self.non_finite_label.setStyleSheet(f"color: {NAN_RED}")
+        layout.addWidget(self.non_finite_label)
         controller.sig_busy_changed.connect(self.schedule)
+        controller.sig_non_finite.connect(self.mark_non_finite)
+        self.mark_non_finite(None)
         self.clear()
+
+    def mark_non_finite(self, placed: Any) -> None:
+        """Where the model first computed NaN or Inf: a red line at that layer on both norm
+        plots (0 = embeddings; the head past the last layer) and a line naming the sublayer."""
+        for line in self.non_finite_lines:
+            line.setVisible(placed is not None)
+        self.non_finite_label.setVisible(placed is not None)
+        if placed is None:
+            return
+        info = self.controller.info
+        last = int(getattr(info, "num_layers", 0) or 0)
+        at = 0 if placed.sublayer == "embeddings" else last if placed.layer is None else None
+        x = at if at is not None else placed.layer + 1  # layer i's output is point i + 1
+        for line in self.non_finite_lines:
+            line.setValue(x)
+        self.non_finite_label.setText(f"the model computed {placed.label}")
 
     # ----------------------------------------------------------------- building
     def _build_norms(self) -> None:
@@ -103,6 +125,12 @@ class LayerStackPane(Pane):
         )
         self.resid_plot.addItem(self.agree_line)
         self.agree_line.setVisible(False)
+        self.non_finite_lines = [
+            pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen(NAN_RED, width=2))
+            for _ in range(2)
+        ]
+        self.resid_plot.addItem(self.non_finite_lines[0])
+        self.update_plot.addItem(self.non_finite_lines[1])
 
     def _build_lens_table(self) -> None:
         self.lens_table = QTableWidget(0, LENS_K)

@@ -54,6 +54,7 @@ def parts_of(t: Any) -> tuple[float, ...]:
 # whose waits for the device put the thread to sleep), the waits are 0 in the records: say so
 UNMEASURED = "waiting (not measured with this device and thread count)"
 WAITS = ("blocked", "queued")
+NAN_RED = "#ef5350"  # the step where the model computed NaN or Inf
 
 
 def waits_measured(steps: Sequence[Any]) -> bool:
@@ -116,8 +117,23 @@ class TimingPane(Pane):
         layout.addWidget(self.view, stretch=1)
         layout.addWidget(self.stats_label)
         layout.addWidget(self.explain_label)
+        self.non_finite_line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen(NAN_RED))
+        self.plot.addItem(self.non_finite_line)
+        self.non_finite_label = QLabel()
+        self.non_finite_label.setStyleSheet(f"color: {NAN_RED}")
+        layout.addWidget(self.non_finite_label)
         controller.sig_run_finished.connect(self.schedule)
+        controller.sig_non_finite.connect(self.mark_non_finite)
+        self.mark_non_finite(None)
         self.clear()
+
+    def mark_non_finite(self, placed: Any) -> None:
+        """A red line at the step where the model computed NaN or Inf, and where it did."""
+        self.non_finite_line.setVisible(placed is not None)
+        self.non_finite_label.setVisible(placed is not None)
+        if placed is not None:
+            self.non_finite_line.setValue(placed.step)
+            self.non_finite_label.setText(f"stopped: the model computed {placed.label}")
 
     # ----------------------------------------------------------------- rendering
     def clear(self) -> None:

@@ -32,6 +32,8 @@ class Controller(QObject):
         sig_params_changed(object): sampling settings changed (``SamplingParams``).
         sig_result(str, object, object): an analysis result (kind, key, record) arrived.
         sig_error(str): a message for the user.
+        sig_non_finite(object): where the model first computed NaN or Inf in the run (a
+            :class:`~llm_lens.core.loop.nonfinite.NonFinite`), or None when a run starts.
         sig_busy_changed(bool): a load or a run started (True) or ended (False).
         sig_session_changed(): a session was opened, or the shown run became a live one.
         sig_saved(str, int): a session was written (path, bytes).
@@ -62,6 +64,7 @@ class Controller(QObject):
     sig_params_changed = Signal(object)
     sig_result = Signal(str, object, object)
     sig_error = Signal(str)
+    sig_non_finite = Signal(object)
     sig_busy_changed = Signal(bool)
     sig_session_changed = Signal()
     sig_saved = Signal(str, int)
@@ -95,6 +98,7 @@ class Controller(QObject):
         self.__shown = Shown(run_params=self._params)  # replaced by this class's methods only
         self._busy = False
         self._preparing = False
+        self.non_finite: Any = None  # NonFinite of the last run, when the model computed NaN
         self._ids = itertools.count(1)
         self.analyses = AnalysisRequests(self)
         self.link = WorkerLink(self)
@@ -389,6 +393,8 @@ class Controller(QObject):
         self.analyses.keep_model_wide()
         self._replace(prompt=prompt)
         self._preparing = True  # the panes clear now, at their normal rate; then the prefill
+        self.non_finite = None
+        self.sig_non_finite.emit(None)
         self.sig_run_started.emit(prompt)
         self.sig_session_changed.emit()
         from llm_lens.desktop.state.scheduler import scheduler
@@ -440,6 +446,12 @@ class Controller(QObject):
     def _on_error(self, where: str, message: str) -> None:
         if where != "analysis":
             self._set_busy(False)
+        from llm_lens.core.loop.nonfinite import from_message
+
+        placed = from_message(message) if where == "run" else None
+        if placed is not None:  # the run stopped where the model computed NaN or Inf
+            self.non_finite = placed
+            self.sig_non_finite.emit(placed)
         self.sig_error.emit(message)
 
     def _set_busy(self, busy: bool) -> None:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -151,7 +153,15 @@ def test_the_cli_says_where_in_one_line_and_exits_1(tokenizer, tmp_path, capsys)
         assert code == 1 and len(err) == 1, err
         assert "computed NaN at step 0: first in layer 1's MLP output" in err[0]
         assert SETTINGS_BLAME not in err[0]
-        assert not out.exists()  # no trace of a run that computed NaN
+        data = json.loads(out.read_text(), parse_constant=_refuse)  # strict JSON
+        assert data["steps"] == [] and data["finish_reason"] == "non_finite"
+        record = data["non_finite"]
+        assert (record["step"], record["layer"], record["sublayer"]) == (0, 1, "MLP")
+        out.unlink()
+
+
+def _refuse(name):
+    raise ValueError(f"not JSON: {name}")
 
 
 def test_positions_are_told_in_ranges():
