@@ -176,12 +176,15 @@ def sweep_family(model_type: str, tokenizer: Any) -> Result:
         run.run_all()
     except Exception as exc:
         return Result(model_type, True, False, kinds, "trace: " + one_line(exc))
-    failed = (
-        check_run(engine, run, want, want_logits)
-        or check_config_kv(config, run, engine.info)
-        or check_explain(engine, run)
-    )
-    return Result(model_type, True, failed is None, kinds, one_line(failed or "every check"))
+    try:
+        failed = check_run(engine, run, want, want_logits) or check_config_kv(
+            config, run, engine.info
+        )
+    except Exception as exc:
+        failed = "checks: " + one_line(exc)
+    explain_failed, note = check_explain(engine, run)
+    failed = failed or explain_failed
+    return Result(model_type, True, failed is None, kinds, one_line(failed or "every check" + note))
 
 
 def sweep(types: Sequence[str], tokenizer: Any, verbose: bool = True) -> list[Result]:

@@ -72,6 +72,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         layer_types=["sliding_attention", "full_attention"] * 2,
         num_kv_shared_layers=2,
         activation_sparsity_pattern=[0.0] * 4,
+        intermediate_size=[128] * 4,
     ),  # two layers that keep K/V, two that read theirs
 }
 NOT_TEXT_DECODERS = frozenset({"attn_config", "ffn_config"})  # sub-configs of a text model
