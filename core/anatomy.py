@@ -28,6 +28,7 @@ FINAL_NORM_NAMES = (
 POSITION_TABLE_NAMES = ("wpe", "embed_positions", "position_embeddings")
 ATTENTION = "attention"
 LATENT_ATTENTION = "latent attention"  # caches a compressed latent, not per-head K/V (MLA)
+SPARSE = "sparse "  # before an attention kind whose keys an indexer selects (DeepSeek's DSA)
 STATE_SPACE = "state-space"
 LINEAR_ATTENTION = "linear attention"
 SHORT_CONV = "short convolution"
@@ -160,9 +161,11 @@ def _other_mixer(layer: Any, attention: Any | None) -> tuple[str, Any] | None:
 
 def _kind(attention: Any | None, other: tuple[str, Any] | None) -> str:
     """The layer's mixer kind: one of the kinds, or two joined by " + " (Falcon-H1)."""
-    kinds = (
-        [] if attention is None else [LATENT_ATTENTION if latent_elements(attention) else ATTENTION]
-    )
+    kinds = []
+    if attention is not None:
+        base = LATENT_ATTENTION if latent_elements(attention) else ATTENTION
+        sparse = isinstance(getattr(attention, "indexer", None), torch.nn.Module)
+        kinds.append(SPARSE + base if sparse else base)
     if other is not None:
         kinds.append(other[0])
     return " + ".join(kinds) or NO_MIXER

@@ -115,7 +115,7 @@ class ModelInfo:
         """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""
         kinds = self.layer_kinds
         parts = kinds[layer].split(" + ") if layer < len(kinds) else ["attention"]
-        return not kinds or "attention" in parts or "latent attention" in parts
+        return not kinds or any(p.endswith("attention") and p != "linear attention" for p in parts)
 
     @property
     def head_sharing(self) -> str:

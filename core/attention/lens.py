@@ -43,6 +43,7 @@ def lens_attention(
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    attention_mask = selected_keys_mask(attention_mask, kwargs.pop("indices", None), query, key)
     tap, eager = current_tap(), own_eager(module)
     if tap is not None and tap.layer_of.get(id(module), -1) in tap.maps:
         # a prompt-map pass: record (the last asked layer ends the pass here) and hand back
@@ -65,6 +66,27 @@ def lens_attention(
     if tap is not None and id(module) in tap.layer_of:
         tap.observe(module, eager, (query, key, value, attention_mask), weights, kwargs)
     return output, weights
+
+
+def selected_keys_mask(mask: Any, indices: Any, query: Any, key: Any) -> Any:
+    """The mask with a sparse-attention indexer's selection folded in (DeepSeek-V3.2's and
+    GLM-MoE-DSA's DSA: ``indices`` (batch, q, top-k) are the keys each query reads), as the
+    model's own eager path folds it; ``mask`` unchanged without ``indices``. Boolean (True:
+    read), so the fast path, the eager function and every map later drawn from these tensors
+    read exactly the keys the model's indexer picked."""
+    if indices is None:
+        return mask
+    import torch
+
+    batch, _heads, q_len, _ = query.shape
+    keys = key.shape[2]
+    chosen = torch.zeros((batch, 1, q_len, keys), dtype=torch.bool, device=query.device)
+    chosen.scatter_(-1, indices.long().unsqueeze(1), True)  # (batch, 1, q, keys)
+    if mask is None:
+        causal = _block_mask(None, 0, q_len, keys - q_len, keys, query.dtype, query.device)
+        return chosen if causal is None else chosen & (causal == 0)
+    allowed = mask if mask.dtype == torch.bool else mask == 0
+    return allowed[..., :q_len, :keys] & chosen
 
 
 def register() -> None:

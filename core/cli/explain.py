@@ -64,11 +64,13 @@ def summary(data: dict[str, Any], top: int = 8) -> str:
         f" (final norm scale held at {data['norm_scale']:.4g})",
         f"  pieces sum to {data['sum']:.3f}; residual (biases) {data['residual']:.2e}",
     ]
+    if data.get("unsplit"):
+        lines[1:] = [f"  not split: {data['unsplit']}"]
     if data.get("after_unembed"):
         lines[-1] += f", of which the final soft-cap {data['after_unembed']:+.3f} (does not split)"
     if data.get("post_norm"):
         lines.append("  each block's post-attention norm is held at its scale for this step")
-    parts = [c for c in data["components"] if c["kind"] != "attn"]
+    parts = [c for c in data["components"] if c["kind"] != "attn" and not data.get("unsplit")]
     for c in sorted(parts, key=lambda c: -abs(c["value"]))[:top]:
         where = "" if c["layer"] is None else f" L{c['layer']}"
         where += "" if c["head"] is None else f" H{c['head']}"

@@ -33,7 +33,8 @@ import numpy as np
 import torch
 
 from llm_lens.core.explain.flow import FlowGraph, flow_graph
-from llm_lens.core.explain.hooks import out_weight
+from llm_lens.core.explain.hooks import NoSplit, out_weight
+from llm_lens.core.explain.partial import ONLY_INPUTS, split_refusal, unsplit_explanation
 from llm_lens.core.explain.trace import ContextTrace, check_additive, norm_diag, trace_context
 from llm_lens.core.records import StepRecord, frozen
 
@@ -62,6 +63,9 @@ class LogitAttribution:
     # soft-cap. Without either, the residual is float32 rounding, not a term of the model
     has_biases: bool = True
     has_softcap: bool = False
+    # why the logit is not split (every piece left at zero, the whole logit the residual):
+    # a layer that is not attention, latent attention, blocks not added as they are; "" if split
+    unsplit: str = ""
 
     @property
     def sum(self) -> float:
@@ -188,12 +192,21 @@ def explain(
     """Explain ``step``'s chosen token from a fresh pass over the context the step read.
 
     ``floor``: the lowest edge importance the flow graph keeps (a view may prune higher).
+    A model whose logit does not split over its pieces gets gradient × input and the reason
+    in one line (:mod:`.partial`), not an error.
     """
     if vs is not None and not 0 <= vs < engine.info.vocab_size:
         raise ValueError(f"--vs token id {vs} is outside the vocabulary")
     t0 = time.perf_counter()
-    trace = trace_context(engine, step.context_ids, step.token.id)
-    check_additive(engine, trace)
+    reason = split_refusal(engine)
+    if reason is None:
+        try:
+            trace = trace_context(engine, step.context_ids, step.token.id)
+            check_additive(engine, trace)
+        except NoSplit as exc:
+            reason = f"{exc}; {ONLY_INPUTS}"
+    if reason is not None:
+        return unsplit_explanation(engine, step, vs, reason, t0)  # type: ignore[no-any-return]
     t1 = time.perf_counter()
     logits = logit_attribution(engine, trace, vs)
     inputs = input_attribution(engine, trace)
@@ -244,6 +257,7 @@ def explanation_dict(x: Explanation, threshold: float = 0.04) -> dict[str, Any]:
         "residual": lg.residual,
         "after_unembed": lg.after_unembed,
         "post_norm": lg.post_norm,
+        "unsplit": lg.unsplit,
         "input_method": x.inputs.method,
         "logprob": x.inputs.logprob,
         "input_attribution": [

@@ -222,6 +222,19 @@ def _head_shares(a: torch.Tensor, u: torch.Tensor, diag: torch.Tensor | None) ->
     return norms / norms.sum(0, keepdim=True).clamp(min=1e-12)
 
 
+def empty_graph(engine: Any, ids: Any) -> FlowGraph:
+    """A graph with no edges over ``ids`` (a model whose logit does not split: :mod:`.partial`)."""
+    none = np.zeros(0)
+    return FlowGraph(
+        num_layers=engine.info.num_layers, num_heads=engine.info.num_heads,
+        tokens=tuple(engine.texts.text(int(i)) for i in ids), floor=1.0,
+        kind=frozen(none, np.int8), src_level=frozen(none, np.int32),
+        src_pos=frozen(none, np.int32), dst_level=frozen(none, np.int32),
+        dst_pos=frozen(none, np.int32), weight=frozen(none, np.float32),
+        head_shares=frozen(np.zeros((0, engine.info.num_heads)), np.float32),
+    )  # fmt: skip
+
+
 def _freeze(info: Any, trace: ContextTrace, engine: Any, floor: float, e: _Edges) -> FlowGraph:
     rows = np.array(e.rows, np.float64).reshape(-1, 6)
     shares = np.stack(e.shares) if e.shares else np.zeros((0, info.num_heads))

@@ -18,13 +18,17 @@ OUT_PROJECTIONS = ("o_proj", "c_proj", "dense", "out_proj")
 CACHE_KWARGS = ("cache", "past_key_values", "past_key_value", "layer_past")
 
 
+class NoSplit(ValueError):
+    """The logit does not split over this model's pieces; the message says why in one line."""
+
+
 def out_projection(attn: Any) -> Any:
     """The attention block's output projection (the module that mixes the heads' outputs)."""
     for name in OUT_PROJECTIONS:
         proj = getattr(attn, name, None)
         if proj is not None and hasattr(proj, "weight"):
             return proj
-    raise ValueError(f"{type(attn).__name__}: cannot find the attention output projection")
+    raise NoSplit(f"{type(attn).__name__}: cannot find the attention output projection")
 
 
 def out_weight(attn: Any) -> torch.Tensor:

@@ -36,6 +36,7 @@ import torch
 from llm_lens.core import kvcache
 from llm_lens.core.explain.hooks import (
     CACHE_KWARGS,
+    NoSplit,
     PassHooks,
     attended,
     attention,
@@ -194,7 +195,7 @@ def trace_context(
             attended(cache) as seen,
         ):
             out = model(
-                inputs_embeds=embeds,
+                inputs_embeds=embeds.clone(),  # CTRL scales its input embeddings in place
                 use_cache=True,
                 logits_to_keep=1,
                 output_attentions=keep,
@@ -277,7 +278,7 @@ def check_additive(engine: Any, trace: ContextTrace, tol: float = 1e-3) -> None:
         err = (step - trace.attn[:, -1] - trace.mlp_last).abs().amax(-1) / scale
         if bool((err > tol).any()):
             layer = int(err.argmax())
-            raise ValueError(
+            raise NoSplit(
                 f"{name}: layer {layer} does not add its attention and MLP outputs to the "
                 "residual stream as they are, so the logit does not split exactly over them"
             )
@@ -287,7 +288,7 @@ def check_additive(engine: Any, trace: ContextTrace, tol: float = 1e-3) -> None:
             proj = out_projection(block)
             got = proj(trace.heads_in[layer].to(proj.weight.dtype)).float()  # (hidden,)
             if float((got - raw[layer]).abs().max()) > tol * max(float(scale[layer]), 1e-6):
-                raise ValueError(
+                raise NoSplit(
                     f"{name}: layer {layer}'s attention output is not its heads through the "
                     "output projection, so the logit does not split exactly over the heads"
                 )

@@ -39,7 +39,8 @@ def seen_tokens(cache: Any) -> int:
     """Tokens the model has read into ``cache`` (a windowed layer's own count goes on past it)."""
     layers = getattr(cache, "layers", None)
     if layers is not None:
-        return max((int(la.get_seq_length()) for la in layers), default=0)
+        counts = [la.get_seq_length() for la in layers if hasattr(la, "get_seq_length")]
+        return max((int(n) for n in counts), default=0)  # a placeholder layer holds none
     return int(cache.get_seq_length())
 
 

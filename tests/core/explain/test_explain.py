@@ -378,11 +378,16 @@ def test_a_layer_that_does_not_add_its_blocks_as_they_are_is_one_clear_refusal(t
         lambda _m, _i, out: (out[0] * 1.5, *out[1:]) if isinstance(out, tuple) else out * 1.5
     )
     try:
-        with pytest.raises(ValueError, match="layer 1 does not add its attention and MLP"):
-            explain(tiny_engine, step)
+        x = explain(tiny_engine, step)
     finally:
         handle.remove()
-    explain(tiny_engine, step)  # and without the hook it splits
+    assert "layer 1 does not add its attention and MLP" in x.logits.unsplit
+    assert "\n" not in x.logits.unsplit and not x.logits.heads.any() and not x.graph.weight.size
+    full = explain(tiny_engine, step)  # without the hook it splits
+    assert not full.logits.unsplit and full.logits.heads.any()
+    # gradient × input still shown, from the model's own pass (the hooked one: it differs)
+    assert x.inputs.values.shape == full.inputs.values.shape
+    assert not np.allclose(x.inputs.values, full.inputs.values)
 
 
 def test_granite_scales_each_branch_and_the_logits_and_the_split_carries_both(loaded):
