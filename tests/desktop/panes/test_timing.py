@@ -118,8 +118,7 @@ def test_a_branch_says_which_steps_each_run_timed():
 
     steps = [SimpleNamespace(run_id=r) for r in (1, 1, 1, 4, 4)]
     assert runs_note(steps) == (
-        "a branch: steps 0–2 were timed in the run it branched from, steps 3–4 in the branch "
-        "itself"
+        "a branch: steps 0–2 were timed in the run it branched from, steps 3–4 in the branch itself"
     )
     assert runs_note(steps[:3]) == ""
 
