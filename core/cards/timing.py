@@ -1,4 +1,5 @@
-"""The Timing card: the prefill's time to first token against each later step's."""
+"""The Timing card: the prefill's time to first token against a later step's mean (the
+figures the Timing pane names: TTFT and the mean inter-token latency)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,6 @@ def timing_card(steps: Sequence[StepRecord], n_prompt: int) -> Explainer:
     headline = (
         f"The prefill read {count(n_prompt, 'token')} in {first:.1f} ms (time to first token)"
     )
-    if rest:
-        headline += f"; each later step took {float(np.median(rest)):.1f} ms (median)"
+    if rest:  # the mean: the Timing pane's "mean inter-token latency", the same figure
+        headline += f"; a later step took {float(np.mean(rest)):.1f} ms (mean inter-token latency)"
     return Explainer(headline + ".", shows, (), (), "Run with a longer prompt: only TTFT grows.")

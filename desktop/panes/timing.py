@@ -30,7 +30,7 @@ PARTS = (
     ("sample", "sample", "#ffb74d"),
     ("capture", "capture", "#ce93d8"),
     ("blocked", "waiting: GIL", "#e57373"),
-    ("queued", "waiting: a core", "#8d6e63"),
+    ("queued", "waiting: a CPU core", "#8d6e63"),
     ("between", "between steps", "#9e9e9e"),
 )
 
@@ -55,6 +55,33 @@ def parts_of(t: Any) -> tuple[float, ...]:
 UNMEASURED = "waiting (not measured with this device and thread count)"
 WAITS = ("blocked", "queued")
 NAN_RED = "#ef5350"  # the step where the model computed NaN or Inf
+
+
+def runs_note(steps: Sequence[Any]) -> str:
+    """On a branch's path, which steps were timed in which run: the steps before the branch
+    point are the run it branched from (its prefill is that run's), the rest the branch's own."""
+    ids = [s.run_id for s in steps]
+    if len(set(ids)) < 2:
+        return ""
+    own = next(i for i in range(len(ids)) if ids[i] == ids[-1] and len(set(ids[i:])) == 1)
+    return (
+        f"a branch: steps 0–{own - 1} were timed in the run it branched from, "
+        f"steps {own}–{len(ids) - 1} in the branch itself"
+    )
+
+
+def waiting_note(t: dict[str, np.ndarray]) -> str:
+    """Where waiting for a core is a good part of the decode steps, what that means: the
+    machine's load (other threads and programs on its cores), not the model's work."""
+    decode = t["total_ms"][1:]
+    queued = float(t["queued"][1:].sum())
+    if not decode.size or queued < 0.25 * float(decode.sum()):
+        return ""
+    return (
+        f" {queued / float(decode.sum()):.0%} of the decode steps' time was waiting for a CPU "
+        "core: other threads and programs held the machine's cores. That is the machine's load, "
+        "not the model's work; the forward, sample and capture parts are the model's own."
+    )
 
 
 def waits_measured(steps: Sequence[Any]) -> bool:
@@ -195,8 +222,8 @@ class TimingPane(Pane):
         """TTFT, the decode steps' time and rate, the selected step's parts.
 
         One set of figures: a step's time is the loop's own (``total_ms``, as TTFT, the
-        latency and the card measure it); the mean and the card's median are both named,
-        and the parts on the second line add up to that mean."""
+        latency and the card measure it); a decode step is the mean inter-token latency here,
+        in the card and in the explanation, and the parts on the second line add up to it."""
         t = timings(steps)
         decode = t["total_ms"][1:]
         summary = self.controller.summary
@@ -204,16 +231,17 @@ class TimingPane(Pane):
         overall = f", overall {summary.tokens_per_s:.1f} tokens/s" if finished else " (running)"
         ttft = float(t["total_ms"][0])
         itl = float(decode.mean()) if decode.size else float("nan")
-        median = f" (median {float(np.median(decode)):.1f})" if decode.size else ""
         rate = decode.size / decode.sum() * 1e3 if decode.size and decode.sum() > 0 else 0.0
         measured = waits_measured(steps)
         instrument = self.instrument_text(t, measured) if decode.size else ""
         f, s_, c, g, q, b = parts_of(step.timing)
         wall = f + s_ + c + g + q + b
-        waiting = f"waiting for the GIL {g:.1f} + for a core {q:.1f}" if measured else UNMEASURED
+        waiting = f"waiting for the GIL {g:.1f} + for a CPU core {q:.1f}"
+        waiting = waiting if measured else UNMEASURED
+        branch = f"{runs_note(steps)}\n" if runs_note(steps) else ""
         return (
-            f"TTFT {ttft:.1f} ms · mean inter-token latency {itl:.1f} ms{median} · "
-            f"decode {rate:.1f} tokens/s{overall}\n{instrument}"
+            f"TTFT {ttft:.1f} ms · mean inter-token latency {itl:.1f} ms · "
+            f"decode {rate:.1f} tokens/s{overall}\n{instrument}{branch}"
             f"step {step.index}: forward {f:.1f} + sample {s_:.1f} + capture {c:.1f} + "
             f"{waiting} + between {b:.1f} = {wall:.1f} ms"
         )
@@ -232,13 +260,13 @@ class TimingPane(Pane):
             )
         return (
             f"decode steps, mean: the model's own {own:.1f} ms + waiting for the GIL "
-            f"{t['blocked'][1:].mean():.1f} ms + for a core {t['queued'][1:].mean():.1f} ms "
+            f"{t['blocked'][1:].mean():.1f} ms + for a CPU core {t['queued'][1:].mean():.1f} ms "
             f"= {itl:.1f} ms a step · {between}\n"
         )
 
     def explanation(self, steps: Sequence[Any]) -> str:
-        """Why the first token is slow, in this run's own numbers (the same TTFT and median
-        step as the line above and the card)."""
+        """Why the first token is slow, in this run's own numbers (the same TTFT and mean
+        inter-token latency as the line above and the card)."""
         pre = steps[0]
         n, first = pre.kv.tokens, pre.timing.total_ms
         text = (
@@ -248,16 +276,20 @@ class TimingPane(Pane):
         )
         if len(steps) < 2:
             return text
-        step_ms = float(np.median([s.timing.total_ms for s in steps[1:]]))
+        step_ms = float(np.mean([s.timing.total_ms for s in steps[1:]]))
         cached = steps[-1].kv.tokens - 1
         per_token = first / n if n else float("nan")
-        return text + (
-            f" Each decode step reads 1 token and the cache of up to {cached} tokens: "
-            f"{step_ms:.1f} ms (median). The first token is slow because the whole prompt must "
-            "pass through every layer before anything can be sampled; after that the cached "
-            "keys and values are reused, so a step costs one token's work "
-            f"({step_ms:.1f} ms for one token vs {per_token:.2f} ms per token in the parallel "
-            "prefill)."
+        return (
+            text
+            + (
+                f" Each decode step reads 1 token and the cache of up to {cached} tokens: "
+                f"{step_ms:.1f} ms (mean inter-token latency). The first token is slow because the "
+                "whole prompt must pass through every layer before anything can be sampled; after "
+                "that the cached keys and values are reused, so a step costs one token's work "
+                f"({step_ms:.1f} ms for one token vs {per_token:.2f} ms per token in the parallel "
+                "prefill)."
+            )
+            + (waiting_note(timings(steps)) if waits_measured(steps) else "")
         )
 
     # ----------------------------------------------------------------- interaction

@@ -15,26 +15,9 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QFontMetricsF
 
 from llm_lens.desktop.widgets.pane import plain_axis
-from llm_lens.desktop.widgets.token_text import visible_text
+from llm_lens.desktop.widgets.token_text import spaced_ticks, visible_text
 
 KIND_COLOURS = {0: (66, 133, 244), 1: (150, 150, 150), 2: (244, 160, 0)}  # attn, residual, mlp
-LABEL_GAP = 10  # pixels at least between two token labels on the axis
-
-
-def spaced_ticks(
-    positions: list[int], widths: list[float], px_per_unit: float, gap: float = LABEL_GAP
-) -> list[int]:
-    """Which of the (sorted) ``positions`` get a label: a label ``widths[i]`` pixels wide,
-    centred on its position, is kept only where it clears the last kept one by ``gap`` pixels,
-    so token labels never run together ('fundambuildiblock')."""
-    kept: list[int] = []
-    right = -np.inf  # the kept labels' right edge, in pixels
-    for i, position in enumerate(positions):
-        centre = position * px_per_unit
-        if centre - widths[i] / 2 >= right + gap:
-            kept.append(i)
-            right = centre + widths[i] / 2
-    return kept
 
 
 class FlowView(QObject):

@@ -41,6 +41,7 @@ from llm_lens.core.tokens import (
 WHITESPACE = {" ": "·", "\n": "↵", "\t": "→", "\r": "␍"}  # how each whitespace character is shown
 _WHITESPACE = str.maketrans(WHITESPACE)
 HPAD, VPAD, GAP = 4.0, 2.0, 3.0
+LABEL_GAP = 10  # pixels at least between two token labels on an axis
 USER_SPECIAL = "#c2185b"  # outline of a special token the user's own text produced
 
 
@@ -60,6 +61,23 @@ def label_step(cells: float, pixels: float, label_px: float) -> int:
     """Show every k-th of ``cells`` labels along ``pixels`` so that each gets ``label_px``."""
     per_cell = max(pixels, 1.0) / max(cells, 1.0)
     return max(1, math.ceil(label_px / per_cell))
+
+
+def spaced_ticks(
+    positions: Sequence[float], widths: Sequence[float], px_per_unit: float, gap: float = LABEL_GAP
+) -> list[int]:
+    """Which of the (sorted) ``positions`` get a label: a label ``widths[i]`` pixels wide,
+    centred on its position, is kept only where it clears the last kept one by ``gap`` pixels,
+    so token labels of any width never run together ('fundambuildiblock')
+    (:func:`label_step` spaces labels of one height evenly)."""
+    kept: list[int] = []
+    right = -math.inf  # the kept labels' right edge, in pixels
+    for i, position in enumerate(positions):
+        centre = position * px_per_unit
+        if centre - widths[i] / 2 >= right + gap:
+            kept.append(i)
+            right = centre + widths[i] / 2
+    return kept
 
 
 def piece_label(text: str, raw: bytes, special: bool = False) -> str:

@@ -11,7 +11,8 @@ import pytest
 from PySide6.QtCore import QPointF
 from PySide6.QtGui import QFontMetricsF
 
-from llm_lens.desktop.widgets.flow_view import LABEL_GAP, FlowView, spaced_ticks
+from llm_lens.desktop.widgets.flow_view import FlowView
+from llm_lens.desktop.widgets.token_text import LABEL_GAP, spaced_ticks
 
 
 def test_spaced_ticks_keep_labels_apart():

@@ -14,10 +14,15 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSignalBlocker, Signal
-from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
 from llm_lens.core import cards as ex
+from llm_lens.desktop.panes.attention.axes import (
+    LONG_PROMPT,
+    contrast_levels,
+    frame_view,
+    token_ticks,
+)
 from llm_lens.desktop.panes.attention.cells import (
     TILE,
     SelectionMarks,
@@ -27,31 +32,18 @@ from llm_lens.desktop.panes.attention.cells import (
     tile_cell,
     tile_text,
 )
+from llm_lens.desktop.panes.attention.header import gqa_note, map_note
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.selection import context_tokens
 from llm_lens.desktop.widgets.common import ATTENTION_MAP_SIZE
 from llm_lens.desktop.widgets.pane import HoverTarget, Pane, plain_axis, steady_axes
-from llm_lens.desktop.widgets.token_text import label_step, visible_text
+from llm_lens.desktop.widgets.token_text import visible_text
 
 MAP_SIZE = ATTENTION_MAP_SIZE
 MAX_IMAGE = 1024  # cells per side of the heatmap, at most
 OVERVIEW_TOKENS = 2048  # longer prompts: the overview shows each head's recorded last row (every
 # head's whole map is layers × heads × T² scores: minutes of the worker at 8,192 tokens)
 BUCKET = 32  # the heatmap's image grows in steps of this many cells (stable shapes)
-
-
-def gqa_note(info: Any, head: int) -> str:
-    """'head 4 shares KV head 1 with heads 3, 5 (GQA 9:3)' for a grouped-query model."""
-    kind = info.head_sharing
-    for kv, group in enumerate(info.gqa_groups):
-        if head in group:
-            others = [str(h) for h in group if h != head]
-            if not others:
-                return f"head {head} has its own KV head {kv} ({kind})"
-            if kind == "MQA":
-                return f"head {head} shares the one KV head with all {len(group)} heads (MQA)"
-            return f"head {head} shares KV head {kv} with heads {', '.join(others)} ({kind})"
-    return ""
 
 
 class _TileImage(pg.ImageItem):
@@ -92,6 +84,7 @@ class AttentionPane(Pane):
         self.block = 1
         self._grid_shape: tuple[int, int] = (0, 0)
         self._view_size = 0
+        self._contrast_prompt: Any = None  # the prompt whose length last set the contrast
         self._build_controls()
         self._build_plots()
         controller.sig_head_requested.connect(self.show_head)
@@ -181,6 +174,7 @@ class AttentionPane(Pane):
         if ctl.info is None or ctl.prompt is None or step is None:
             return
         self._sync_model(ctl.info)
+        self._contrast_for(ctl.prompt)
         layer, head = self.layer_box.value(), self.head_box.value()
         amap = ctl.request_analysis("attention_map", layer=layer, head=head, max_size=MAP_SIZE)
         if amap is not None:
@@ -192,6 +186,17 @@ class AttentionPane(Pane):
             self._apply_ticks()
         self._header(step, layer, head, amap)
         self._render_overview(step)
+
+    def _contrast_for(self, prompt: Any) -> None:
+        """Contrast on, once, for each new prompt over ``LONG_PROMPT`` tokens: a query spread
+        over hundreds of keys has weights of a few thousandths, black on a 0..1 scale. The box
+        shows it; unchecked again, it stays off for that prompt."""
+        if prompt is self._contrast_prompt:
+            return
+        self._contrast_prompt = prompt
+        if len(prompt) > LONG_PROMPT and not self.contrast.isChecked():
+            with QSignalBlocker(self.contrast):
+                self.contrast.setChecked(True)
 
     def _sync_model(self, info: Any) -> None:
         """Spin-box ranges and the overview's separators follow the loaded model."""
@@ -246,40 +251,16 @@ class AttentionPane(Pane):
         return image, size
 
     def _fit_view(self, content: int) -> None:
-        """Frame the selected step's map, nothing more: the image keeps a padded, stable shape
-        (a whole run's size), and auto-range or zooming out would show its empty padding."""
-        if content == self._view_size or content == 0:
-            return
-        self._view_size = content
-        vb = self.map_plot.getViewBox()
-        vb.setLimits(xMin=0, xMax=content, yMin=0, yMax=content)
-        vb.setRange(xRange=(0, content), yRange=(0, content), padding=0)
-        vb.disableAutoRange()
+        if content != self._view_size and content > 0:
+            self._view_size = content
+            frame_view(self.map_plot, content)
 
     def _levels(self) -> tuple[float, float]:
         """0..1, or stretched to the 98th percentile of the causal cells (beyond key 0)."""
-        if not self.contrast.isChecked() or self.matrix.size == 0:
-            return (0.0, 1.0)
-        causal = self.matrix[np.tril_indices_from(self.matrix, -1)]
-        if causal.size == 0:
-            return (0.0, 1.0)
-        return (0.0, float(max(np.percentile(causal, 98), 1e-3)))
+        return contrast_levels(self.matrix) if self.contrast.isChecked() else (0.0, 1.0)
 
     def _apply_ticks(self) -> None:
-        """Token labels on both axes, every k-th so that they never overlap at this size."""
-        vb = self.map_plot.getViewBox()
-        n = len(self.labels)
-        if n == 0:
-            return
-        metrics = QFontMetrics(self.map_plot.getAxis("bottom").style["tickFont"] or QFont())
-        widest = max(metrics.horizontalAdvance(label) for label in self.labels) + 8
-        x0, x1 = vb.viewRange()[0]
-        cells = max(x1 - x0, 1.0)  # cells on screen (zoomed in: fewer)
-        every_y = label_step(cells, vb.height(), metrics.height() + 2)
-        every_x = label_step(cells, vb.width(), widest)
-        for axis, every in (("left", every_y), ("bottom", every_x)):
-            ticks = [(i + 0.5, self.labels[i]) for i in range(0, n, every)]
-            self.map_plot.getAxis(axis).setTicks([ticks])
+        token_ticks(self.map_plot, self.labels)
 
     def _relabel(self, *_: object) -> None:
         if self.labels:
@@ -314,14 +295,13 @@ class AttentionPane(Pane):
         windows = getattr(step.kv, "windows", None) or ()
         if layer < len(windows) and windows[layer]:
             parts.append(f"sliding window: each query sees its last {windows[layer]} positions")
-        if info.attention_note:
-            parts.append(info.attention_note)
-        elif not info.has_attention(layer):
-            parts.append(no_attention_note(info.layer_kinds[layer]))
-        elif amap is None:
-            parts.append(self.controller.waiting_text("prompt map", "computing the prompt map…"))
-        elif self.block > 1:
-            parts.append(f"max-pooled in blocks of {self.block} positions")
+        waiting = self.controller.waiting_text("prompt map", "computing the prompt map…")
+        note = map_note(info, layer, amap, self.block, waiting)
+        if note:
+            parts.append(note)
+        if self.contrast.isChecked() and amap is not None:
+            top = self._levels()[1]
+            parts.append(f"contrast: colours stretched to 0–{top:.3g} (98th percentile)")
         if step.index == 0 and len(self.controller.prompt or ()) > OVERVIEW_TOKENS:
             parts.append(
                 f"overview: each head's last row (whole maps for prompts up to {OVERVIEW_TOKENS:,}"
@@ -410,11 +390,3 @@ class AttentionPane(Pane):
                 weight = float(self.matrix[q, k])
                 rows.append((int(qpos), full[q], int(self.positions[k]), full[k], weight))
         return header, rows
-
-
-def no_attention_note(kind: str) -> str:
-    """Why a layer of a hybrid or state-space model has no attention map (one line)."""
-    return (
-        f"this layer is a {kind} layer: it mixes tokens through a running state, not weights "
-        "over the earlier tokens, so it has no attention map (its rows stay empty)"
-    )

@@ -173,12 +173,75 @@ def test_attention_map_at_step_0_after_a_run_frames_the_prompt(qtbot, ran):
     (x0, x1), (y0, y1) = vb.viewRange()
     assert 0 <= x0 and x1 <= n and 0 <= y0 and y1 <= n and x1 - x0 > 0.9 * n
     metrics = QFontMetrics(pane.font())
-    widest = max(metrics.horizontalAdvance(t) for t in pane.labels)
-    for side, pixels, need in (
-        ("left", vb.height(), metrics.height()),
-        ("bottom", vb.width(), widest),
-    ):
-        ticks = [pos for pos, _ in pane.map_plot.getAxis(side)._tickLevels[0]]
-        assert len(ticks) >= 2
-        spacing = (ticks[1] - ticks[0]) * pixels / (x1 - x0)
-        assert spacing >= need * 0.9, (side, spacing, need)
+    ticks = [pos for pos, _ in pane.map_plot.getAxis("left")._tickLevels[0]]
+    assert len(ticks) >= 2
+    spacing = (ticks[1] - ticks[0]) * vb.height() / (y1 - y0)
+    assert spacing >= metrics.height() * 0.9, spacing
+
+
+def _key_spans(pane):
+    """Each key-axis label's left and right edge on screen, in order."""
+    from PySide6.QtCore import QPointF
+    from PySide6.QtGui import QFontMetricsF
+
+    axis = pane.map_plot.getAxis("bottom")
+    metrics = QFontMetricsF(axis.style.get("tickFont") or axis.font())
+    vb = pane.map_plot.getViewBox()
+    spans = []
+    for x, text in sorted(axis._tickLevels[0]):
+        centre = vb.mapViewToScene(QPointF(x, 0)).x()
+        half = metrics.horizontalAdvance(text) / 2
+        spans.append((centre - half, centre + half, text))
+    return spans
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [(680, 480), (636, 770)])
+def test_the_key_axis_labels_as_many_tokens_as_fit(qtbot, ran, size):
+    """A 38-token prompt's key axis was read off 3 labels (every k-th, k set by the widest);
+    now each label is kept where its own width clears the last: many, none overlapping."""
+    from llm_lens.desktop.panes.attention import AttentionPane
+
+    pane = AttentionPane(ran)
+    qtbot.addWidget(pane)
+    pane.resize(*size)
+    pane.show()
+    wait_result(qtbot, ran, "attention_map", layer=0, head=0, max_size=256)
+    last = ran.steps[-1].index
+    ran.request_select(last)
+    pane.render(ran.steps[last])
+    _settle(qtbot)
+    spans = _key_spans(pane)
+    assert len(spans) >= 8, [t for *_, t in spans]
+    for (_, right, _), (left, _, _) in zip(spans, spans[1:], strict=False):
+        assert left > right, spans
+    box = pane.map_plot.getViewBox().sceneBoundingRect()  # a label sticking out is not drawn
+    assert box.left() - 1 <= spans[0][0] and spans[-1][1] <= box.right() + 1, (box, spans)
+    for x, text in pane.map_plot.getAxis("bottom")._tickLevels[0]:
+        assert text == pane.labels[int(x)]
+
+
+@pytest.mark.slow
+def test_a_long_prompt_turns_the_contrast_on(qtbot, ran, monkeypatch):
+    """A prompt over LONG_PROMPT tokens: contrast on (a 0..1 scale showed it almost all black),
+    the colour bar stretched below 1 and said in the header; unchecked, it stays off."""
+    from llm_lens.desktop.panes.attention import AttentionPane
+    from llm_lens.desktop.panes.attention import pane as pane_module
+
+    monkeypatch.setattr(pane_module, "LONG_PROMPT", len(ran.prompt) - 1)
+    pane = AttentionPane(ran)
+    qtbot.addWidget(pane)
+    wait_result(qtbot, ran, "attention_map", layer=0, head=0, max_size=256)
+    render_step(pane, ran, 0)
+    assert pane.contrast.isChecked()
+    top = pane.bar.levels()[1]
+    assert top < 1.0 and top == pytest.approx(pane._levels()[1])
+    assert f"contrast: colours stretched to 0–{top:.3g}" in pane.header.text()
+    pane.contrast.setChecked(False)
+    render_step(pane, ran, 0)
+    assert not pane.contrast.isChecked() and pane.bar.levels() == (0.0, 1.0)
+    monkeypatch.setattr(pane_module, "LONG_PROMPT", len(ran.prompt))
+    other = AttentionPane(ran)
+    qtbot.addWidget(other)
+    render_step(other, ran, 0)
+    assert not other.contrast.isChecked()

@@ -109,3 +109,28 @@ def test_timing_says_when_the_waits_were_not_measured(qtbot, ran, tmp_path):
     pane.render(ran.current_step())
     names = [label.text for _, label in pane.plot.legend.items]
     assert names == [name for _, name, _ in PARTS]
+
+
+def test_a_branch_says_which_steps_each_run_timed():
+    from types import SimpleNamespace
+
+    from llm_lens.desktop.panes.timing import runs_note
+
+    steps = [SimpleNamespace(run_id=r) for r in (1, 1, 1, 4, 4)]
+    assert runs_note(steps) == (
+        "a branch: steps 0–2 were timed in the run it branched from, steps 3–4 in the branch itself"
+    )
+    assert runs_note(steps[:3]) == ""
+
+
+def test_waiting_for_a_core_is_said_to_be_the_machines_load():
+    import numpy as np
+
+    from llm_lens.desktop.panes.timing import waiting_note
+
+    total = np.array([400.0, 150.0, 150.0])
+    busy = {"total_ms": total, "queued": np.array([200.0, 90.0, 60.0])}
+    assert waiting_note(busy).startswith(" 50% of the decode steps' time was waiting for a CPU")
+    assert "not the model's work" in waiting_note(busy)
+    quiet = {"total_ms": total, "queued": np.array([200.0, 10.0, 5.0])}
+    assert waiting_note(quiet) == ""

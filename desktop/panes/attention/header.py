@@ -1,0 +1,42 @@
+"""The Attention pane's header line: which head is shown and what it shares (GQA, MQA), the
+step, a sliding window, a layer with no attention, pooling and contrast, in words."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def gqa_note(info: Any, head: int) -> str:
+    """'head 4 shares KV head 1 with heads 3, 5 (GQA 9:3)' for a grouped-query model."""
+    kind = info.head_sharing
+    for kv, group in enumerate(info.gqa_groups):
+        if head in group:
+            others = [str(h) for h in group if h != head]
+            if not others:
+                return f"head {head} has its own KV head {kv} ({kind})"
+            if kind == "MQA":
+                return f"head {head} shares the one KV head with all {len(group)} heads (MQA)"
+            return f"head {head} shares KV head {kv} with heads {', '.join(others)} ({kind})"
+    return ""
+
+
+def no_attention_note(kind: str) -> str:
+    """Why a layer of a hybrid or state-space model has no attention map (one line)."""
+    return (
+        f"this layer is a {kind} layer: it mixes tokens through a running state, not weights "
+        "over the earlier tokens, so it has no attention map (its rows stay empty)"
+    )
+
+
+def map_note(info: Any, layer: int, amap: Any, block: int, waiting: str) -> str:
+    """What the map is or why there is none: a layer without attention, a map still being
+    computed (``waiting``), or one max-pooled in blocks of ``block`` positions."""
+    if info.attention_note:
+        return str(info.attention_note)
+    if not info.has_attention(layer):
+        return no_attention_note(info.layer_kinds[layer])
+    if amap is None:
+        return waiting
+    if block > 1:
+        return f"max-pooled in blocks of {block} positions"
+    return ""
