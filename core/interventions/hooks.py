@@ -9,6 +9,7 @@ form for scripts. Hooks never copy a model class: each edits one module's input 
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any
@@ -45,6 +46,20 @@ class Patcher:
         self.offset = 0  # the absolute position of the current pass's first token
         self.means: dict[tuple[int, int], Any] = {}  # (layer, head) -> (head_dim,) prompt mean
         self.heads = int(model.config.get_text_config(decoder=True).num_attention_heads)
+
+    def carried(self) -> Patcher:
+        """The same interventions for a run that goes on from this one's cache (a branch, a
+        continuation): the prompt means already read are kept, so the child changes the model
+        exactly as this run did."""
+        twin = copy.copy(self)
+        twin.means = dict(self.means)
+        return twin
+
+    @property
+    def reads_prompt(self) -> bool:
+        """Whether an intervention depends on the whole prompt (a head's prompt mean): a cache
+        made under it belongs to that prompt alone."""
+        return any(isinstance(i, HeadEdit) and i.op == "mean" for i in self.interventions)
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Patcher]:
@@ -173,3 +188,17 @@ def applied(
     patcher = Patcher(model, anatomy or Anatomy.of(model), interventions)
     with patcher.active():
         yield patcher
+
+
+@contextlib.contextmanager
+def hooked_for(run: Any) -> Iterator[None]:
+    """The interventions of ``run`` (a live run, a branch's path, anything with a ``patcher``
+    or a ``run`` that has one) hooked on for the passes inside; nothing for a plain run. An
+    analysis that reads the model again (a prompt's attention maps, "why this token?") runs
+    inside, so it sees the model the run saw."""
+    patcher = getattr(run, "patcher", None) or getattr(getattr(run, "run", None), "patcher", None)
+    if patcher is None:
+        yield
+        return
+    with patcher.active():
+        yield

@@ -12,6 +12,7 @@ from typing import Any
 from llm_lens.core.attention import attention_map, attention_overview
 from llm_lens.core.embeddings import embedding_projection, hidden_paths, neighbours
 from llm_lens.core.explain.attribution import explain
+from llm_lens.core.interventions import hooked_for
 from llm_lens.core.layers import logit_lens, prompt_lens
 from llm_lens.core.positions import position_view
 
@@ -21,8 +22,15 @@ def compute(kind: str, engine: Any, run: Any, args: dict[str, Any]) -> Any:
 
     Returns None when the run lacks what the kind needs (no prefill yet, no KV cache for a
     recorded run). Kinds: lens, prompt_lens, attention_map, attention_overview,
-    embedding_projection, hidden_paths, neighbours, positions, explain (step, vs).
+    embedding_projection, hidden_paths, neighbours, positions, explain (step, vs). What reads
+    the model again does so under the run's interventions (the lens reads the recorded states,
+    which were made under them).
     """
+    with hooked_for(run):
+        return _compute(kind, engine, run, args)
+
+
+def _compute(kind: str, engine: Any, run: Any, args: dict[str, Any]) -> Any:
     if kind == "embedding_projection":
         return embedding_projection(engine)
     if kind == "neighbours":

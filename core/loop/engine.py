@@ -147,9 +147,12 @@ class Engine:
         start: RunStart,
         config: RunConfig | None = None,
         cancel: threading.Event | None = None,
+        interventions: Sequence[Intervention] = (),
     ) -> Run:
         """A run that begins from ``start`` (a cache holding a prefix of ``prompt``, and perhaps
-        the prompt's logits) instead of an empty cache. The run owns and extends that cache."""
+        the prompt's logits) instead of an empty cache. The run owns and extends that cache;
+        ``interventions`` are hooked on for its own passes (the cache must have been made under
+        the same ones: :mod:`llm_lens.core.runs.prefix` keys it so)."""
         cached = start.cached_tokens
         fits = cached == len(prompt) if start.is_full else cached < len(prompt)
         if not fits:
@@ -157,7 +160,10 @@ class Engine:
                 f"the start holds {cached} tokens, which does not fit a prompt of {len(prompt)}"
             )
         run_config, event = config or RunConfig(), cancel or threading.Event()
-        return Run(self, prompt, params, run_config, event, start=start)
+        run = Run(self, prompt, params, run_config, event, start=start)
+        if interventions:
+            run.patcher = Patcher(self.model, self.anatomy, interventions)
+        return run
 
     def prefill(self, prompt: PromptTokens) -> RunStart:
         """Read the whole prompt once, captured exactly as a run's step 0 would be.

@@ -56,7 +56,8 @@ def branch(
     run_config: RunConfig,
     cancel: threading.Event | None = None,
 ) -> Run:
-    """A run continuing ``run`` as if step ``step_index`` had chosen ``token_id``.
+    """A run continuing ``run`` as if step ``step_index`` had chosen ``token_id`` (under
+    ``run``'s interventions, if any).
 
     The new run's prompt is the old prompt, the tokens generated before that step and the forced
     token; it starts from a cropped copy of ``run``'s cache (``run`` stays usable), so its step 0
@@ -73,7 +74,10 @@ def branch(
     cache = copy_cache(run.cache)
     crop_to(cache, len(prefix))
     prompt = extend_prompt(engine, run.prompt, [*prefix[len(run.prompt) :], token_id])
-    return engine.start_from(prompt, params, RunStart(cache), run_config, cancel)
+    child = engine.start_from(prompt, params, RunStart(cache), run_config, cancel)
+    if run.patcher is not None:  # the cache was made under them: the branch keeps them
+        child.patcher = run.patcher.carried()
+    return child
 
 
 def continue_run(
@@ -187,8 +191,16 @@ class PathRun:
     def generator(self) -> Any:
         return self.run.generator
 
+    @property
+    def interventions(self) -> tuple[Any, ...]:
+        """The interventions the path's runs were made under (a branch keeps its root's)."""
+        return tuple(self.run.interventions)
+
     def summary(self) -> RunSummary:
-        return RunSummary.of(self.run_id, self.prompt, self.steps, self.finish_reason)
+        summary = RunSummary.of(self.run_id, self.prompt, self.steps, self.finish_reason)
+        if self.interventions:
+            summary.extra["interventions"] = [i.to_dict() for i in self.interventions]
+        return summary
 
 
 @dataclass(frozen=True)

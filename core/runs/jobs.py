@@ -79,12 +79,13 @@ class ShownRun:
     steps: tuple[StepRecord, ...]
     summary: RunSummary
     params: SamplingParams
+    interventions: tuple[Any, ...] = ()  # what the run changed in the model (core.interventions)
 
     @classmethod
     def of(cls, path: Any) -> ShownRun:
         """A ``core.runs.branching.PathRun``, to show."""
         return cls(path.run_id, path.prompt, path.prefill, tuple(path.steps), path.summary(),
-                   path.params)  # fmt: skip
+                   path.params, tuple(path.interventions))  # fmt: skip
 
 
 @dataclass(frozen=True)

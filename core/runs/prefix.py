@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_lens.core.interventions import Intervention
 from llm_lens.core.loop.engine import Engine, Run, RunConfig, RunStart, copy_cache
 from llm_lens.core.records import PrefillCapture, PromptTokens, frozen
 from llm_lens.core.runs.branching import crop_to
@@ -54,18 +55,28 @@ class PrefixCache:
     def __init__(self) -> None:
         self.ids: list[int] = []
         self.cache: Any = None
+        self.interventions: tuple[Intervention, ...] = ()  # what the cache was computed under
+        self.own_prompt = False  # an intervention read the whole prompt: reuse none of it
 
     def remember(self, run: Run) -> None:
         """Keep a finished run's cache: it holds the prompt and every generated token but the
-        last (which was chosen, never read)."""
+        last (which was chosen, never read). The cache is keyed by the run's interventions."""
         if not run.steps or run.cache is None:
             return
         self.ids = [int(i) for i in run.steps[-1].context_ids]
         self.cache = run.cache
+        self.interventions = tuple(run.interventions)
+        self.own_prompt = run.patcher is not None and run.patcher.reads_prompt
 
-    def reuse(self, prompt_ids: Sequence[int]) -> tuple[int, Any]:
+    def reuse(
+        self, prompt_ids: Sequence[int], interventions: Sequence[Intervention] = ()
+    ) -> tuple[int, Any]:
         """(longest common prefix, cropped cache copy or None). At least one token is left to
-        read, since the prefill's logits are those of the prompt's last token."""
+        read, since the prefill's logits are those of the prompt's last token. A cache computed
+        under other interventions than ``interventions`` is never reused (nor one whose
+        interventions read its whole prompt: a head's prompt mean)."""
+        if tuple(interventions) != self.interventions or self.own_prompt:
+            return 0, None
         n = 0
         limit = min(len(self.ids), len(prompt_ids) - 1)
         while n < limit and self.ids[n] == prompt_ids[n]:
@@ -83,9 +94,14 @@ class PrefixCache:
         params: SamplingParams,
         run_config: RunConfig,
         cancel: threading.Event | None = None,
+        interventions: Sequence[Intervention] = (),
     ) -> tuple[Run, PrefixReuse]:
-        """A run of ``prompt`` that prefills only what the cache does not already hold."""
-        n, cache = self.reuse(prompt.ids)
-        start = RunStart(engine.new_cache() if cache is None else cache)
-        run = engine.start_from(prompt, params, start, run_config, cancel)
+        """A run of ``prompt`` (under ``interventions``) that prefills only what the cache does
+        not already hold."""
+        n, cache = self.reuse(prompt.ids, interventions)
+        if cache is None:  # a fresh start: exactly Engine.start
+            run = engine.start(prompt, params, run_config, cancel, interventions)
+            return run, PrefixReuse(0, len(prompt))
+        start = RunStart(cache)
+        run = engine.start_from(prompt, params, start, run_config, cancel, interventions)
         return run, PrefixReuse(n, len(prompt))

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from llm_lens.core.errors import PromptError
+from llm_lens.core.interventions import Patcher
 from llm_lens.core.loop.engine import EAGER_PREFILL_LIMIT, Engine, Run, RunConfig
 from llm_lens.core.sampling import SamplingParams
 
@@ -40,7 +41,8 @@ class Revived:
 
 def revive(engine: Engine, recorded: Any, cancel: threading.Event | None = None) -> Revived:
     """A :class:`~core.loop.engine.Run` equal to ``recorded`` (a ``SessionRun``) with its
-    KV cache rebuilt on ``engine``'s model.
+    KV cache rebuilt on ``engine``'s model, under the interventions it was recorded with (so a
+    continuation or branch of it keeps them).
 
     The cache holds the prompt and every generated token but the last, as a finished run's
     does; the sampler's generator is restored when the recording holds its state.
@@ -58,9 +60,8 @@ def revive(engine: Engine, recorded: Any, cancel: threading.Event | None = None)
     if len(context) > info.context_length:
         raise PromptError(f"the recording is longer than the model's context ({len(context)})")
     cache = engine.new_cache()
-    ids = torch.tensor([context], device=engine.device)  # (1, context)
-    with torch.inference_mode():
-        logits = engine.forward(ids, cache, len(context) <= EAGER_PREFILL_LIMIT)
+    patcher = _patcher(engine, recorded)
+    logits = _reread(engine, cache, context, len(prompt_ids), patcher)
     now = logits.float().cpu().numpy()
     # the top N logits are stored exactly (the rest as float16 since session format 2)
     top = np.asarray(steps[-1].top_ids, np.int64)
@@ -80,10 +81,34 @@ def revive(engine: Engine, recorded: Any, cancel: threading.Event | None = None)
         prefill=recorded.prefill,
         finish_reason=recorded.finish_reason,
         cache=cache,
+        patcher=patcher,
     )
     if recorded.generator_state is not None:
         run.generator = _generator(recorded.generator_state)
     return Revived(run, diff, float(np.max(np.abs(recorded_logits))))
+
+
+def _patcher(engine: Engine, recorded: Any) -> Patcher | None:
+    changes = tuple(getattr(recorded, "interventions", ()) or ())
+    return Patcher(engine.model, engine.anatomy, changes) if changes else None
+
+
+def _reread(
+    engine: Engine, cache: Any, context: list[int], prompt: int, patcher: Patcher | None
+) -> Any:
+    """The context read into ``cache``; its last logits. Under interventions the prompt is read
+    first, on its own, as the run read it (a head's prompt mean is the prompt's)."""
+    eager = len(context) <= EAGER_PREFILL_LIMIT
+    with torch.inference_mode():
+        if patcher is None:
+            return engine.forward(torch.tensor([context], device=engine.device), cache, eager)
+        with patcher.active():
+            parts = [context[:prompt], context[prompt:]]
+            logits = None
+            for part in (p for p in parts if p):
+                ids = torch.tensor([part], device=engine.device)  # (1, part)
+                logits = engine.forward(ids, cache, eager)
+            return logits
 
 
 def _generator(state: np.ndarray) -> Any:

@@ -45,6 +45,7 @@ class RunRequest:
     params: SamplingParams
     config: RunConfig
     parse_special: bool = False  # special-token text the user typed becomes control tokens
+    interventions: tuple[Any, ...] = ()  # core.interventions values hooked on for the run
 
 
 class Workbench:
@@ -127,7 +128,7 @@ class Workbench:
 
         prompt = self.engine.tokenize(request.text, request.chat,
                                       parse_special=request.parse_special)  # fmt: skip
-        run, reused = self._start(prompt, request.params, request.config)
+        run, reused = self._start(prompt, request.params, request.config, request.interventions)
         run.run_id = request.run_id
         self.store.runs = {request.run_id: run}  # kept runs answer again when shown
         ready = self.flags.panes_ready
@@ -148,13 +149,16 @@ class Workbench:
         shown = ShownRun.of(self.history.add_root(self.store, run))
         yield "history", (shown, self.history.nodes())
 
-    def _start(self, prompt: PromptTokens, params: SamplingParams, config: RunConfig
-               ) -> tuple[Run, int]:  # fmt: skip
-        """A run of ``prompt`` and how many prompt tokens it takes from the last run's cache
-        (always 0 unless prefix reuse is on)."""
+    def _start(self, prompt: PromptTokens, params: SamplingParams, config: RunConfig,
+               interventions: tuple[Any, ...] = ()) -> tuple[Run, int]:  # fmt: skip
+        """A run of ``prompt`` under ``interventions`` and how many prompt tokens it takes from
+        the last run's cache (always 0 unless prefix reuse is on and the cache was made under
+        the same interventions)."""
         if not self.flags.reuse_prefix or self._prefix is None:
-            return self.engine.start(prompt, params, config, self.cancel), 0
-        run, reuse = self._prefix.start(self.engine, prompt, params, config, self.cancel)
+            return self.engine.start(prompt, params, config, self.cancel, interventions), 0
+        run, reuse = self._prefix.start(
+            self.engine, prompt, params, config, self.cancel, interventions
+        )
         return run, reuse.tokens_reused
 
     def _after_prefill(self, run: Run, reused: int) -> float | None:

@@ -43,6 +43,7 @@ DTYPES = frozenset(
     {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"}
 )
 PARTS = ("attention", "logits", "hidden", "other")
+INTERVENTIONS = "interventions"  # the extras_json key of an intervened run's interventions
 _HALF_MAX = float(np.finfo(np.float16).max)
 
 
@@ -86,6 +87,14 @@ class SessionRun:
     @property
     def generated_ids(self) -> list[int]:
         return [s.token.id for s in self.steps]
+
+    @property
+    def interventions(self) -> tuple[Any, ...]:
+        """What the run changed in the model (``core.interventions`` values; () for a plain
+        run), recorded as their dicts under ``extras_json["interventions"]``."""
+        from llm_lens.core.interventions import from_dict
+
+        return tuple(from_dict(d) for d in self.extras_json.get(INTERVENTIONS, ()))
 
     def output_text(self) -> str:
         """The response, decoded from the bytes of its tokens (special tokens left out)."""
@@ -155,8 +164,16 @@ def session_from_run(
         steps=tuple(run.steps),
         prefill=run.prefill,
         prompt_attention=maps,
+        extras_json=intervention_json(run),
         generator_state=state,
     )
+
+
+def intervention_json(run: Any) -> dict[str, Any]:
+    """``{"interventions": [dict, ...]}`` for an intervened run (anything with
+    ``interventions``), {} for a plain one: the file says what the run changed."""
+    changes = tuple(getattr(run, "interventions", ()) or ())
+    return {INTERVENTIONS: [i.to_dict() for i in changes]} if changes else {}
 
 
 # ---- What a run's step arrays are called in the file -------------------------------------

@@ -252,7 +252,7 @@ def _run(d: dict[str, Any], arrays: dict[str, np.ndarray], version: int, vocab: 
         or (generator_state.dtype == np.uint8 and generator_state.ndim == 1),
         "malformed generator state",
     )
-    return SessionRun(
+    run = SessionRun(
         run_id=int(d["run_id"]),
         label=str(d["label"]),
         parent=(int(parent[0]), int(parent[1])) if parent is not None else None,
@@ -266,6 +266,18 @@ def _run(d: dict[str, Any], arrays: dict[str, np.ndarray], version: int, vocab: 
         extras_json=_mapping(d.get("extras_json")),
         generator_state=generator_state,
     )
+    _check_interventions(run)
+    return run
+
+
+def _check_interventions(run: SessionRun) -> None:
+    """A recorded run's interventions must read back as interventions (one line if not)."""
+    from llm_lens.core.interventions import InterventionError
+
+    try:
+        run.interventions  # noqa: B018 (read to check)
+    except (InterventionError, TypeError, AttributeError, ValueError) as exc:
+        _need(False, f"malformed interventions of run {run.run_id}: {exc}")
 
 
 def _maps(arrays: dict[str, np.ndarray], name: Any, version: int, t: int) -> np.ndarray | None:

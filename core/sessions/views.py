@@ -14,6 +14,7 @@ import numpy as np
 
 from llm_lens.core.attention import AttentionMap, attention_map, pool_rows
 from llm_lens.core.embeddings import EmbeddingProjection, embedding_projection, hidden_paths
+from llm_lens.core.interventions import hooked_for
 from llm_lens.core.layers import LensResult, PromptLens, logit_lens, prompt_lens
 from llm_lens.core.positions import PositionView, position_view, view_arrays, view_from_arrays
 from llm_lens.core.records import frozen
@@ -80,11 +81,16 @@ def prompt_attention_maps(run: Any) -> np.ndarray | None:
         return None
     if prefill.hidden.shape[1] != t or int(prefill.positions[0]) != 0:
         return None
+    with hooked_for(run):  # the maps of the model the run saw (a forgotten token hidden)
+        return _all_maps(engine, cache, prefill.hidden, t)
+
+
+def _all_maps(engine: Any, cache: Any, hidden: np.ndarray, t: int) -> np.ndarray | None:
     info = engine.info
     out = np.zeros((info.num_layers, info.num_heads, t, t), np.float32)  # (layers, heads, T, T)
     for layer in range(info.num_layers):
         for head in range(info.num_heads):
-            amap = attention_map(engine, cache, prefill.hidden, layer, head, t)
+            amap = attention_map(engine, cache, hidden, layer, head, t)
             if amap is None:  # a family whose attention LLM Lens cannot record
                 return None
             out[layer, head] = amap.weights
@@ -105,7 +111,7 @@ def recorded_run(
     if key not in memo:
         memo[key] = prompt_attention_maps(run)
     base = session_from_run(run, run.engine.info, label, parent, memo[key])
-    return dataclasses.replace(base, extras=arrays, extras_json=texts)
+    return dataclasses.replace(base, extras=arrays, extras_json={**base.extras_json, **texts})
 
 
 class RecordedAnalysis:

@@ -29,8 +29,9 @@ from PySide6.QtWidgets import (
 
 from llm_lens.core import cards as ex
 from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.state.whatif import head_changes
 from llm_lens.desktop.widgets.flow_view import FlowView
-from llm_lens.desktop.widgets.pane import Pane, steady_axes
+from llm_lens.desktop.widgets.pane import ContextTarget, Pane, steady_axes
 from llm_lens.desktop.widgets.token_text import Chip, ChipView, piece_label
 
 VS_CHOICES = 8  # the alternatives offered: the step's top tokens after the chosen one
@@ -286,6 +287,17 @@ class AttributionPane(Pane):
         if self.result is not None and 0 <= layer < self.result.logits.heads.shape[0]:
             if 0 <= head < self.result.logits.heads.shape[1]:
                 self.controller.request_head(layer, head)
+
+    def context_targets(self) -> list[ContextTarget]:
+        """A head of the heads heatmap: turn it off, scale it (What if?)."""
+        return [ContextTarget(self.heads_plot, lambda x, y: self.head_changes(y, x))]
+
+    def head_changes(self, row: float, col: float) -> list[Any]:
+        heads = None if self.result is None else self.result.logits.heads
+        layer, head = int(np.floor(row)), int(np.floor(col))
+        if heads is None or not (0 <= layer < heads.shape[0] and 0 <= head < heads.shape[1]):
+            return []
+        return head_changes(layer, head)
 
     def edge_clicked(self, edge: int) -> None:
         """An edge of the graph: its layer (and dominant head) to the Attention pane, its

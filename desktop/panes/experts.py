@@ -21,7 +21,8 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidg
 from llm_lens.core import cards as ex
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.selection import context_tokens
-from llm_lens.desktop.widgets.pane import Pane, steady_axes
+from llm_lens.desktop.state.whatif import expert_changes
+from llm_lens.desktop.widgets.pane import ContextTarget, Pane, steady_axes
 from llm_lens.desktop.widgets.token_text import label_step, visible_text
 
 DENSE = "this model has no experts (dense MLP): every token goes through the same MLP in each layer"
@@ -298,6 +299,17 @@ class ExpertsPane(Pane):
         )
 
     # ----------------------------------------------------------------- its story
+    def context_targets(self) -> list[ContextTarget]:
+        """An expert of a layer's router: forbid it, or route only to it (What if?)."""
+        return [ContextTarget(self.layer_plot, self.expert_changes)]
+
+    def expert_changes(self, x: float, y: float) -> list[Any]:
+        r = self.routing
+        row, expert = int(np.floor(y)), int(np.floor(x))
+        if r is None or not (0 <= row < len(r.layers) and 0 <= expert < r.num_experts):
+            return []
+        return expert_changes(int(r.layers[row]), expert)
+
     def explainer(self) -> ex.Explainer | None:
         ctl = self.controller
         step = ctl.current_step()

@@ -28,8 +28,9 @@ from PySide6.QtWidgets import (
 from llm_lens.core import cards as ex
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.selection import first_position_of
+from llm_lens.desktop.state.whatif import block_changes
 from llm_lens.desktop.widgets.marks import MARK_PEN, rect_xy
-from llm_lens.desktop.widgets.pane import Pane, steady_axes
+from llm_lens.desktop.widgets.pane import ContextTarget, Pane, steady_axes
 from llm_lens.desktop.widgets.token_text import visible
 
 LENS_K = 5
@@ -349,6 +350,16 @@ class LayerStackPane(Pane):
             "lens_column": position,
             "lens_top1": tuple(row[position] for row in lens.top1_texts),
         }
+
+    def context_targets(self) -> list[ContextTarget]:
+        """A row of the heatmap: the block that wrote it (row r is the stream after block
+        r − 1), its attention or MLP turned off or halved (What if?)."""
+        return [ContextTarget(self.heat_plot, lambda _x, y: self.block_changes(y))]
+
+    def block_changes(self, y: float) -> list[Any]:
+        rows = 0 if self._prompt_lens is None else self._prompt_lens.top1_ids.shape[0]
+        row = int(np.floor(y))
+        return block_changes(row - 1) if 1 <= row < rows else []
 
     def explainer(self) -> ex.Explainer | None:
         step = self.controller.current_step()

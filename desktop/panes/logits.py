@@ -31,6 +31,7 @@ from llm_lens.desktop.widgets.token_text import piece_label
 __all__ = ["CHOSEN_BRUSH", "LogitsPane", "bar_values", "tick_label"]
 
 TOP = 20
+CLEAN_BRUSH = pg.mkBrush(255, 255, 255, 200)  # the clean run's bar: a thin line in each bar
 
 
 def probability_ticks(top: float) -> list[tuple[float, str]]:
@@ -64,6 +65,12 @@ class LogitsPane(Pane):
         steady_axes(self.plot)
         self.bars = horizontal_bars(TOP)
         self.plot.addItem(self.bars)
+        zeros = np.zeros(TOP)  # the clean run's bars, beside an intervened run's (What if?)
+        self.clean_bars = pg.BarGraphItem(
+            x0=zeros, y=np.arange(TOP), width=zeros, height=0.18, brush=CLEAN_BRUSH, pen=None
+        )
+        self.plot.addItem(self.clean_bars)
+        self.clean_ends: np.ndarray | None = None  # as drawn (tests read them)
         self.values = [pg.TextItem(anchor=(0, 0.5)) for _ in range(TOP)]
         for item in self.values:
             self.plot.addItem(item)
@@ -117,8 +124,9 @@ class LogitsPane(Pane):
         label = "logit (raw score)" if as_logits else label
         if self.plot.getAxis("bottom").labelText != label:  # a new label re-lays out the plot
             self.plot.setLabel("bottom", label)
-        span = float(ends.max()) - base
-        self.plot.setXRange(base, float(ends.max()) + 0.25 * span, padding=0)
+        top = self._draw_clean(step, n, log, as_logits, base, float(ends.max()))
+        span = top - base
+        self.plot.setXRange(base, top + 0.25 * span, padding=0)
         probability = not (log or as_logits)  # the room for the bars' labels is no probability
         self.plot.getAxis("bottom").setTicks(
             [probability_ticks(float(ends.max()))] if probability else None
@@ -126,11 +134,35 @@ class LogitsPane(Pane):
         self.plot.setYRange(-0.6, n - 0.4, padding=0)
         self.info.setText(self._describe(step))
 
+    def _draw_clean(
+        self, step: StepRecord, n: int, log: bool, as_logits: bool, base: float, top: float
+    ) -> float:
+        """The clean run's value of each shown token as a thin line in its bar, when the run
+        shown is intervened and a clean run read the same context (What if?); returns the
+        largest value drawn (for the range)."""
+        ctl = self.controller
+        clean = ctl.whatif.clean_step(step) if ctl.interventions else None
+        if clean is None:
+            self.clean_ends = None
+            self.clean_bars.setOpts(x0=np.zeros(TOP), y=np.arange(TOP), width=np.zeros(TOP))
+            return top
+        logits = np.asarray(clean.logits, np.float64)
+        ids = np.asarray(step.top_ids[:n], np.int64)
+        values = logits[ids] - np.logaddexp.reduce(logits)  # clean log-probabilities
+        ends = logits[ids] if as_logits else values / np.log(10) if log else np.exp(values)
+        ends = np.maximum(ends, base)
+        self.clean_ends = ends
+        self.clean_bars.setOpts(x0=np.full(n, base), y=np.arange(n), width=ends - base)
+        return max(top, float(ends.max()))
+
     def _describe(self, step: StepRecord) -> str:
         """Chosen token, rank, probability, logprob and the entropy of the full distribution."""
         where = "" if self.chosen_row is not None else f" (outside the top {TOP})"
         bits = step.entropy / math.log(2)
         kind = "prefill" if step.is_prefill else f"step {step.index}"
+        kind = f"intervened {kind}" if self.controller.interventions else kind
+        if self.clean_ends is not None:
+            kind += " (white lines: the clean run)"
         tok = step.token
         return (
             f"{kind}: chose {piece_label(tok.text, tok.raw, tok.special)} (id {tok.id}) · "
@@ -142,6 +174,8 @@ class LogitsPane(Pane):
         self._step, self.chosen_row = None, None
         zeros = np.zeros(TOP)
         self.bars.setOpts(x0=zeros, y=np.arange(TOP), width=zeros, brushes=[BAR_BRUSH] * TOP)
+        self.clean_bars.setOpts(x0=zeros, y=np.arange(TOP), width=zeros)
+        self.clean_ends = None
         for item in self.values:
             item.setText("")
         self.plot.getAxis("left").setTicks([[], []])

@@ -35,8 +35,9 @@ from llm_lens.core.tokens import (
 )
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.selection import context_tokens
+from llm_lens.desktop.state.whatif import token_changes
 from llm_lens.desktop.widgets.marks import MARK_PEN
-from llm_lens.desktop.widgets.pane import Pane
+from llm_lens.desktop.widgets.pane import ContextTarget, Pane
 from llm_lens.desktop.widgets.token_text import (
     USER_SPECIAL,
     Chip,
@@ -346,6 +347,16 @@ class TokensPane(Pane):
         self._mark.position = position if position < len(self.model_view.chips) else -1
         self._mark.update()
         self.linked = {"chip": self._mark.position}
+
+    def context_targets(self) -> list[ContextTarget]:
+        """A model token chip: forget it (hidden from every later query, What if?)."""
+        return [ContextTarget(self.model_view, self.token_changes)]
+
+    def token_changes(self, x: float, y: float) -> list[Any]:
+        from PySide6.QtCore import QPointF
+
+        index = self.model_view.chip_at(QPointF(x, y))
+        return token_changes(index) if index >= 0 else []
 
     def explainer(self) -> ex.Explainer | None:
         ctl = self.controller

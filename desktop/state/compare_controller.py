@@ -232,8 +232,9 @@ class CompareController(QObject):
                           register_job(shown.run_id))  # fmt: skip
         ctl.request_serve()
         ctl.show_run(
-            shown.run_id, shown.prompt, shown.prefill, shown.steps, shown.summary, shown.params
-        )
+            shown.run_id, shown.prompt, shown.prefill, shown.steps, shown.summary, shown.params,
+            shown.interventions,
+        )  # fmt: skip
         if step >= 0:
             ctl.request_select(step)
 

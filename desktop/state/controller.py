@@ -88,6 +88,7 @@ class Controller(QObject):
     selected = shown_property("selected")
     token = shown_property("token")
     follow_live = shown_property("follow_live")
+    interventions = shown_property("interventions")
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -101,6 +102,9 @@ class Controller(QObject):
         self.non_finite: Any = None  # NonFinite of the last run, when the model computed NaN
         self._ids = itertools.count(1)
         self.analyses = AnalysisRequests(self)
+        from llm_lens.desktop.state.whatif import WhatIfList
+
+        self.whatif = WhatIfList(self)  # the What-if list: the next run's interventions
         self.link = WorkerLink(self)
         self._thread = self.link.model_thread
         # the window's only hold on the worker besides its signals: it never sets its fields
@@ -159,9 +163,12 @@ class Controller(QObject):
             self.sig_error.emit(str(exc))
             return
         self.request_stop()
-        self._replace(run_id=next(self._ids), run_params=params, follow_live=True)
+        changes = self.whatif.active()
+        self._replace(
+            run_id=next(self._ids), run_params=params, follow_live=True, interventions=changes
+        )
         self._set_busy(True)
-        self.link.run(RunRequest(self.run_id, text, chat, params, config, parse_special))
+        self.link.run(RunRequest(self.run_id, text, chat, params, config, parse_special, changes))
 
     def request_stop(self) -> None:
         """Cancel the running generation (between steps) or model load (between stages)."""
@@ -257,7 +264,7 @@ class Controller(QObject):
         self._shown = self._shown.cleared(
             session=session, session_path=path, dirty=False, recorded=recorded,
             prompt=run.prompt, prefill=run.prefill, steps=tuple(run.steps), summary=summary,
-            follow_live=True,
+            follow_live=True, interventions=tuple(getattr(run, "interventions", ())),
         )  # fmt: skip
 
     def replace_session(self, session: Any) -> None:
@@ -342,10 +349,12 @@ class Controller(QObject):
         self._set_busy(True)
 
     def show_run(
-        self, run_id: int, prompt: Any, prefill: Any, steps: Any, summary: Any, params: Any = None
-    ) -> None:
+        self, run_id: int, prompt: Any, prefill: Any, steps: Any, summary: Any, params: Any = None,
+        interventions: tuple[Any, ...] = (),
+    ) -> None:  # fmt: skip
         """Show a finished run made on the worker (a comparison column, a branch) in every pane
-        as if it had just run live; analyses read the workbench's ``store.runs[run_id]``."""
+        as if it had just run live; analyses read the workbench's ``store.runs[run_id]``.
+        ``interventions``: what the run was made under (the panes mark it)."""
         if self.busy:  # the live run's late records and end are dropped from now on
             self.request_stop()
             self._set_busy(False)
@@ -355,6 +364,7 @@ class Controller(QObject):
             recorded=None, session=None, session_path=None, prompt=prompt, prefill=prefill,
             steps=tuple(steps), summary=summary, follow_live=True, dirty=True,
             run_params=params if params is not None else self.run_params,
+            interventions=tuple(interventions),
         )  # fmt: skip
         self.sig_run_started.emit(prompt)
         self.sig_session_changed.emit()
@@ -373,7 +383,9 @@ class Controller(QObject):
         self._collector.settle()
         self.sessions.forget_origin()  # its runs belong to another model
         self._model_info = info
-        self._shown = self._shown.cleared(info=info, recorded=None, session=None, session_path=None)
+        self._shown = self._shown.cleared(
+            info=info, recorded=None, session=None, session_path=None, interventions=()
+        )
         self.analyses.forget()
         self._set_busy(False)
         self.sig_model_loaded.emit(info)

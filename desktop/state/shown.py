@@ -32,7 +32,8 @@ class Shown:
     ``dirty``: a live run not saved yet; ``selected``: the selected step (-1: none); ``token``:
     the selected token's position in prompt + response (-1: none, see
     :mod:`~llm_lens.desktop.state.selection`); ``follow_live``: the selection follows the
-    newest step.
+    newest step; ``interventions``: the ``core.interventions`` values the run was made under
+    (() for a clean run).
     """
 
     info: Any = None
@@ -50,6 +51,7 @@ class Shown:
     selected: int = -1
     token: int = -1
     follow_live: bool = True
+    interventions: tuple[Any, ...] = ()  # what the shown run changed in the model (What if?)
 
     def cleared(self, **changes: Any) -> Shown:
         """No run shown (no prompt, steps or selection), with ``changes`` applied."""

@@ -42,6 +42,15 @@ class HoverTarget(NamedTuple):
     scene: Any = None  # the scene whose mouse moves to follow (None: the plot's own)
 
 
+class ContextTarget(NamedTuple):
+    """A place a right-click offers What-if changes: ``changes_of(x, y)`` gets the view
+    coordinates under the mouse (a plain widget's own pixel coordinates) and returns the
+    ``core.interventions`` values to offer there, first the likeliest ([] outside the data)."""
+
+    plot: Any  # a pyqtgraph PlotItem, or a plain QWidget
+    changes_of: Callable[[float, float], list[Any]]
+
+
 def plain_axis(axis: Any) -> None:
     """No SI prefix on ``axis`` (a pyqtgraph AxisItem), now or later: ticks read the data.
 
@@ -314,6 +323,11 @@ class Pane(QWidget):
             layout.addWidget(label)
         self.readout = label
         return label
+
+    def context_targets(self) -> list[ContextTarget]:
+        """Where a right-click offers What-if changes (a head, a layer, an expert, a token):
+        the window adds the one chosen to ``controller.whatif``. None by default."""
+        return []
 
     def explainer(self) -> Explainer | None:
         """The card text now: the selected step's numbers in words (None: nothing to explain,

@@ -49,6 +49,7 @@ def pane_classes() -> list[type]:
     from llm_lens.desktop.panes.sampling import SamplingPane
     from llm_lens.desktop.panes.timing import TimingPane
     from llm_lens.desktop.panes.tokens import TokensPane
+    from llm_lens.desktop.panes.whatif import WhatIfPane
 
     return [
         TokensPane,
@@ -58,6 +59,7 @@ def pane_classes() -> list[type]:
         AttentionLinesPane,
         LayerStackPane,
         ExpertsPane,
+        WhatIfPane,
         KVCachePane,
         LogitsPane,
         SamplingPane,

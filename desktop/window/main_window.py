@@ -64,6 +64,9 @@ class MainWindow(QMainWindow):
 
         teach(self)
         self._build_status()
+        from llm_lens.desktop.window.whatif_menu import WhatIfMenus
+
+        self.whatif_menus = WhatIfMenus(self)  # right-click → What if?, the status mark
         self._build_menus()
         self._wire()
         self._restore()

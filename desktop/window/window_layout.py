@@ -4,9 +4,9 @@ The prompt, the response and the step scrubber take a strip across the top; the 
 rest in tab groups that follow the article's journey, so every pane is shown or one click away:
 
 - below 1700 px: [Tokens, Embeddings, Positions, Attention, Attention lines, Layer stack,
-  Experts] | [KV cache, Logits, Sampling, Timing, Why this token?]
+  Experts, What if?] | [KV cache, Logits, Sampling, Timing, Why this token?]
 - from 1700 px: [Tokens, Embeddings, Positions] | [Attention, Attention lines, Layer stack,
-  Experts, KV cache] | [Logits, Sampling, Timing, Why this token?]
+  Experts, What if?, KV cache] | [Logits, Sampling, Timing, Why this token?]
 
 Focus mode shows one pane alone in the window and puts every other dock back afterwards.
 """
@@ -25,14 +25,15 @@ JOURNEY = (
     "Attention lines",
     "Layer stack",
     "Experts",  # mixture-of-experts routing (a dense model: one line saying so)
+    "What if?",  # the interventions of the next run
     "KV cache",
     "Logits",
     "Sampling",
     "Timing",
     "Why this token?",
 )
-NARROW_GROUPS = (JOURNEY[:7], JOURNEY[7:])
-WIDE_GROUPS = (JOURNEY[:3], JOURNEY[3:8], JOURNEY[8:])
+NARROW_GROUPS = (JOURNEY[:8], JOURNEY[8:])
+WIDE_GROUPS = (JOURNEY[:3], JOURNEY[3:9], JOURNEY[9:])
 WIDE_FROM = 1700  # window width (px) from which three groups fit side by side
 # the tab each group shows in a fresh layout (the first group: Tokens, where the journey starts)
 NARROW_FIRST, WIDE_FIRST = (

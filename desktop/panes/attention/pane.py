@@ -35,8 +35,9 @@ from llm_lens.desktop.panes.attention.cells import (
 from llm_lens.desktop.panes.attention.header import gqa_note, map_note
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.selection import context_tokens
+from llm_lens.desktop.state.whatif import head_changes
 from llm_lens.desktop.widgets.common import ATTENTION_MAP_SIZE
-from llm_lens.desktop.widgets.pane import HoverTarget, Pane, plain_axis, steady_axes
+from llm_lens.desktop.widgets.pane import ContextTarget, HoverTarget, Pane, plain_axis, steady_axes
 from llm_lens.desktop.widgets.token_text import visible_text
 
 MAP_SIZE = ATTENTION_MAP_SIZE
@@ -351,6 +352,20 @@ class AttentionPane(Pane):
             HoverTarget(self.map_plot, self.cell_text),
             HoverTarget(self.grid_plot, self.tile_text),
         ]
+
+    def context_targets(self) -> list[ContextTarget]:
+        """A head of the grid (or the head shown in the map): turn it off, scale it."""
+        return [
+            ContextTarget(self.grid_plot, self.head_changes),
+            ContextTarget(self.map_plot, lambda _x, _y: self.head_changes(
+                (self.head_box.value() + 0.5) * TILE, (self.layer_box.value() + 0.5) * TILE)),
+        ]  # fmt: skip
+
+    def head_changes(self, x: float, y: float) -> list[Any]:
+        """What-if changes of the grid's head at (x, y) (pixels of the grid image)."""
+        layer, head = int(y // TILE), int(x // TILE)
+        rows, cols = self._grid_shape
+        return head_changes(layer, head) if 0 <= layer < rows and 0 <= head < cols else []
 
     def explainer(self) -> ex.Explainer | None:
         if self.matrix.size == 0:

@@ -1,0 +1,179 @@
+"""The What-if list: the interventions the next run is made under, each on or off, and the clean
+runs the intervened ones are compared with.
+
+A right-click on a head, a layer, an expert or a token adds an intervention
+(``llm_lens.core.interventions``) here; the What-if pane lists them. The controller sends the
+ones switched on with every run (``RunRequest.interventions``): the model thread applies them
+through core, as data, never a hook made here. Switching them all off gives the clean run.
+
+The last clean runs are remembered by their prompt, so the panes can show an intervened step
+beside the clean step that read the same context (the Logits pane's before/after bars).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from llm_lens.core.interventions import (
+    BlockEdit,
+    ExpertEdit,
+    Forget,
+    HeadEdit,
+    Intervention,
+    ResidualAdd,
+    ResidualPatch,
+)
+
+CLEAN_RUNS = 4  # clean runs remembered for comparison (their records are already held)
+
+
+@dataclass(frozen=True)
+class WhatIfEntry:
+    """One intervention of the list and whether the next run uses it."""
+
+    intervention: Intervention
+    on: bool = True
+
+
+def describe(item: Intervention) -> str:
+    """A short reading of one intervention: 'head 7.4 = 0', 'MLP 12 × 0.5', 'forget token 3'."""
+    if isinstance(item, HeadEdit):
+        how = "= prompt mean" if item.op == "mean" else _factor(item.factor)
+        return f"head {item.layer}.{item.head} {how}"
+    if isinstance(item, BlockEdit):
+        part = "MLP" if item.part == "mlp" else "attention"
+        return f"{part} {item.layer} {_factor(item.factor)}"
+    if isinstance(item, ExpertEdit):
+        experts = ",".join(map(str, item.experts))
+        return f"expert {item.layer}.{experts} " + ("off" if item.op == "off" else "forced")
+    if isinstance(item, Forget):
+        return f"forget token {item.position}"
+    if isinstance(item, ResidualAdd | ResidualPatch):
+        at = f" @{','.join(map(str, item.positions))}" if item.positions else ""
+        what = "+ vector" if isinstance(item, ResidualAdd) else "patched"
+        return f"residual {item.layer}{at} {what}"
+    return type(item).__name__
+
+
+def _factor(factor: float) -> str:
+    return f"× {factor:g}" if factor else "= 0"
+
+
+def mark_text(interventions: Any) -> str:
+    """'intervened: head 7.4 = 0, forget token 3' ('' for a clean run)."""
+    changes = tuple(interventions or ())
+    return "intervened: " + ", ".join(describe(i) for i in changes) if changes else ""
+
+
+class WhatIfList(QObject):
+    """The interventions of the next run and the clean runs to compare with.
+
+    Signals:
+        sig_changed(): an intervention was added, removed or switched.
+        sig_run_requested(): "Run with these": the window runs its prompt again.
+    """
+
+    sig_changed = Signal()
+    sig_run_requested = Signal()
+
+    def __init__(self, controller: Any) -> None:
+        super().__init__(controller)
+        self.controller = controller
+        self.entries: list[WhatIfEntry] = []
+        self._clean: dict[tuple[int, ...], tuple[Any, ...]] = {}  # prompt ids → clean steps
+        controller.sig_run_finished.connect(self._on_finished)
+
+    # ----------------------------------------------------------------- the list
+    def add(self, item: Intervention) -> None:
+        """Add ``item`` (switched on); one already listed is switched on instead. An edit of
+        the same head, block, expert set or token replaces the earlier one."""
+        kept = [e for e in self.entries if _place(e.intervention) != _place(item)]
+        self.entries = [*kept, WhatIfEntry(item)]
+        self.sig_changed.emit()
+
+    def remove(self, index: int) -> None:
+        if 0 <= index < len(self.entries):
+            del self.entries[index]
+            self.sig_changed.emit()
+
+    def switch(self, index: int, on: bool) -> None:
+        """Switch entry ``index`` on or off (kept in the list either way)."""
+        if 0 <= index < len(self.entries) and self.entries[index].on != on:
+            self.entries[index] = WhatIfEntry(self.entries[index].intervention, on)
+            self.sig_changed.emit()
+
+    def clear(self) -> None:
+        if self.entries:
+            self.entries = []
+            self.sig_changed.emit()
+
+    def active(self) -> tuple[Intervention, ...]:
+        """The interventions switched on: what the next run is made under."""
+        return tuple(e.intervention for e in self.entries if e.on)
+
+    def request_run(self) -> None:
+        """Run the prompt again with the interventions switched on."""
+        self.sig_run_requested.emit()
+
+    # ----------------------------------------------------------------- clean runs
+    def _on_finished(self, _summary: Any) -> None:
+        ctl = self.controller
+        if ctl.interventions or ctl.prompt is None or not ctl.steps:
+            return
+        key = tuple(ctl.prompt.ids)
+        self._clean.pop(key, None)
+        self._clean[key] = tuple(ctl.steps)
+        while len(self._clean) > CLEAN_RUNS:
+            self._clean.pop(next(iter(self._clean)))
+
+    def clean_step(self, step: Any) -> Any:
+        """The step of a clean run that read exactly the context ``step`` read (None when no
+        clean run of that prompt is remembered, or it chose other tokens before there)."""
+        if step is None:
+            return None
+        context = tuple(int(i) for i in step.context_ids)
+        for steps in reversed(self._clean.values()):
+            index = step.index
+            if index < len(steps) and tuple(int(i) for i in steps[index].context_ids) == context:
+                return steps[index]
+        return None
+
+
+def _place(item: Intervention) -> tuple[Any, ...]:
+    """What an intervention acts on: two edits of one place do not stack in the list."""
+    if isinstance(item, HeadEdit):
+        return ("head", item.layer, item.head)
+    if isinstance(item, BlockEdit):
+        return ("block", item.layer, item.part)
+    if isinstance(item, ExpertEdit):
+        return ("expert", item.layer, item.experts)
+    if isinstance(item, Forget):
+        return ("forget", item.position)
+    return ("other", item)
+
+
+# ---- what a right-click offers (the panes' ``context_targets`` call these) ----------------------
+
+
+def head_changes(layer: int, head: int) -> list[Intervention]:
+    """A head: off, halved, doubled, or its prompt mean."""
+    scaled: list[Intervention] = [HeadEdit(layer, head, "scale", f) for f in (0.0, 0.5, 2.0)]
+    return [*scaled, HeadEdit(layer, head, "mean")]
+
+
+def block_changes(layer: int) -> list[Intervention]:
+    """A layer's attention block and MLP: off or halved."""
+    return [BlockEdit(layer, part, f) for f in (0.0, 0.5) for part in ("attn", "mlp")]
+
+
+def expert_changes(layer: int, expert: int) -> list[Intervention]:
+    """An expert of a router: forbidden, or the only one routed to."""
+    return [ExpertEdit(layer, (expert,), "off"), ExpertEdit(layer, (expert,), "force")]
+
+
+def token_changes(position: int) -> list[Intervention]:
+    """A token: hidden from every later query (forgotten from the KV cache)."""
+    return [Forget(position)]
