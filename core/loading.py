@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_lens.core.errors import ModelLoadError
+from llm_lens.core.placement import Placement
 from llm_lens.core.records import ModelInfo
 
 DEFAULT_MODEL = "bundled:smollm2-135m-instruct"
@@ -88,8 +89,11 @@ def load_model(
     device: str = "auto",
     dtype: str = "auto",
     progress: Progress | None = None,
+    placement: Placement | None = None,
 ) -> LoadedModel:
-    """Load ``spec`` (default: the bundled SmolLM2) for inspection, with eager attention."""
+    """Load ``spec`` (default: the bundled SmolLM2) for inspection, with eager attention;
+    ``placement`` spreads it over devices, CPU and disk, or quantizes its weights
+    (:mod:`llm_lens.core.placement`)."""
     from llm_lens.core.runtime import configure_threads, resolve_device, resolve_dtype
 
     report = progress or (lambda _f, _m: None)
@@ -104,9 +108,32 @@ def load_model(
     spec = spec or DEFAULT_MODEL
     folder, name, weights_id, local_only = _resolve(spec, report)
     report(0.7, f"loading {name}")
-    model, tokenizer = _from_pretrained(folder, spec, torch_dtype, dev, local_only)
+    place = placement or Placement()
+    extra = placed_kwargs(place, dev, weights_id)
+    model, tokenizer = _from_pretrained(folder, spec, torch_dtype, dev, local_only, extra)
     report(1.0, f"loaded {name}")
     return LoadedModel(model, tokenizer, describe(model, name, str(spec), weights_id))
+
+
+def placed_kwargs(place: Placement, dev: Any, weights_id: str) -> dict[str, Any]:
+    """``from_pretrained``'s arguments for a placement: accelerate's device map and caps, disk
+    offload into the user cache (one folder per weights and caps, reused), quantization."""
+    from llm_lens.core.quantize import quantization_config
+
+    kwargs: dict[str, Any] = {}
+    if place.quantize:
+        kwargs["quantization_config"] = quantization_config(place.quantize, dev.type)
+    if place.split:
+        caps = "-".join(f"{k}{v}" for k, v in place.max_memory) or "all"
+        key = hashlib.sha256(f"{weights_id}:{place.device_map}:{caps}".encode()).hexdigest()[:16]
+        offload = cache_root() / "offload" / key
+        offload.mkdir(parents=True, exist_ok=True)
+        kwargs.update(
+            device_map=place.device_map,
+            max_memory=place.accelerate_memory(),
+            offload_folder=str(offload),
+        )
+    return kwargs
 
 
 def _resolve(spec: str, report: Progress) -> tuple[str, str, str, bool]:
@@ -188,7 +215,9 @@ def _convert(gguf: Path, out: Path, report: Progress) -> None:
     (out / "llm-lens-source.json").write_text(json.dumps({"gguf": str(gguf)}))
 
 
-def _from_pretrained(folder: str, spec: str, dtype: Any, dev: Any, local: bool) -> tuple[Any, Any]:
+def _from_pretrained(
+    folder: str, spec: str, dtype: Any, dev: Any, local: bool, extra: dict[str, Any]
+) -> tuple[Any, Any]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -203,7 +232,12 @@ def _from_pretrained(folder: str, spec: str, dtype: Any, dev: Any, local: bool) 
         # swapping modules' forwards for kernels fetched from the Hub on CUDA (code from
         # outside, numbers other than the model's own modules')
         model = AutoModelForCausalLM.from_pretrained(
-            folder, dtype=dtype, attn_implementation="eager", use_kernels=False, **no_code
+            folder,
+            dtype=dtype,
+            attn_implementation="eager",
+            use_kernels=False,
+            **no_code,
+            **extra,
         )
     except ModelLoadError:
         raise
@@ -216,7 +250,8 @@ def _from_pretrained(folder: str, spec: str, dtype: Any, dev: Any, local: bool) 
             raise ModelLoadError(f"{spec}: ran out of memory while loading") from exc
         raise ModelLoadError(f"{spec}: not a loadable causal LM ({_short(exc)})") from exc
     try:
-        model.to(dev)
+        if "device_map" not in extra:  # accelerate placed a split model's layers already
+            model.to(dev)
     except (torch.OutOfMemoryError, MemoryError) as exc:
         raise ModelLoadError(f"{spec}: ran out of memory moving it to {dev}") from exc
     model.eval()  # type: ignore[no-untyped-call]
@@ -276,7 +311,12 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
     has_rope = theta is not None or hasattr(getattr(model, "model", model), "rotary_emb")
     learned = any(n.rsplit(".", 1)[-1] in LEARNED_TABLES for n, _m in model.named_modules())
     alibi = bool(getattr(cfg, "alibi", False))  # Falcon's ALiBi variant (its config has a θ)
+    from llm_lens.core.placement import placement_of
+    from llm_lens.core.quantize import quantization_note
+
     param = next(model.parameters())
+    placed = placement_of(model)
+    places = dict.fromkeys(p.where for p in placed)  # in the device map's order
     return ModelInfo(
         name=name,
         source=source,
@@ -289,12 +329,14 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
         vocab_size=cfg.vocab_size,
         context_length=getattr(cfg, "max_position_embeddings", None) or 2048,
         dtype=str(param.dtype).removeprefix("torch."),
-        device=str(param.device),
+        device="+".join(places) if placed else str(param.device),
         num_parameters=sum(p.numel() for p in model.parameters()),
         position_kind=_position_kind(learned, alibi, has_rope),
         rope_theta=float(theta) if theta else None,
         weights_id=weights_id,
         attention_note=_attention_note(model),
+        placement=tuple((p.name, p.where, p.nbytes) for p in placed),
+        quantization=quantization_note(model),
         **_layer_fields(model, head_dim),
     )
 

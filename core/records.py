@@ -107,6 +107,12 @@ class ModelInfo:
     # per layer, the elements per token a latent-attention layer caches in place of per-head
     # K/V (DeepSeek's MLA: its latent and rotary key); 0 elsewhere; empty when none has one
     latent_dims: tuple[int, ...] = ()
+    # a model spread by accelerate's device map (core.placement): per placed piece, (module
+    # name, where its weights sit: "cuda:0", "cpu" or "disk", bytes); empty on one device
+    placement: tuple[tuple[str, str, int], ...] = ()
+    # quantized weights (core.quantize): e.g. "int8 weights (quanto): the numbers of this model
+    # as quantized"; empty for the model's own full-precision weights
+    quantization: str = ""
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""
