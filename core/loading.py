@@ -6,13 +6,14 @@ the file's identity) because dequantizing on every launch costs tens of seconds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,12 +108,21 @@ def load_model(
     torch_dtype = resolve_dtype(dtype, dev)
     spec = spec or DEFAULT_MODEL
     folder, name, weights_id, local_only = _resolve(spec, report)
-    report(0.7, f"loading {name}")
     place = placement or Placement()
+    report(
+        0.7,
+        f"loading {name}"
+        + (f" ({_placement_words(place)})" if place.split or place.quantize else ""),
+    )
     extra = placed_kwargs(place, dev, weights_id)
     model, tokenizer = _from_pretrained(folder, spec, torch_dtype, dev, local_only, extra)
     report(1.0, f"loaded {name}")
     return LoadedModel(model, tokenizer, describe(model, name, str(spec), weights_id))
+
+
+def _placement_words(place: Placement) -> str:
+    words = [f"device map {place.device_map}"] if place.split else []
+    return ", ".join(words + ([f"{place.quantize} weights"] if place.quantize else []))
 
 
 def placed_kwargs(place: Placement, dev: Any, weights_id: str) -> dict[str, Any]:
@@ -231,14 +241,15 @@ def _from_pretrained(
         # use_kernels=False: transformers (5.2x) otherwise "kernelizes" the model on load,
         # swapping modules' forwards for kernels fetched from the Hub on CUDA (code from
         # outside, numbers other than the model's own modules')
-        model = AutoModelForCausalLM.from_pretrained(
-            folder,
-            dtype=dtype,
-            attn_implementation="eager",
-            use_kernels=False,
-            **no_code,
-            **extra,
-        )
+        with _quiet_offload() if "device_map" in extra else contextlib.nullcontext():
+            model = AutoModelForCausalLM.from_pretrained(
+                folder,
+                dtype=dtype,
+                attn_implementation="eager",
+                use_kernels=False,
+                **no_code,
+                **extra,
+            )
     except ModelLoadError:
         raise
     except (torch.OutOfMemoryError, MemoryError) as exc:
@@ -256,6 +267,21 @@ def _from_pretrained(
         raise ModelLoadError(f"{spec}: ran out of memory moving it to {dev}") from exc
     model.eval()  # type: ignore[no-untyped-call]
     return model, tokenizer
+
+
+@contextlib.contextmanager
+def _quiet_offload() -> Iterator[None]:
+    """transformers warns on stderr that an offloaded model has ``meta`` parameters: that is the
+    point of offloading (the model record says where each layer sits), so not while loading."""
+    import logging
+
+    accelerate_log = logging.getLogger("accelerate.big_modeling")  # where the warning comes from
+    level = accelerate_log.level
+    accelerate_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        accelerate_log.setLevel(level)
 
 
 def _refuse_custom_code(folder: str, spec: str) -> None:

@@ -39,11 +39,21 @@ def _model_fields(get: Any) -> dict[str, Any]:
     """The trace's model record; ``placement`` as objects (module, where, bytes), [] on one
     device, and ``quantization`` "" for full-precision weights (both absent from older files)."""
     out = {k: get(k) for k in MODEL_FIELDS}
-    out["placement"] = [
-        {"module": str(n), "where": str(w), "bytes": int(b)} for n, w, b in out["placement"] or ()
-    ]
+    out["placement"] = [_placed(part) for part in out["placement"] or ()]
     out["quantization"] = out["quantization"] or ""
     return out
+
+
+def _placed(part: Any) -> dict[str, Any]:
+    """One placed piece as the trace writes it, from ModelInfo's triple or a written record."""
+    if isinstance(part, dict):
+        return {
+            "module": str(part["module"]),
+            "where": str(part["where"]),
+            "bytes": int(part["bytes"]),
+        }
+    name, where, nbytes = part
+    return {"module": str(name), "where": str(where), "bytes": int(nbytes)}
 
 
 def step_dict(step: StepRecord, lens: LensResult | None) -> dict[str, Any]:
