@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from llm_lens.core.placement import forwards_replaced
 from llm_lens.core.records import StepRecord, frozen
 from llm_lens.core.runtime import param_dtype
 
@@ -81,12 +82,11 @@ def _last_layer_outputs(anatomy: Any, residual: torch.Tensor, alone: bool) -> It
 
     if alone:
         setattr(holder, name, torch.nn.ModuleList([last]))
-    last.forward = forward
     try:
-        yield
+        with forwards_replaced([(last, forward)]):  # a device map's hook kept
+            yield
     finally:
         setattr(holder, name, full)
-        del last.forward
 
 
 def _layer_list(anatomy: Any) -> tuple[Any, str]:

@@ -6,17 +6,20 @@ the file's identity) because dequantizing on every launch costs tens of seconds.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib.util
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from llm_lens.core.errors import ModelLoadError
+from llm_lens.core.placement import Placement
 from llm_lens.core.records import ModelInfo
 
 DEFAULT_MODEL = "bundled:smollm2-135m-instruct"
@@ -83,11 +86,14 @@ def load_model(
     device: str = "auto",
     dtype: str = "auto",
     progress: Progress | None = None,
+    placement: Placement | None = None,
     allow_partly_random: bool = False,
 ) -> LoadedModel:
     """Load ``spec`` (default: the bundled SmolLM2) for inspection, with eager attention.
     Weights missing from the files, unexpected or of another shape refuse the load unless
-    ``allow_partly_random`` (then :attr:`ModelInfo.partly_random` says what is random)."""
+    ``allow_partly_random`` (then :attr:`ModelInfo.partly_random` says what is random);
+    ``placement`` spreads it over devices, CPU and disk, or quantizes its weights
+    (:mod:`llm_lens.core.placement`)."""
     from llm_lens.core.guards.load import guard_folder, quiet_transformers
     from llm_lens.core.runtime import configure_threads, resolve_device, resolve_dtype
 
@@ -104,13 +110,45 @@ def load_model(
     spec = spec or DEFAULT_MODEL
     with quiet_transformers():  # its warnings would add lines to a one-line error
         folder, name, weights_id, local_only = _resolve(spec, report)
-        report(0.7, f"loading {name}")
+        place = placement or Placement()
+        report(
+            0.7,
+            f"loading {name}"
+            + (f" ({_placement_words(place)})" if place.split or place.quantize else ""),
+        )
+        extra = placed_kwargs(place, dev, weights_id)
         model, tokenizer, random = _from_pretrained(
-            folder, spec, torch_dtype, dev, local_only, allow_partly_random
+            folder, spec, torch_dtype, dev, local_only, extra, allow_partly_random
         )
     report(1.0, f"loaded {name}")
     info = describe(model, name, str(spec), weights_id)
     return LoadedModel(model, tokenizer, replace(info, partly_random=random))
+
+
+def _placement_words(place: Placement) -> str:
+    words = [f"device map {place.device_map}"] if place.split else []
+    return ", ".join(words + ([f"{place.quantize} weights"] if place.quantize else []))
+
+
+def placed_kwargs(place: Placement, dev: Any, weights_id: str) -> dict[str, Any]:
+    """``from_pretrained``'s arguments for a placement: accelerate's device map and caps, disk
+    offload into the user cache (one folder per weights and caps, reused), quantization."""
+    from llm_lens.core.quantize import quantization_config
+
+    kwargs: dict[str, Any] = {}
+    if place.quantize:
+        kwargs["quantization_config"] = quantization_config(place.quantize, dev.type)
+    if place.split:
+        caps = "-".join(f"{k}{v}" for k, v in place.max_memory) or "all"
+        key = hashlib.sha256(f"{weights_id}:{place.device_map}:{caps}".encode()).hexdigest()[:16]
+        offload = cache_root() / "offload" / key
+        offload.mkdir(parents=True, exist_ok=True)
+        kwargs.update(
+            device_map=place.device_map,
+            max_memory=place.accelerate_memory(),
+            offload_folder=str(offload),
+        )
+    return kwargs
 
 
 def _resolve(spec: str, report: Progress) -> tuple[str, str, str, bool]:
@@ -201,7 +239,13 @@ def _convert(gguf: Path, out: Path, report: Progress) -> None:
 
 
 def _from_pretrained(
-    folder: str, spec: str, dtype: Any, dev: Any, local: bool, allow_random: bool = False
+    folder: str,
+    spec: str,
+    dtype: Any,
+    dev: Any,
+    local: bool,
+    extra: dict[str, Any],
+    allow_random: bool = False,
 ) -> tuple[Any, Any, str]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -218,10 +262,12 @@ def _from_pretrained(
         # use_kernels=False: transformers (5.2x) otherwise "kernelizes" the model on load,
         # swapping modules' forwards for kernels fetched from the Hub on CUDA (code from
         # outside, numbers other than the model's own modules')
-        model, loading = AutoModelForCausalLM.from_pretrained(
-            folder, dtype=dtype, attn_implementation="eager", use_kernels=False, **no_code,
-            output_loading_info=True, ignore_mismatched_sizes=True,  # refused below, by name
-        )  # fmt: skip
+        with _quiet_offload() if "device_map" in extra else contextlib.nullcontext():
+            model, loading = AutoModelForCausalLM.from_pretrained(
+                folder, dtype=dtype, attn_implementation="eager", use_kernels=False, **no_code,
+                output_loading_info=True, ignore_mismatched_sizes=True,  # refused below, by name
+                **extra,
+            )  # fmt: skip
         random = check_loading_info(loading, spec, allow_random)
     except ModelLoadError:
         raise
@@ -234,11 +280,27 @@ def _from_pretrained(
             raise ModelLoadError(f"{spec}: ran out of memory while loading") from exc
         raise ModelLoadError(f"{spec}: not a loadable causal LM ({_short(exc)})") from exc
     try:
-        model.to(dev)
+        if "device_map" not in extra:  # accelerate placed a split model's layers already
+            model.to(dev)
     except (torch.OutOfMemoryError, MemoryError) as exc:
         raise ModelLoadError(f"{spec}: ran out of memory moving it to {dev}") from exc
     model.eval()  # type: ignore[no-untyped-call]
     return model, tokenizer, random
+
+
+@contextlib.contextmanager
+def _quiet_offload() -> Iterator[None]:
+    """transformers warns on stderr that an offloaded model has ``meta`` parameters: that is the
+    point of offloading (the model record says where each layer sits), so not while loading."""
+    import logging
+
+    accelerate_log = logging.getLogger("accelerate.big_modeling")  # where the warning comes from
+    level = accelerate_log.level
+    accelerate_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        accelerate_log.setLevel(level)
 
 
 def _refuse_custom_code(folder: str, spec: str) -> None:
@@ -294,7 +356,12 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
     has_rope = theta is not None or hasattr(getattr(model, "model", model), "rotary_emb")
     learned = any(n.rsplit(".", 1)[-1] in LEARNED_TABLES for n, _m in model.named_modules())
     alibi = bool(getattr(cfg, "alibi", False))  # Falcon's ALiBi variant (its config has a θ)
+    from llm_lens.core.placement import placement_of
+    from llm_lens.core.quantize import quantization_note
+
     param = next(model.parameters())
+    placed = placement_of(model)
+    places = dict.fromkeys(p.where for p in placed)  # in the device map's order
     return ModelInfo(
         name=name,
         source=source,
@@ -307,12 +374,14 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
         vocab_size=cfg.vocab_size,
         context_length=getattr(cfg, "max_position_embeddings", None) or 2048,
         dtype=str(param.dtype).removeprefix("torch."),
-        device=str(param.device),
+        device="+".join(places) if placed else str(param.device),
         num_parameters=sum(p.numel() for p in model.parameters()),
         position_kind=_position_kind(learned, alibi, has_rope),
         rope_theta=float(theta) if theta else None,
         weights_id=weights_id,
         attention_note=_attention_note(model),
+        placement=tuple((p.name, p.where, p.nbytes) for p in placed),
+        quantization=quantization_note(model),
         **_layer_fields(model, head_dim),
     )
 

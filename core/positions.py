@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_lens.core.placement import weights_of
 from llm_lens.core.records import frozen
 
 ROPE, LEARNED, ALIBI, NONE = "rope", "learned", "alibi", "none"
@@ -104,10 +105,12 @@ def position_view(model: Any, positions: int) -> PositionView:
             return PositionView(ALIBI, n, alibi=_alibi(model, cfg))
         rotary = _rotary_module(model)
         if rotary is not None:
-            return PositionView(ROPE, n, rope=_rope_sets(rotary, cfg, n))
+            with weights_of(model, rotary):  # where a device map offloaded it
+                return PositionView(ROPE, n, rope=_rope_sets(rotary, cfg, n))
         learned = _learned_module(model)
         if learned is not None:
-            return PositionView(LEARNED, n, learned=_learned(*learned, n))
+            with weights_of(model, learned[1]):
+                return PositionView(LEARNED, n, learned=_learned(*learned, n))
     return PositionView(NONE, n)
 
 

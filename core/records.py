@@ -110,6 +110,12 @@ class ModelInfo:
     # what is random in a model loaded with --allow-partly-random (weights missing from its
     # files, of another shape); empty when every weight came from the files
     partly_random: str = ""
+    # a model spread by accelerate's device map (core.placement): per placed piece, (module
+    # name, where its weights sit: "cuda:0", "cpu" or "disk", bytes); empty on one device
+    placement: tuple[tuple[str, str, int], ...] = ()
+    # quantized weights (core.quantize): e.g. "int8 weights (quanto): the numbers of this model
+    # as quantized"; empty for the model's own full-precision weights
+    quantization: str = ""
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""

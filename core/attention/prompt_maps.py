@@ -25,6 +25,7 @@ import torch
 from llm_lens.core.attention.lens import use_lens_attention
 from llm_lens.core.attention.maps import Halted, halt_check, kv_head
 from llm_lens.core.attention.taps import AttentionInputs, MapReady, Tap, tapping
+from llm_lens.core.placement import forwards_replaced, weights_of
 from llm_lens.core.runtime import param_dtype
 
 MAP_MEMO_BYTES = 64 << 20  # prompt maps kept for the next request (every layer when they fit)
@@ -172,21 +173,24 @@ def _one_head_projections(engine: Any, layer: int, head: int) -> Iterator[None]:
     module, info = engine.anatomy.attn[layer], engine.info
     q, k, v = module.q_proj, module.k_proj, module.v_proj
     kv = kv_head(head, info.num_heads, info.num_kv_heads)
-    q.forward = _columns(q, head, q.out_features // info.num_heads)
-    k.forward = _columns(k, kv, k.out_features // info.num_kv_heads)
-    v.forward = partial(_zeros, v.out_features // info.num_kv_heads)
-    try:
+    pairs = [
+        (q, _columns(q, head, q.out_features // info.num_heads)),
+        (k, _columns(k, kv, k.out_features // info.num_kv_heads)),
+        (v, partial(_zeros, v.out_features // info.num_kv_heads)),
+    ]  # the replacements skip an offloaded projection's hook: its weights are loaded here
+    with weights_of(engine.model, q, k), forwards_replaced(pairs):
         yield
-    finally:
-        for linear in (q, k, v):
-            del linear.forward
 
 
 def _columns(linear: Any, index: int, width: int) -> Callable[[Any], Any]:
     """``linear``'s forward computing its ``index``-th ``width`` output columns alone."""
     cols = slice(index * width, (index + 1) * width)
-    weight, bias = linear.weight[cols], None if linear.bias is None else linear.bias[cols]
-    return partial(torch.nn.functional.linear, weight=weight, bias=bias)
+
+    def forward(x: Any) -> Any:  # read when called (weights_of has loaded offloaded ones)
+        bias = None if linear.bias is None else linear.bias[cols]
+        return torch.nn.functional.linear(x, linear.weight[cols], bias)
+
+    return forward
 
 
 def _zeros(width: int, x: Any) -> Any:
@@ -281,13 +285,8 @@ def _passed_over(layers: Any) -> Iterator[None]:
     """Layers that hand their input straight on for the duration of the block: their output is
     replaced by the next asked-for layer's recorded input, so computing them would be waste (a
     map of layer 20 cost 20 layers of forward). The model's own loop still calls each one."""
-    for module in layers:
-        module.forward = _hand_on
-    try:
+    with forwards_replaced([(module, _hand_on) for module in layers]):
         yield
-    finally:
-        for module in layers:
-            del module.forward
 
 
 def _check_halt(halt: Callable[[], bool], *_args: Any) -> None:

@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from llm_lens.core.errors import LensError, NonFiniteError
 
@@ -150,6 +150,43 @@ def guarded(command: str, body: Callable[[], int]) -> int:
 
         _say(command, report_crash(_doing[0], exc))
         return 2
+
+
+def add_placement(p: argparse.ArgumentParser) -> None:
+    """``--device-map``, ``--max-memory``, ``--quantize``: a model bigger than one device, spread
+    by accelerate over GPUs, CPU and disk, or with 8/4-bit weights (:mod:`..placement`)."""
+    from llm_lens.core.placement import DEVICE_MAPS, MAX_MEMORY_HELP, QUANTIZE
+
+    p.add_argument(
+        "--device-map", choices=DEVICE_MAPS, default=None,
+        help="spread the layers over GPUs, CPU and (last) disk with accelerate's device map",
+    )  # fmt: skip
+    p.add_argument("--max-memory", type=_max_memory, default=None, help=MAX_MEMORY_HELP)
+    p.add_argument(
+        "--quantize", choices=QUANTIZE, default=None,
+        help="8/4-bit weights: int8, int4 (optimum-quanto; CPU, CUDA, MPS), nf4 (CUDA)",
+    )  # fmt: skip
+
+
+def _max_memory(text: str) -> tuple[tuple[str, int], ...]:
+    from llm_lens.core.placement import parse_max_memory
+
+    try:
+        return parse_max_memory(text)
+    except LensError as exc:  # argparse names the option itself
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--max-memory: ")) from None
+
+
+def placement(args: argparse.Namespace) -> Any:
+    """The :class:`~llm_lens.core.placement.Placement` the options of :func:`add_placement`
+    name (the default: one device, weights as they are)."""
+    from llm_lens.core.placement import Placement
+
+    return Placement(
+        device_map=getattr(args, "device_map", None),
+        max_memory=getattr(args, "max_memory", None) or (),
+        quantize=getattr(args, "quantize", None),
+    )
 
 
 def _say(command: str, line: str) -> None:

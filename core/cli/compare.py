@@ -14,7 +14,15 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from llm_lens.core.cli.args import Parser, cancellable, cap_new_tokens, doing, guarded, token_count
+from llm_lens.core.cli.args import (
+    Parser,
+    add_placement,
+    cancellable,
+    cap_new_tokens,
+    doing,
+    guarded,
+    token_count,
+)
 from llm_lens.core.cli.trace import (
     OUT_HELP,
     PARSE_SPECIAL_HELP,
@@ -100,6 +108,7 @@ def compare_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=token_count, default=32)
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
+    add_placement(p)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--out", default=None, help=OUT_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import Any
 
-from llm_lens.core.cli.args import Parser, cancellable, doing, guarded
+from llm_lens.core.cli.args import Parser, add_placement, cancellable, doing, guarded, placement
 from llm_lens.core.errors import LensError
 
 METRIC_HELP = "one-token texts: logit(A) - logit(B), or A's probability when B is left out"
@@ -28,6 +28,7 @@ def patch_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw", action="store_true", help="skip the chat template")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
+    add_placement(p)
     p.add_argument("--out", default=None, help="write the JSON here ('-' or default: stdout)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p
@@ -51,7 +52,7 @@ def run_patch(args: argparse.Namespace) -> dict[str, Any]:
         raise LensError(f"--metric takes one or two tokens; got {len(args.metric)}")
     say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
     doing(f"loading the model {args.model or 'bundled'}")
-    engine = Engine(load_model(args.model, args.device, args.dtype, say))
+    engine = Engine(load_model(args.model, args.device, args.dtype, say, placement(args)))
     clean, corrupt = (engine.tokenize(t, chat=not args.raw) for t in (args.clean, args.corrupt))
     ids = [one_token(engine, t) for t in args.metric]
     metric = Metric(ids[0], ids[1] if len(ids) > 1 else None)

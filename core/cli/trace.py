@@ -9,12 +9,14 @@ from typing import Any
 
 from llm_lens.core.cli.args import (
     Parser,
+    add_placement,
     cancellable,
     cap_new_tokens,
     ctrl_c_cancels,
     doing,
     finite_float,
     guarded,
+    placement,
     seed_int,
     token_count,
 )
@@ -56,6 +58,7 @@ def trace_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
+    add_placement(p)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--out", default=None, help=OUT_HELP)
     p.add_argument("--session", default=None, help="also save the run as a .llmlens session")
@@ -112,7 +115,7 @@ def load_engine(args: argparse.Namespace) -> tuple[Any, Any]:
     say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
     doing(f"loading the model {args.model or 'bundled'}")
     allow = bool(getattr(args, "allow_partly_random", False))
-    engine = Engine(load_model(args.model, args.device, args.dtype, say, allow))
+    engine = Engine(load_model(args.model, args.device, args.dtype, say, placement(args), allow))
     if engine.info.partly_random:
         print(f"llm-lens: warning: {args.model}: {engine.info.partly_random}", file=sys.stderr)
     prompt = engine.tokenize(args.prompt, chat=not args.raw, parse_special=args.parse_special)

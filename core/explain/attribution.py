@@ -36,6 +36,7 @@ from llm_lens.core.explain.flow import FlowGraph, flow_graph
 from llm_lens.core.explain.hooks import NoSplit, out_weight
 from llm_lens.core.explain.partial import ONLY_INPUTS, split_refusal, unsplit_explanation
 from llm_lens.core.explain.trace import ContextTrace, check_additive, norm_diag, trace_context
+from llm_lens.core.placement import weights_of
 from llm_lens.core.records import StepRecord, frozen
 
 INPUT_METHOD = "gradient × input (summed over embedding dims) of the token's log-probability"
@@ -119,17 +120,22 @@ def frozen_norm_direction(norm: Any, h: torch.Tensor, d: torch.Tensor) -> tuple[
 def logit_attribution(engine: Any, trace: ContextTrace, vs: int | None = None) -> LogitAttribution:
     """Split the last position's logit of ``trace.target`` (minus ``vs``'s) over the pieces."""
     a, info = engine.anatomy, engine.info
-    w_u, k = a.lm_head.weight, _logit_scale(engine)
-    d = (w_u[trace.target].float() - (w_u[vs].float() if vs is not None else 0.0)) * k
-    e, scale = frozen_norm_direction(a.final_norm, trace.pre[-1, -1], d)
+    with weights_of(engine.model, a.lm_head, a.final_norm):  # loaded where offloaded
+        w_u, k = a.lm_head.weight, _logit_scale(engine)
+        d = (w_u[trace.target].float() - (w_u[vs].float() if vs is not None else 0.0)) * k
+        d = d.to(trace.pre.device)
+        e, scale = frozen_norm_direction(a.final_norm, trace.pre[-1, -1], d)
+        unembedded = _unembedded(a, trace, d, vs, k)
     pre, attn = trace.pre[:, -1], trace.attn[:, -1]  # (L + 1, hidden), (L, hidden)
     mlp = pre[1:] - pre[:-1] - attn  # (L, hidden)
     last = torch.tensor([trace.pre.shape[1] - 1])
     heads = np.zeros((info.num_layers, info.num_heads), np.float32)
     for layer, block in enumerate(a.attn):
-        diag = trace.post_diag(layer, last)  # (1, hidden) or None
-        e_l = e if diag is None else e * diag[0]  # through the post-norm at this step's scale
-        v = out_weight(block).float().t() @ e_l  # (heads × head_dim,)
+        with weights_of(engine.model, a.layers[layer]):  # one layer's weights at a time
+            diag = trace.post_diag(layer, last)  # (1, hidden) or None
+            e_l = e if diag is None else e * diag[0]  # through the post-norm at this scale
+            w_o = out_weight(block).float()  # (hidden, heads × head_dim) on its device
+            v = (w_o.t() @ e_l.to(w_o.device)).to(trace.heads_in.device)  # (H × hd,)
         heads[layer] = (v * trace.heads_in[layer]).view(info.num_heads, -1).sum(-1).cpu().numpy()
     logit = float(trace.logits[trace.target] - (trace.logits[vs] if vs is not None else 0.0))
     embed = float(pre[0] @ e)
@@ -145,7 +151,7 @@ def logit_attribution(engine: Any, trace: ContextTrace, vs: int | None = None) -
         mlp=frozen(mlp_v, np.float32),
         residual=logit - split,
         norm_scale=scale,
-        after_unembed=logit - _unembedded(a, trace, d, vs, k),
+        after_unembed=logit - unembedded,
         post_norm=any(n is not None for n in trace.post_norms),
         has_biases=any(name.endswith("bias") for name, _ in engine.model.named_parameters()),
         has_softcap=bool(getattr(engine.model.config.get_text_config(decoder=True),

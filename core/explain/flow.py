@@ -18,6 +18,7 @@ import torch
 
 from llm_lens.core.explain.hooks import out_projection, out_weight
 from llm_lens.core.explain.trace import ContextTrace
+from llm_lens.core.placement import weights_of
 from llm_lens.core.records import frozen
 
 KINDS = ("attn", "residual", "mlp")
@@ -142,7 +143,8 @@ def flow_graph(
     with torch.no_grad(), trace.eager():
         for layer in reversed(range(layers)):
             mids = _mlp_half(trace, layer, sorted(active), floor, edges)
-            active = _attn_half(engine, trace, layer, mids, floor, edges, rows)
+            with weights_of(engine.model, engine.anatomy.layers[layer]):  # where offloaded
+                active = _attn_half(engine, trace, layer, mids, floor, edges, rows)
     return _freeze(info, trace, engine, floor, edges)
 
 

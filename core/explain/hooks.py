@@ -13,6 +13,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from llm_lens.core.anatomy import Anatomy
+from llm_lens.core.placement import forwards_replaced
 
 OUT_PROJECTIONS = ("o_proj", "c_proj", "dense", "out_proj")
 CACHE_KWARGS = ("cache", "past_key_values", "past_key_value", "layer_past")
@@ -168,6 +169,7 @@ def checkpointed(layers: list[Any], on: bool) -> Iterator[None]:
     if not on:
         yield
         return
+    pairs = []
     for layer in layers:
         forward = layer.forward
 
@@ -177,19 +179,18 @@ def checkpointed(layers: list[Any], on: bool) -> Iterator[None]:
                 kwargs["use_cache"] = False
             return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
 
-        layer.forward = again
-    try:
+        pairs.append((layer, again))
+    with forwards_replaced(pairs):  # afterwards the forward each had (a device map's hook)
         yield
-    finally:
-        for layer in layers:
-            del layer.forward  # the class's own forward again
 
 
 @contextmanager
 def frozen(model: Any) -> Iterator[None]:
     """The weights out of autograd for the pass: the backward then carries only the gradient
     to the input embeddings, with no edge to any weight (measured ~7 % less backward work)."""
-    params = [p for p in model.parameters() if p.requires_grad]
+    # an offloaded layer's stand-ins on ``meta`` were made by its hook in inference mode and
+    # cannot change: its hook loads the real weights (which autograd may save) for each call
+    params = [p for p in model.parameters() if p.requires_grad and not p.is_inference()]
     for p in params:
         p.requires_grad_(False)
     try:

@@ -45,6 +45,7 @@ from llm_lens.core.explain.hooks import (
     out_projection,
     post_attention_norm,
 )
+from llm_lens.core.placement import weights_of
 
 CHECKPOINT_TOKENS = 512  # longer contexts recompute each layer in the backward pass instead of
 # keeping its activations (autograd's saved tensors grow ~1 MB a token on the bundled model)
@@ -286,7 +287,9 @@ def check_additive(engine: Any, trace: ContextTrace, tol: float = 1e-3) -> None:
     with torch.no_grad():
         for layer, block in enumerate(engine.anatomy.attn):
             proj = out_projection(block)
-            got = proj(trace.heads_in[layer].to(proj.weight.dtype)).float()  # (hidden,)
+            with weights_of(engine.model, engine.anatomy.layers[layer]):  # where offloaded
+                got = proj(trace.heads_in[layer].to(proj.weight.dtype)).float()  # (hidden,)
+            got = got.to(raw.device)
             if float((got - raw[layer]).abs().max()) > tol * max(float(scale[layer]), 1e-6):
                 raise NoSplit(
                     f"{name}: layer {layer}'s attention output is not its heads through the "

@@ -26,13 +26,34 @@ SCHEMA = "llm-lens-trace/1"
 MODEL_FIELDS = (
     "name", "source", "architecture", "num_layers", "num_heads", "num_kv_heads", "head_dim",
     "hidden_size", "vocab_size", "context_length", "dtype", "device", "num_parameters",
-    "weights_id",
+    "weights_id", "placement", "quantization",
 )  # fmt: skip
 PARAM_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed")
 
 
 def model_dict(info: Any) -> dict[str, Any]:
-    return {k: getattr(info, k) for k in MODEL_FIELDS}
+    return _model_fields(lambda k: getattr(info, k, None))
+
+
+def _model_fields(get: Any) -> dict[str, Any]:
+    """The trace's model record; ``placement`` as objects (module, where, bytes), [] on one
+    device, and ``quantization`` "" for full-precision weights (both absent from older files)."""
+    out = {k: get(k) for k in MODEL_FIELDS}
+    out["placement"] = [_placed(part) for part in out["placement"] or ()]
+    out["quantization"] = out["quantization"] or ""
+    return out
+
+
+def _placed(part: Any) -> dict[str, Any]:
+    """One placed piece as the trace writes it, from ModelInfo's triple or a written record."""
+    if isinstance(part, dict):
+        return {
+            "module": str(part["module"]),
+            "where": str(part["where"]),
+            "bytes": int(part["bytes"]),
+        }
+    name, where, nbytes = part
+    return {"module": str(name), "where": str(where), "bytes": int(nbytes)}
 
 
 def step_dict(step: StepRecord, lens: LensResult | None) -> dict[str, Any]:
@@ -111,7 +132,7 @@ def trace_dict(
     greedy = bool(params.get("greedy")) or params.get("temperature") == 0
     return {
         "schema": SCHEMA,
-        "model": {k: model.get(k) for k in MODEL_FIELDS},
+        "model": _model_fields(model.get),
         "sampling": {f: params.get(f) for f in PARAM_FIELDS} | {"greedy": greedy},
         "prompt": {
             "text": prompt.text,

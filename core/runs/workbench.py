@@ -89,10 +89,16 @@ class Workbench:
         return str(getattr(getattr(self._engine, "info", None), "name", "no model"))
 
     def load(
-        self, spec: str | None, device: str, dtype: str, progress: Callable[[float, str], None]
+        self,
+        spec: str | None,
+        device: str,
+        dtype: str,
+        progress: Callable[[float, str], None],
+        placement: Any = None,
     ) -> Any:
         """Load a model (``spec`` None: the bundled one) and make it this workbench's engine;
-        every run kept belongs to the old model and goes. Between stages a set
+        every run kept belongs to the old model and goes; ``placement`` (a
+        :class:`~llm_lens.core.placement.Placement`) spreads or quantizes it. Between stages a set
         ``flags.load_cancel`` stops it (:class:`Cancelled`; the previous model stays).
         Returns the new model's ``ModelInfo``."""
         from llm_lens.core.loading import load_model
@@ -105,7 +111,7 @@ class Workbench:
                 raise Cancelled("loading cancelled: the previous model is still loaded")
             progress(fraction, message)
 
-        loaded = load_model(spec, device, dtype, report)
+        loaded = load_model(spec, device, dtype, report, placement)
         report(1.0, "ready")
         self.use(Engine(loaded))
         cl100k("warm-up")  # load the cl100k_base table here, not on a window's first render
