@@ -328,6 +328,10 @@ class StepRecord:
     # read from a session that kept the logits compactly: how many tokens' logits are their
     # tail bin's level rather than their own value (0: every logit is the model's own)
     tail_levels: int = 0
+    # made by an engine that returned only the top alternatives (core.engines): prob and
+    # logprob are the engine's, but entropy, rank and the stages come from those alternatives
+    # alone, so they are approximate (False: computed from the whole distribution)
+    approximate: bool = False
 
     @property
     def is_prefill(self) -> bool:
