@@ -9,8 +9,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 for script in (
-    "bench_engine.py", "bench_gui.py", "bench_explain.py", "bench_session.py", "families_sweep.py",
-):  # fmt: skip
+    "bench_engine.py",
+    "bench_gui.py",
+    "bench_explain.py",
+    "bench_session.py",
+    "bench_sweep.py",
+    "families_sweep.py",
+):
     if (HERE / script).exists():
         print(f"== {script}", flush=True)
         subprocess.run([sys.executable, str(HERE / script)], check=True)
