@@ -20,7 +20,13 @@ from typing import Any
 from llm_lens.core.anatomy import Anatomy
 from llm_lens.core.engines.ndif import records as rec
 from llm_lens.core.engines.ndif.program import CaptureSpec, Targets, generate_steps
-from llm_lens.core.engines.ndif.status import StatusCallback, local_backend, remote_backend
+from llm_lens.core.engines.ndif.status import (
+    NdifError,
+    StatusCallback,
+    local_backend,
+    remote_backend,
+    remote_failure,
+)
 from llm_lens.core.experts import _scoring, find_routers
 from llm_lens.core.layers import LensResult
 from llm_lens.core.loading import LoadedModel, describe
@@ -267,14 +273,15 @@ class NdifRun:
         gen = generate_kwargs(self.params, self.config, pad if pad is not None else -1)
         reinstate(eng.hf_model)
         t0 = time.perf_counter()
-        payloads = generate_steps(
-            eng.model,
-            eng.targets(self.spec),
-            self.spec,
-            ids,
-            gen,
-            backend=eng.backend(self.on_status),
-        )
+        backend = eng.backend(self.on_status)
+        try:
+            payloads = generate_steps(
+                eng.model, eng.targets(self.spec), self.spec, ids, gen, backend=backend
+            )
+        except Exception as exc:
+            if remote_failure(exc):
+                raise NdifError(f"NDIF: {exc}".replace("\n", " ")) from exc
+            raise
         self.wall_ms = (time.perf_counter() - t0) * 1e3
         self.payload_bytes = rec.payload_bytes(payloads)
         self._keep(payloads)

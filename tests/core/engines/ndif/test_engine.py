@@ -120,3 +120,17 @@ def test_stop_string_ends_the_run(loaded, greedy_run):
     got.run_all()
     assert got.finish_reason == "stop"
     assert len(got.steps) <= 3
+
+
+def test_engine_speaks_the_engine_protocol(loaded, ndif_run):
+    """Where core.engines' protocol is present: identity, provides and the server's lens."""
+    base = pytest.importorskip("llm_lens.core.engines.base")
+    engine = NdifEngine.local(loaded)
+    assert isinstance(engine, base.ModelEngine)
+    assert engine.identity.engine == "ndif" and engine.identity.url is None
+    provides = engine.provides
+    assert provides.has("lens") and not provides.has("residual")
+    assert "NDIF" in provides.why_not("attention")
+    run, _ = ndif_run
+    step = run.steps[1]
+    assert run.engine.logit_lens(step, k=2).top_ids.shape == (loaded.info.num_layers + 1, 2)
