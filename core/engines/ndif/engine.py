@@ -249,6 +249,7 @@ class NdifRun:
     lenses: list[LensResult] = field(default_factory=list)
     finish_reason: str | None = None
     payload_bytes: int = 0  # what the server sent back (tensors), for the whole run
+    step_bytes: list[int] = field(default_factory=list)  # of it, each step's
     wall_ms: float = 0.0
 
     def __iter__(self) -> Iterator[StepRecord]:
@@ -283,7 +284,8 @@ class NdifRun:
                 raise NdifError(f"NDIF: {exc}".replace("\n", " ")) from exc
             raise
         self.wall_ms = (time.perf_counter() - t0) * 1e3
-        self.payload_bytes = rec.payload_bytes(payloads)
+        self.step_bytes = [rec.payload_bytes(p) for p in payloads]
+        self.payload_bytes = sum(self.step_bytes)
         self._keep(payloads)
 
     def _keep(self, payloads: list[dict[str, Any]]) -> None:
