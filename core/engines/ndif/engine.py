@@ -73,11 +73,13 @@ class NdifEngine:
         """The engine for ``hub_id`` as NDIF serves it: its skeleton built here without weights
         (config and tokenizer from the Hub), each run sent with ``key``."""
         from nnsight.modeling.transformers import TransformersModel
+        from transformers import AutoTokenizer
 
-        model = TransformersModel(hub_id, task="text-generation")
+        tokenizer = AutoTokenizer.from_pretrained(hub_id)
+        model = TransformersModel(hub_id, task="text-generation", tokenizer=tokenizer)
         hf_model = model._module
         info = describe(hf_model, hub_id, "ndif", f"hub:{hub_id}")
-        return cls(model, hf_model, model.tokenizer, info, remote=True, key=key, host=host)
+        return cls(model, hf_model, tokenizer, info, remote=True, key=key, host=host)
 
     @property
     def source(self) -> str:
