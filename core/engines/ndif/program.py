@@ -77,15 +77,16 @@ def generate_steps(
 
 
 def _capture_step(
-    model: Any, targets: Targets, spec: CaptureSpec, held: Any, steps: list[Any]
+    model: Any, targets: Targets, spec: CaptureSpec, previous: Any, steps: list[Any]
 ) -> dict[str, Any]:
     """One step, on the server: finish the previous step's reading with the token the
     generation chose (the streamer hands it over first), then capture this step's pass."""
     chosen = model.generator.streamer.output.reshape(-1)[-1]
-    if held is not None:
-        held["reading"] = _reading(held.pop("logits"), chosen, spec.top_n, TAIL_BINS, TAIL_WIDTH)
-        held["token"] = chosen.cpu()
-        steps.append(held)
+    if previous is not None:
+        logits = previous.pop("logits")
+        previous["reading"] = _reading(logits, chosen, spec.top_n, TAIL_BINS, TAIL_WIDTH)
+        previous["token"] = chosen.cpu()
+        steps.append(previous)
     held, residual = _capture_layers(targets, spec)
     logits = targets.lm_head(targets.final_norm(residual)).float()  # (layers + 1, vocab)
     lens = torch.softmax(logits, dim=-1).topk(spec.lens_k)
