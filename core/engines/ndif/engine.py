@@ -21,6 +21,7 @@ from llm_lens.core.anatomy import Anatomy
 from llm_lens.core.engines.ndif import records as rec
 from llm_lens.core.engines.ndif.program import CaptureSpec, Targets, generate_steps
 from llm_lens.core.engines.ndif.status import (
+    JobStatus,
     NdifError,
     StatusCallback,
     local_backend,
@@ -252,6 +253,7 @@ class NdifRun:
     finish_reason: str | None = None
     payload_bytes: int = 0  # what the server sent back (tensors), for the whole run
     step_bytes: list[int] = field(default_factory=list)  # of it, each step's
+    states: list[str] = field(default_factory=list)  # the job's statuses, in order
     wall_ms: float = 0.0
 
     def __iter__(self) -> Iterator[StepRecord]:
@@ -276,7 +278,7 @@ class NdifRun:
         gen = generate_kwargs(self.params, self.config, pad if pad is not None else -1)
         reinstate(eng.hf_model)
         t0 = time.perf_counter()
-        backend = eng.backend(self.on_status)
+        backend = eng.backend(self._status)
         try:
             payloads = generate_steps(
                 eng.model, eng.targets(self.spec), self.spec, ids, gen, backend=backend
@@ -289,6 +291,11 @@ class NdifRun:
         self.step_bytes = [rec.payload_bytes(p) for p in payloads]
         self.payload_bytes = sum(self.step_bytes)
         self._keep(payloads)
+
+    def _status(self, status: JobStatus) -> None:
+        self.states.append(status.state)
+        if self.on_status is not None:
+            self.on_status(status)
 
     def _keep(self, payloads: list[dict[str, Any]]) -> None:
         """Records from the payloads, stopping where the local loop would stop."""
@@ -327,6 +334,22 @@ class NdifRun:
         if self.cancel.is_set():
             return "cancelled"
         return None
+
+    def engine_record(self) -> dict[str, Any]:
+        """What a trace records of this run beside the engine's identity: where it ran (no
+        credentials), what it asked for, the bytes that came back and the statuses seen."""
+        steps = max(1, len(self.step_bytes))
+        return {
+            "backend": "local simulation" if self.engine.remote == "local" else "NDIF",
+            "capture": {
+                "top_n": self.spec.top_n, "lens_k": self.spec.lens_k,
+                "full_logits": self.spec.full_logits, "heads": [list(h) for h in self.spec.heads],
+            },
+            "payload_bytes": self.payload_bytes,
+            "payload_bytes_per_step": self.payload_bytes // steps,
+            "wall_ms": self.wall_ms,
+            "job_states": list(self.states),
+        }  # fmt: skip
 
     @property
     def generated_ids(self) -> list[int]:
