@@ -274,8 +274,9 @@ class NdifRun:
 
         eng = self.engine
         ids = torch.tensor([self.prompt.ids])  # (1, T)
+        gen_mask = {"attention_mask": torch.ones_like(ids)}  # one sequence, nothing padded
         pad = eng.tokenizer.pad_token_id
-        gen = generate_kwargs(self.params, self.config, pad if pad is not None else -1)
+        gen = generate_kwargs(self.params, self.config, pad if pad is not None else -1) | gen_mask
         reinstate(eng.hf_model)
         t0 = time.perf_counter()
         backend = eng.backend(self._status)

@@ -181,13 +181,24 @@ def _router(output: Any) -> tuple[Any, Any, Any]:
 
 def _head_rows(call: Any, heads: list[tuple[int, int]], layer: int, groups: int) -> Any:
     """(opened heads of ``layer``, kv) float32: each opened head's last query's softmax over the
-    cached keys, from the rotated q and k the model passed to its attention function."""
+    cached keys, from what the model passed to its attention function: the rotated q, the
+    cached k, the mask (a sliding window's, a padding's), the scaling and any soft-capping."""
     args, kwargs = call.inputs
     query, key = args[1], args[2]  # (1, heads, seq, d), (1, kv_heads, kv, d)
+    mask = args[4] if len(args) > 4 else kwargs.get("attention_mask")
     scaling = kwargs.get("scaling")
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
     chosen = [h for n, h in heads if n == layer]
     q = query[0, chosen, -1].float()  # (n, d)
     k = key[0, [h // groups for h in chosen]].float()  # (n, kv, d)
     scores = torch.einsum("nd,nkd->nk", q, k) * scale
+    cap = kwargs.get("softcap")
+    if cap:
+        scores = torch.tanh(scores / cap) * cap
+    if isinstance(mask, torch.Tensor):
+        row = mask[0, 0, -1, -scores.shape[-1] :]  # (kv,): the last query's
+        if row.dtype == torch.bool:
+            scores = scores.masked_fill(~row, -torch.inf)
+        else:
+            scores = scores + row.float()
     return torch.softmax(scores, dim=-1).cpu()

@@ -87,9 +87,10 @@ def test_status_reports_the_job(ndif_run):
     assert seen[0].waiting and not seen[1].waiting
 
 
-@pytest.mark.parametrize("name", ["mixtral", "qwen2"])
+@pytest.mark.parametrize("name", ["mixtral", "qwen2", "gpt2", "gemma2", "mistral", "granite"])
 def test_family_model_equals_the_local_engine(tokenizer, name):
-    """A tiny seeded model: the whole logits when asked (bit-identical), router choices."""
+    """A tiny seeded model: the whole logits when asked (bit-identical), router choices, an
+    opened head's row (Gemma 2's soft-capping and window, Mistral's window)."""
     loaded = family_model(name, tokenizer)
     local = Engine(loaded)
     prompt = local.tokenize(PROMPT)
