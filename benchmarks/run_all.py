@@ -15,6 +15,7 @@ for script in (
     "bench_session.py",
     "bench_sweep.py",
     "families_sweep.py",
+    "bench_ndif.py",
 ):
     if (HERE / script).exists():
         print(f"== {script}", flush=True)

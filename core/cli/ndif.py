@@ -18,12 +18,20 @@ from llm_lens.core.cli.args import doing
 from llm_lens.core.errors import LensError
 
 UNSUPPORTED = ("session", "branch", "interventions")
+NDIF_HELP = "nnsight traces on NDIF (a Hub id, key from NDIF_API_KEY or the keyring) or here"
+ENGINE_HELP = f"where the model runs: local (transformers, here) or ndif ({NDIF_HELP})"
 HEAD_HELP = "with --engine ndif: also bring back the attention row of head L.H (repeatable)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The trace command's options for this engine."""
-    p.add_argument("--engine", choices=("local", "ndif"), default="local")
+    """The trace command's options for this engine: ``ndif`` joins ``--engine``'s choices
+    where another engine's options defined it already, else ``--engine`` is added here."""
+    engine = p._option_string_actions.get("--engine")
+    if engine is None:
+        p.add_argument("--engine", choices=("local", "ndif"), default="local", help=ENGINE_HELP)
+    elif engine.choices is not None and "ndif" not in engine.choices:
+        engine.choices = (*engine.choices, "ndif")
+        engine.help = f"{engine.help}; ndif: {NDIF_HELP}"
     p.add_argument("--open-head", action="append", default=[], metavar="L.H", help=HEAD_HELP)
     p.add_argument(
         "--full-logits", action="store_true",
@@ -113,10 +121,5 @@ def ndif_trace(args: argparse.Namespace) -> dict[str, Any]:
         model_dict(engine.info), prompt, {f: getattr(params, f) for f in PARAM_FIELDS},
         run.steps, run.lenses, run.finish_reason,
     )  # fmt: skip
-    backend = "local simulation" if engine.remote == "local" else "NDIF"
-    steps = max(1, len(run.steps))
-    data["engine"] = {
-        "name": "ndif", "backend": backend, "payload_bytes": run.payload_bytes,
-        "payload_bytes_per_step": run.payload_bytes // steps, "wall_ms": run.wall_ms,
-    }  # fmt: skip
+    data["engine"] = {"name": "ndif", "model": engine.info.name} | run.engine_record()
     return data

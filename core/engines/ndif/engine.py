@@ -20,7 +20,14 @@ from typing import Any
 from llm_lens.core.anatomy import Anatomy
 from llm_lens.core.engines.ndif import records as rec
 from llm_lens.core.engines.ndif.program import CaptureSpec, Targets, generate_steps
-from llm_lens.core.engines.ndif.status import StatusCallback, local_backend, remote_backend
+from llm_lens.core.engines.ndif.status import (
+    JobStatus,
+    NdifError,
+    StatusCallback,
+    local_backend,
+    remote_backend,
+    remote_failure,
+)
 from llm_lens.core.experts import _scoring, find_routers
 from llm_lens.core.layers import LensResult
 from llm_lens.core.loading import LoadedModel, describe
@@ -67,11 +74,13 @@ class NdifEngine:
         """The engine for ``hub_id`` as NDIF serves it: its skeleton built here without weights
         (config and tokenizer from the Hub), each run sent with ``key``."""
         from nnsight.modeling.transformers import TransformersModel
+        from transformers import AutoTokenizer
 
-        model = TransformersModel(hub_id, task="text-generation")
+        tokenizer = AutoTokenizer.from_pretrained(hub_id)
+        model = TransformersModel(hub_id, task="text-generation", tokenizer=tokenizer)
         hf_model = model._module
         info = describe(hf_model, hub_id, "ndif", f"hub:{hub_id}")
-        return cls(model, hf_model, model.tokenizer, info, remote=True, key=key, host=host)
+        return cls(model, hf_model, tokenizer, info, remote=True, key=key, host=host)
 
     @property
     def source(self) -> str:
@@ -243,6 +252,8 @@ class NdifRun:
     lenses: list[LensResult] = field(default_factory=list)
     finish_reason: str | None = None
     payload_bytes: int = 0  # what the server sent back (tensors), for the whole run
+    step_bytes: list[int] = field(default_factory=list)  # of it, each step's
+    states: list[str] = field(default_factory=list)  # the job's statuses, in order
     wall_ms: float = 0.0
 
     def __iter__(self) -> Iterator[StepRecord]:
@@ -263,21 +274,29 @@ class NdifRun:
 
         eng = self.engine
         ids = torch.tensor([self.prompt.ids])  # (1, T)
+        gen_mask = {"attention_mask": torch.ones_like(ids)}  # one sequence, nothing padded
         pad = eng.tokenizer.pad_token_id
-        gen = generate_kwargs(self.params, self.config, pad if pad is not None else -1)
+        gen = generate_kwargs(self.params, self.config, pad if pad is not None else -1) | gen_mask
         reinstate(eng.hf_model)
         t0 = time.perf_counter()
-        payloads = generate_steps(
-            eng.model,
-            eng.targets(self.spec),
-            self.spec,
-            ids,
-            gen,
-            backend=eng.backend(self.on_status),
-        )
+        backend = eng.backend(self._status)
+        try:
+            payloads = generate_steps(
+                eng.model, eng.targets(self.spec), self.spec, ids, gen, backend=backend
+            )
+        except Exception as exc:
+            if remote_failure(exc):
+                raise NdifError(f"NDIF: {exc}".replace("\n", " ")) from exc
+            raise
         self.wall_ms = (time.perf_counter() - t0) * 1e3
-        self.payload_bytes = rec.payload_bytes(payloads)
+        self.step_bytes = [rec.payload_bytes(p) for p in payloads]
+        self.payload_bytes = sum(self.step_bytes)
         self._keep(payloads)
+
+    def _status(self, status: JobStatus) -> None:
+        self.states.append(status.state)
+        if self.on_status is not None:
+            self.on_status(status)
 
     def _keep(self, payloads: list[dict[str, Any]]) -> None:
         """Records from the payloads, stopping where the local loop would stop."""
@@ -316,6 +335,22 @@ class NdifRun:
         if self.cancel.is_set():
             return "cancelled"
         return None
+
+    def engine_record(self) -> dict[str, Any]:
+        """What a trace records of this run beside the engine's identity: where it ran (no
+        credentials), what it asked for, the bytes that came back and the statuses seen."""
+        steps = max(1, len(self.step_bytes))
+        return {
+            "backend": "local simulation" if self.engine.remote == "local" else "NDIF",
+            "capture": {
+                "top_n": self.spec.top_n, "lens_k": self.spec.lens_k,
+                "full_logits": self.spec.full_logits, "heads": [list(h) for h in self.spec.heads],
+            },
+            "payload_bytes": self.payload_bytes,
+            "payload_bytes_per_step": self.payload_bytes // steps,
+            "wall_ms": self.wall_ms,
+            "job_states": list(self.states),
+        }  # fmt: skip
 
     @property
     def generated_ids(self) -> list[int]:

@@ -65,47 +65,61 @@ def generate_steps(
     """One generation on ``model`` (an nnsight model) from ``ids`` (1, T) with ``generate()``
     keywords ``gen``; ``how`` goes to the trace (``remote=``, ``backend=``). Returns each step's
     payload: a dict of small CPU tensors (see the module docstring)."""
-    top_n, lens_k, full, heads = spec.top_n, spec.lens_k, spec.full_logits, list(spec.heads)
-    layers, mixers, norm, head = list(targets.layers), list(targets.mixers), None, None
-    norm, head, routers = targets.final_norm, targets.lm_head, dict(targets.routers)
-    calls, groups, bins, width = targets.attention_calls, targets.groups, TAIL_BINS, TAIL_WIDTH
     with warnings.catch_warnings():
+        # the open loop ends by asking for a step the generation never makes (by design)
         warnings.filterwarnings("ignore", message=".*was never reached.*")
         with model.generate(ids, **gen, **how) as tracer:
             steps = list().save()  # type: ignore[attr-defined]  # nnsight adds .save()
             held = None
             for _step in tracer.all():
-                chosen = model.generator.streamer.output.reshape(-1)[-1]
-                if held is not None:
-                    held["reading"] = _reading(held.pop("logits"), chosen, top_n, bins, width)
-                    held["token"] = chosen.cpu()
-                    steps.append(held)
-                held = {}
-                first = layers[0].input  # (1, seq, hidden)
-                rows = [first[0, -1]]
-                updates, routing = [], []
-                for i, layer in enumerate(layers):
-                    if i in calls:  # read in the order the model computes: q/k, mixer, layer
-                        held[f"heads{i}"] = _head_rows(calls[i], heads, i, groups)
-                    out = mixers[i].output
-                    attn = out[0] if isinstance(out, tuple) else out
-                    updates.append(attn[0, -1])
-                    if i in routers:
-                        routing.append(_router(routers[i].output))
-                    out = layer.output
-                    rows.append((out[0] if isinstance(out, tuple) else out)[0, -1])
-                residual = torch.stack(rows)  # (layers + 1, hidden)
-                held["norms"] = _norms(residual, torch.stack(updates))
-                lens = torch.softmax(head(norm(residual)).float(), dim=-1).topk(lens_k)
-                held["lens_ids"] = lens.indices.to(torch.int32).cpu()
-                held["lens_probs"] = lens.values.cpu()
-                if routing:
-                    held["routing"] = routing
-                logits = model.output.logits[0, -1].float()  # (vocab,)
-                held["logits"] = logits
-                if full:
-                    held["full"] = logits.cpu()
+                held = _capture_step(model, targets, spec, held, steps)
     return list(steps)
+
+
+def _capture_step(
+    model: Any, targets: Targets, spec: CaptureSpec, previous: Any, steps: list[Any]
+) -> dict[str, Any]:
+    """One step, on the server: finish the previous step's reading with the token the
+    generation chose (the streamer hands it over first), then capture this step's pass."""
+    chosen = model.generator.streamer.output.reshape(-1)[-1]
+    if previous is not None:
+        logits = previous.pop("logits")
+        previous["reading"] = _reading(logits, chosen, spec.top_n, TAIL_BINS, TAIL_WIDTH)
+        previous["token"] = chosen.cpu()
+        steps.append(previous)
+    held, residual = _capture_layers(targets, spec)
+    logits = targets.lm_head(targets.final_norm(residual)).float()  # (layers + 1, vocab)
+    lens = torch.softmax(logits, dim=-1).topk(spec.lens_k)
+    held["lens_ids"] = lens.indices.to(torch.int32).cpu()
+    held["lens_probs"] = lens.values.cpu()
+    held["logits"] = model.output.logits[0, -1].float()  # (vocab,), read at the next step
+    if spec.full_logits:
+        held["full"] = held["logits"].cpu()
+    return held
+
+
+def _capture_layers(targets: Targets, spec: CaptureSpec) -> tuple[dict[str, Any], Any]:
+    """Each layer's reads in the order the model computes them (the opened heads' q/k, the
+    mixer's output, the router's choice, the layer's output): the step's payload so far and
+    the residual stream at the last position (layers + 1, hidden), which stays on the server."""
+    held: dict[str, Any] = {}
+    routers = dict(targets.routers)
+    rows, updates, routing = [targets.layers[0].input[0, -1]], [], []
+    for i, layer in enumerate(targets.layers):
+        if i in targets.attention_calls:
+            call = targets.attention_calls[i]
+            held[f"heads{i}"] = _head_rows(call, list(spec.heads), i, targets.groups)
+        out = targets.mixers[i].output
+        updates.append((out[0] if isinstance(out, tuple) else out)[0, -1])  # (hidden,)
+        if i in routers:
+            routing.append(_router(routers[i].output))
+        out = layer.output
+        rows.append((out[0] if isinstance(out, tuple) else out)[0, -1])  # (hidden,)
+    residual = torch.stack(rows)  # (layers + 1, hidden)
+    held["norms"] = _norms(residual, torch.stack(updates))
+    if routing:
+        held["routing"] = routing
+    return held, residual
 
 
 def _norms(residual: Any, attn: Any) -> Any:
@@ -167,13 +181,24 @@ def _router(output: Any) -> tuple[Any, Any, Any]:
 
 def _head_rows(call: Any, heads: list[tuple[int, int]], layer: int, groups: int) -> Any:
     """(opened heads of ``layer``, kv) float32: each opened head's last query's softmax over the
-    cached keys, from the rotated q and k the model passed to its attention function."""
+    cached keys, from what the model passed to its attention function: the rotated q, the
+    cached k, the mask (a sliding window's, a padding's), the scaling and any soft-capping."""
     args, kwargs = call.inputs
     query, key = args[1], args[2]  # (1, heads, seq, d), (1, kv_heads, kv, d)
+    mask = args[4] if len(args) > 4 else kwargs.get("attention_mask")
     scaling = kwargs.get("scaling")
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
     chosen = [h for n, h in heads if n == layer]
     q = query[0, chosen, -1].float()  # (n, d)
     k = key[0, [h // groups for h in chosen]].float()  # (n, kv, d)
     scores = torch.einsum("nd,nkd->nk", q, k) * scale
+    cap = kwargs.get("softcap")
+    if cap:
+        scores = torch.tanh(scores / cap) * cap
+    if isinstance(mask, torch.Tensor):
+        row = mask[0, 0, -1, -scores.shape[-1] :]  # (kv,): the last query's
+        if row.dtype == torch.bool:
+            scores = scores.masked_fill(~row, -torch.inf)
+        else:
+            scores = scores + row.float()
     return torch.softmax(scores, dim=-1).cpu()

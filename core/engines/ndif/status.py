@@ -27,6 +27,21 @@ NO_KEY = (
 )
 
 
+class NdifError(LensError):
+    """The server refused or failed the job (a wrong key, a model it does not serve, a lost
+    connection): its words in one line."""
+
+
+def remote_failure(exc: BaseException) -> bool:
+    """Is ``exc`` the server's or the network's failure rather than a bug here?"""
+    from nnsight.intervention.backends.remote import RemoteError
+
+    names = {type(e).__module__.split(".")[0] for e in type(exc).__mro__}
+    return isinstance(exc, RemoteError | ConnectionError | TimeoutError) or bool(
+        names & {"httpx", "httpcore", "websocket", "websockets", "socketio"}
+    )
+
+
 @dataclass(frozen=True)
 class JobStatus:
     """One status update of a job: its state, the server's words, when it arrived."""

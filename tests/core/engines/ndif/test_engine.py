@@ -87,9 +87,10 @@ def test_status_reports_the_job(ndif_run):
     assert seen[0].waiting and not seen[1].waiting
 
 
-@pytest.mark.parametrize("name", ["mixtral", "qwen2"])
+@pytest.mark.parametrize("name", ["mixtral", "qwen2", "gpt2", "gemma2", "mistral", "granite"])
 def test_family_model_equals_the_local_engine(tokenizer, name):
-    """A tiny seeded model: the whole logits when asked (bit-identical), router choices."""
+    """A tiny seeded model: the whole logits when asked (bit-identical), router choices, an
+    opened head's row (Gemma 2's soft-capping and window, Mistral's window)."""
     loaded = family_model(name, tokenizer)
     local = Engine(loaded)
     prompt = local.tokenize(PROMPT)
@@ -120,3 +121,64 @@ def test_stop_string_ends_the_run(loaded, greedy_run):
     got.run_all()
     assert got.finish_reason == "stop"
     assert len(got.steps) <= 3
+
+
+def test_engine_speaks_the_engine_protocol(loaded, ndif_run):
+    """Where core.engines' protocol is present: identity, provides and the server's lens."""
+    base = pytest.importorskip("llm_lens.core.engines.base")
+    engine = NdifEngine.local(loaded)
+    assert isinstance(engine, base.ModelEngine)
+    assert engine.identity.engine == "ndif" and engine.identity.url is None
+    provides = engine.provides
+    assert provides.has("lens") and not provides.has("residual")
+    assert "NDIF" in provides.why_not("attention")
+    run, _ = ndif_run
+    step = run.steps[1]
+    assert run.engine.logit_lens(step, k=2).top_ids.shape == (loaded.info.num_layers + 1, 2)
+
+
+def test_sampled_run_reads_the_server_s_choices(tokenizer):
+    """A sampled run's tokens are the server's generate()'s; each record is consistent with
+    the distribution the server read (the token's rank and probability in its own top-N)."""
+    from llm_lens.core.sampling import SamplingParams
+
+    ndif = NdifEngine.local(family_model("qwen2", tokenizer))
+    params = SamplingParams(temperature=1.5, top_p=1.0, seed=3)
+    run = ndif.start(ndif.tokenize(PROMPT), params, RunConfig(max_new_tokens=6))
+    steps = run.run_all()
+    assert len(steps) == 6 and run.finish_reason in ("length", "eos")
+    for step in steps:
+        assert step.prob == pytest.approx(np.exp(step.logprob), rel=1e-6)
+        where = np.flatnonzero(step.top_ids == step.token.id)
+        if where.size:
+            assert step.rank == where[0]
+            assert step.prob == pytest.approx(float(step.top_probs[where[0]]), rel=1e-6)
+        assert [s.name for s in step.stages][:2] == ["raw", "temperature"]
+
+
+def test_cancel_before_the_job_sends_none(loaded):
+    import threading
+
+    cancel = threading.Event()
+    cancel.set()
+    ndif = NdifEngine.local(loaded)
+    seen = []
+    run = ndif.start(ndif.tokenize(PROMPT), GREEDY, RunConfig(), cancel, on_status=seen.append)
+    assert run.run_all() == [] and run.finish_reason == "cancelled" and not seen
+
+
+def test_hosted_engine_builds_the_skeleton_without_weights(tmp_path, tokenizer):
+    """A model NDIF serves is built here on the meta device (no weights): its shapes, the parts
+    the trace reads, and a remote backend holding the key (in memory) and the host."""
+    from tests.families import family_config
+
+    family_config("mixtral", len(tokenizer)).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    engine = NdifEngine.hosted(str(tmp_path), "k-123", host="https://ndif.invalid")
+    assert next(engine.hf_model.parameters()).device.type == "meta"
+    assert engine.info.num_layers == 2 and engine.source == "ndif https://ndif.invalid"
+    targets = engine.targets(CaptureSpec(heads=((1, 0),)))
+    assert len(targets.layers) == 2 and len(targets.routers) == 2 and 1 in targets.attention_calls
+    engine.model.to_model_key = lambda: "TransformersModel:org/model"  # a Hub id's key
+    backend = engine.backend(None)
+    assert (backend.api_key, backend.host) == ("k-123", "https://ndif.invalid")
