@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from llm_lens.core import cards as ex
 from llm_lens.core.errors import LensError
 from llm_lens.core.interventions import parse_spec, to_spec
 from llm_lens.desktop.state.controller import Controller
@@ -45,7 +46,10 @@ class WhatIfPane(Pane):
     """The What-if list with switches, and the shown run's change against the clean run."""
 
     title = "What if?"
-    empty_text = ""  # the list and its hint are the invitation
+    empty_text = (
+        "What if a head, a layer, an expert or a token were changed? Run a prompt (Ctrl+Enter), "
+        "then right-click one in another pane."
+    )
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(controller, parent)
@@ -176,6 +180,13 @@ class WhatIfPane(Pane):
             f"step {step.index}: chose {_label(step.token)} with p = {step.prob:.3f}; the clean "
             f"run gave it p = {before:.3f} and chose {_label(clean.token)} (p = {clean.prob:.3f})"
         )
+
+    def explainer(self) -> ex.Explainer | None:
+        ctl = self.controller
+        step = ctl.current_step()
+        changes = [describe(i) for i in ctl.interventions]
+        clean = self.whatif.clean_step(step) if changes else None
+        return ex.whatif_card(changes, step, clean)
 
     def clear(self) -> None:
         self.diff_label.setText("")
