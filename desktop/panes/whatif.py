@@ -64,6 +64,7 @@ class WhatIfPane(Pane):
         self.spec_edit.returnPressed.connect(self.add_spec)
         self.error_label = QLabel("", wordWrap=True)
         self.error_label.setStyleSheet("QLabel { color: #e07070; }")
+        self.error_label.setVisible(False)
         self.run_button = QPushButton("Run with these")
         self.run_button.setToolTip("Run the prompt again under the interventions switched on")
         self.run_button.clicked.connect(self.whatif.request_run)
@@ -146,8 +147,10 @@ class WhatIfPane(Pane):
             self.whatif.add(parse_spec(text))
         except LensError as exc:
             self.error_label.setText(str(exc))
+            self.error_label.setVisible(True)
             return
         self.error_label.setText("")
+        self.error_label.setVisible(False)
         self.spec_edit.clear()
 
     def rows(self) -> list[tuple[str, bool]]:
@@ -173,8 +176,13 @@ class WhatIfPane(Pane):
         if step is None or not self.controller.interventions:
             return ""
         clean = self.whatif.clean_step(step)
-        if clean is None:
+        if clean is None and not self.whatif.has_clean(self.controller.prompt):
             return "no clean run of this prompt to compare with: switch the changes off and run"
+        if clean is None:
+            return (
+                f"the clean run of this prompt read other tokens before step {step.index} (or "
+                "stopped earlier): select an earlier step to compare"
+            )
         before = _prob(clean, step.token.id)
         return (
             f"step {step.index}: chose {_label(step.token)} with p = {step.prob:.3f}; the clean "
