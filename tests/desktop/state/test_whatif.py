@@ -39,6 +39,12 @@ def test_the_run_carries_them_and_equals_cores_intervened_run(qtbot, tiny_ctl, t
     ctl = tiny_ctl
     run(qtbot, ctl, TEXT, 4)
     clean = ctl.steps
+    ctl.whatif.add(HeadEdit(9, 0))  # the tiny model has 2 layers: the run is refused
+    with qtbot.waitSignal(ctl.sig_error, timeout=30_000) as error:
+        ctl.request_run(TEXT, False, GREEDY, 4)
+    assert "no layer 9" in error.args[0]
+    assert ctl.interventions == () and ctl.steps == clean  # the clean run, unmarked, stays
+    ctl.whatif.remove(0)
     changes = (HeadEdit(1, 0, "scale", 0.0), BlockEdit(0, "mlp", 0.5), Forget(2))
     for item in changes:
         ctl.whatif.add(item)
