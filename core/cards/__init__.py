@@ -8,8 +8,9 @@ a notebook can print them.
 One module per stage, named as the stage's own module in ``llm_lens.core`` (and its pane), so a
 stage's teaching text sits beside it: :mod:`.tokens`, :mod:`.embeddings`, :mod:`.positions`,
 :mod:`.attention`, :mod:`.layers`, :mod:`.kvcache`, :mod:`.experts`, :mod:`.logits`,
-:mod:`.sampling`, with :mod:`.timing` and :mod:`.attribution` ("Why this token?"); what every card
-is (:class:`Explainer`, how a token and a probability are written) is :mod:`.common`.
+:mod:`.sampling`, with :mod:`.timing`, :mod:`.attribution` ("Why this token?") and :mod:`.whatif`;
+what every card is (:class:`Explainer`, how a token and a probability are written) is
+:mod:`.common`.
 """
 
 from llm_lens.core.cards.attention import attention_card
@@ -24,6 +25,7 @@ from llm_lens.core.cards.positions import positions_card
 from llm_lens.core.cards.sampling import sampling_card
 from llm_lens.core.cards.timing import timing_card
 from llm_lens.core.cards.tokens import tokens_card
+from llm_lens.core.cards.whatif import whatif_card
 
 __all__ = [
     "DENSE_TRY",
@@ -43,4 +45,5 @@ __all__ = [
     "sampling_card",
     "timing_card",
     "tokens_card",
+    "whatif_card",
 ]

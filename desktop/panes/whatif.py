@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from llm_lens.core import cards as ex
 from llm_lens.core.errors import LensError
 from llm_lens.core.interventions import parse_spec, to_spec
 from llm_lens.desktop.state.controller import Controller
@@ -45,7 +46,10 @@ class WhatIfPane(Pane):
     """The What-if list with switches, and the shown run's change against the clean run."""
 
     title = "What if?"
-    empty_text = ""  # the list and its hint are the invitation
+    empty_text = (
+        "What if a head, a layer, an expert or a token were changed? Run a prompt (Ctrl+Enter), "
+        "then right-click one in another pane."
+    )
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(controller, parent)
@@ -60,6 +64,7 @@ class WhatIfPane(Pane):
         self.spec_edit.returnPressed.connect(self.add_spec)
         self.error_label = QLabel("", wordWrap=True)
         self.error_label.setStyleSheet("QLabel { color: #e07070; }")
+        self.error_label.setVisible(False)
         self.run_button = QPushButton("Run with these")
         self.run_button.setToolTip("Run the prompt again under the interventions switched on")
         self.run_button.clicked.connect(self.whatif.request_run)
@@ -142,8 +147,10 @@ class WhatIfPane(Pane):
             self.whatif.add(parse_spec(text))
         except LensError as exc:
             self.error_label.setText(str(exc))
+            self.error_label.setVisible(True)
             return
         self.error_label.setText("")
+        self.error_label.setVisible(False)
         self.spec_edit.clear()
 
     def rows(self) -> list[tuple[str, bool]]:
@@ -169,13 +176,25 @@ class WhatIfPane(Pane):
         if step is None or not self.controller.interventions:
             return ""
         clean = self.whatif.clean_step(step)
-        if clean is None:
+        if clean is None and not self.whatif.has_clean(self.controller.prompt):
             return "no clean run of this prompt to compare with: switch the changes off and run"
+        if clean is None:
+            return (
+                f"the clean run of this prompt read other tokens before step {step.index} (or "
+                "stopped earlier): select an earlier step to compare"
+            )
         before = _prob(clean, step.token.id)
         return (
             f"step {step.index}: chose {_label(step.token)} with p = {step.prob:.3f}; the clean "
             f"run gave it p = {before:.3f} and chose {_label(clean.token)} (p = {clean.prob:.3f})"
         )
+
+    def explainer(self) -> ex.Explainer | None:
+        ctl = self.controller
+        step = ctl.current_step()
+        changes = [describe(i) for i in ctl.interventions]
+        clean = self.whatif.clean_step(step) if changes else None
+        return ex.whatif_card(changes, step, clean)
 
     def clear(self) -> None:
         self.diff_label.setText("")

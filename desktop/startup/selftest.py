@@ -1,5 +1,7 @@
 """``llm-lens --selftest``: the real window, the bundled model, a short run, every pane checked:
-each received data, and each fits the window (no control outside it, no plot too small).
+each received data, and each fits the window (no control outside it, no plot too small). The
+short run is an intervened one (What if?: the first token forgotten), after a one-token clean run
+of the same prompt it is compared with; the status bar must mark it.
 
 ``llm-lens FILE --selftest`` checks that file instead: a session file is read (a damaged or
 hostile one fails the selftest with one line, before anything else) and its shown run goes
@@ -58,6 +60,7 @@ class SelfTest:
         self.screenshots = screenshots  # --screenshots DIR: every pane saved after the checks
         self.exit_code = 1
         self.started = False
+        self.clean_first = True  # a one-token clean run, then the intervened one
         c = window.controller
         c.sig_model_loaded.connect(self._on_loaded)
         c.sig_run_finished.connect(self._on_finished)
@@ -91,14 +94,24 @@ class SelfTest:
             self.window.sessions.confirm_close = False
             self.window.controller.sessions.show(self.session, self.file)
             return
+        self._run(1)
+
+    def _run(self, tokens: int) -> None:
         from llm_lens.core.sampling import GREEDY
 
         panel = self.window.prompt_panel
         self.window.controller.request_run(
-            panel.editor.toPlainText(), panel.chat_box.isChecked(), GREEDY, self.tokens
+            panel.editor.toPlainText(), panel.chat_box.isChecked(), GREEDY, tokens
         )
 
     def _on_finished(self, summary: Any) -> None:
+        if self.session is None and self.clean_first:
+            from llm_lens.core.interventions import Forget
+
+            self.clean_first = False
+            self.window.controller.whatif.add(Forget(0))  # every family the app loads takes it
+            self._run(self.tokens)
+            return
         what = "showing the session's run" if self.session is not None else "generated"
         print(
             f"selftest: {what} {summary.output_text!r} (TTFT {summary.ttft_ms:.0f} ms)",
@@ -112,6 +125,12 @@ class SelfTest:
         if empty:
             self._fail(f"panes that received no data: {', '.join(empty)}")
             return
+        mark = self.window.whatif_menus.mark
+        if self.session is None and not mark.isVisible():
+            self._fail("the intervened run is not marked in the status bar")
+            return
+        if self.session is None:
+            print(f"selftest: {mark.toolTip()}", file=sys.stderr)
         missing = missing_resources()
         if missing:
             self._fail(missing)

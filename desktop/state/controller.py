@@ -105,6 +105,7 @@ class Controller(QObject):
         from llm_lens.desktop.state.whatif import WhatIfList
 
         self.whatif = WhatIfList(self)  # the What-if list: the next run's interventions
+        self._next_changes: tuple[Any, ...] = ()  # the starting run's, shown once it starts
         self.link = WorkerLink(self)
         self._thread = self.link.model_thread
         # the window's only hold on the worker besides its signals: it never sets its fields
@@ -163,10 +164,8 @@ class Controller(QObject):
             self.sig_error.emit(str(exc))
             return
         self.request_stop()
-        changes = self.whatif.active()
-        self._replace(
-            run_id=next(self._ids), run_params=params, follow_live=True, interventions=changes
-        )
+        changes = self._next_changes = self.whatif.active()
+        self._replace(run_id=next(self._ids), run_params=params, follow_live=True)
         self._set_busy(True)
         self.link.run(RunRequest(self.run_id, text, chat, params, config, parse_special, changes))
 
@@ -345,6 +344,7 @@ class Controller(QObject):
     def adopt_run(self, run_id: int, params: Any) -> None:
         """Make ``run_id`` the shown live run before a job streams it (a branch)."""
         self.request_stop()
+        self._next_changes = self.interventions  # a branch keeps its run's interventions
         self._replace(run_id=run_id, run_params=params, follow_live=True)
         self._set_busy(True)
 
@@ -401,7 +401,9 @@ class Controller(QObject):
         if run_id != self.run_id:
             return
         self._show_loaded_model()
-        self._shown = self._shown.cleared(recorded=None, session=None, session_path=None)
+        self._shown = self._shown.cleared(
+            recorded=None, session=None, session_path=None, interventions=self._next_changes
+        )
         self.analyses.keep_model_wide()
         self._replace(prompt=prompt)
         self._preparing = True  # the panes clear now, at their normal rate; then the prefill

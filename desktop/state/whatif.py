@@ -129,6 +129,10 @@ class WhatIfList(QObject):
         while len(self._clean) > CLEAN_RUNS:
             self._clean.pop(next(iter(self._clean)))
 
+    def has_clean(self, prompt: Any) -> bool:
+        """Whether a clean run of ``prompt`` (``PromptTokens``) is remembered."""
+        return prompt is not None and tuple(prompt.ids) in self._clean
+
     def clean_step(self, step: Any) -> Any:
         """The step of a clean run that read exactly the context ``step`` read (None when no
         clean run of that prompt is remembered, or it chose other tokens before there)."""

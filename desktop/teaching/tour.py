@@ -35,6 +35,7 @@ STOPS = (
     ("Attention lines", "The same head as lines from each token to what it reads."),
     ("Layer stack", "The layers' blocks of attention + MLP add to the residual stream."),
     ("Experts", "In a mixture-of-experts model each MLP is a few of many experts."),
+    ("What if?", "Change one part of the model (right-click it) and run again."),
     ("Logits", "The last residual becomes one score per vocabulary entry."),
     ("Sampling", "The scores become probabilities and one token is drawn."),
     ("KV cache", "Every read token's keys and values stay in the cache."),

@@ -56,7 +56,7 @@ def test_the_journey_splits_into_two_groups_or_three_from_1700_px():
     assert len(narrow) == 2 and len(wide) == 3
     for groups in (narrow, wide):
         assert tuple(n for g in groups for n in g) == JOURNEY  # each pane once, in order
-    assert narrow[0][-1] == "Experts" and wide[0] == ("Tokens", "Embeddings", "Positions")
+    assert narrow[0][-1] == "What if?" and wide[0] == ("Tokens", "Embeddings", "Positions")
 
 
 @pytest.mark.parametrize("width", [1366, 1920])
