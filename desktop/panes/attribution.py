@@ -17,6 +17,7 @@ from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QComboBox,
+    QGraphicsOpacityEffect,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -37,6 +38,7 @@ from llm_lens.desktop.widgets.token_text import Chip, ChipView, piece_label
 VS_CHOICES = 8  # the alternatives offered: the step's top tokens after the chosen one
 SETTLE_MS = 400  # a selection must rest this long before it is explained unasked (scrubbing
 # through fifty steps would otherwise queue fifty passes on the worker)
+STALE_OPACITY = 0.3  # the plots of a step other than the selected one, while it computes
 AUTO_TOKENS = 1024  # past this context a step is explained only when asked: the pass costs
 # seconds and its memory grows with the context (2.3 GB at 4,096 tokens; docs/performance.md)
 
@@ -135,6 +137,9 @@ class AttributionPane(Pane):
     def _build_tabs(self) -> None:
         self.tabs = QTabWidget()
         self._layout.addWidget(self.tabs, 1)
+        self._fade = QGraphicsOpacityEffect(opacity=STALE_OPACITY, enabled=False)
+        self.tabs.setGraphicsEffect(self._fade)
+        self.stale = False  # the plots show another step's explanation than the selected one
         self.logit_view = pg.GraphicsLayoutWidget()
         self.bars_plot = self.logit_view.addPlot(row=0, col=0)
         self.bars_plot.setLabel("bottom", "layer (−1: embedding)")
@@ -215,22 +220,37 @@ class AttributionPane(Pane):
                 if long
                 else "on the worker"
             )
-            self.header.setText(
+            self._waiting(
                 f"step {step.index} chose {step.token.text!r}: press Explain, or right-click a "
                 f"token → Why this token? (one forward + backward pass {cost})"
             )
             return
         if not asked and self.settled != (step.index, self._vs()):
             self._settle.start()  # (re)start: explain once the selection rests
-            self.header.setText(f"step {step.index}: explaining when the selection rests…")
+            self._waiting(f"step {step.index}: explaining when the selection rests…")
             return
         x = ctl.request_analysis("explain", step=step.index, vs=self._vs())
         if x is None:
-            self.header.setText(ctl.waiting_text("explanation", f"explaining step {step.index}…"))
+            self._waiting(ctl.waiting_text("explanation", f"explaining step {step.index}…"))
             return
+        self._set_stale(False)
         if x is not self.result:
             self.result = x
             self._draw(x)
+
+    def _waiting(self, text: str) -> None:
+        """The header says what is coming; plots of another step still up are faded and
+        named, never shown as this step's (they stayed up unmarked while a step computed)."""
+        old = self.result
+        self._set_stale(old is not None)
+        if old is not None:
+            vs = f" vs {old.vs_text!r}" if old.vs_text else ""
+            text += f" · faded below: step {old.step}'s explanation{vs}, until this one is ready"
+        self.header.setText(text)
+
+    def _set_stale(self, stale: bool) -> None:
+        self.stale = stale
+        self._fade.setEnabled(stale)  # off: no offscreen pass over the plots at each paint
 
     def _sync_vs(self, step: Any) -> None:
         ids = [None] + [int(i) for i in step.top_ids[: VS_CHOICES + 1] if i != step.token.id]
@@ -315,6 +335,7 @@ class AttributionPane(Pane):
 
     def clear(self) -> None:
         self.result, self.wanted, self.settled = None, -1, None
+        self._set_stale(False)
         self._settle.stop()
         self.header.setText("")
         for bars in (self.attn_bars, self.mlp_bars, self.embed_bar):

@@ -1,7 +1,8 @@
 """Experts pane: in a mixture-of-experts model, which experts each token went to.
 
 Left: the selected token's router probabilities, MoE layer × expert, with the experts the router
-chose framed and labelled with the weights the block added their outputs with. Right: every
+chose framed and labelled with the weights the block added their outputs with; the colour scale
+is 0..1 (a probability), so it never tops out below a number written on it. Right: every
 token read so far × expert: how many layers sent it to each expert, or one layer's weights. The
 numbers are the routers' own outputs, recorded in the step loop (:mod:`llm_lens.core.experts`).
 A dense model has no router: the pane says so.
@@ -225,9 +226,8 @@ class ExpertsPane(Pane):
 
     def _render_router(self, r: Any) -> None:
         probs = np.asarray(r.probs[:, 0])  # (moe_layers, experts)
-        top = float(max(probs.max(), 1e-6))
-        self.image.setImage(probs, levels=(0.0, top))
-        self.bar.setLevels((0.0, top))
+        self.image.setImage(probs, levels=(0.0, 1.0))  # a probability's whole scale: a bar
+        self.bar.setLevels((0.0, 1.0))  # to the row's largest read 0.45 over cells of 0.62
         experts, weights = np.asarray(r.experts[:, 0]), np.asarray(r.weights[:, 0])
         rows = np.repeat(np.arange(experts.shape[0]), experts.shape[1])
         xs, ws = experts.ravel() + 0.5, weights.ravel()
@@ -295,7 +295,8 @@ class ExpertsPane(Pane):
         return (
             f"{r.num_experts} experts, {r.top_k} chosen per token ({r.scoring} router) in "
             f"{len(r.layers)} layers · position {self.position} '{text}': layer "
-            f"{int(r.layers[layer])} sent it to experts {went}"
+            f"{int(r.layers[layer])} sent it to experts {went} · left: colour the router "
+            "probability (0–1), numbers the chosen experts' weights"
         )
 
     # ----------------------------------------------------------------- its story

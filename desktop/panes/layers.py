@@ -46,6 +46,12 @@ def shown(text: str) -> str:
     return visible(text)
 
 
+def lens_cell(text: str, prob: float) -> str:
+    """'0.98 ·type': the probability first, so a narrow column cuts the token's tail, never
+    the number ('·type …' hid it at 1920×1080)."""
+    return f"{prob:.2f} {shown(text)}"
+
+
 def first_agreement(lens: Any) -> int | None:
     """The first layer whose lens top-1 is the model's final prediction (None if none)."""
     hits = np.flatnonzero(np.asarray(lens.top_ids)[:, 0] == lens.final_id)
@@ -79,7 +85,7 @@ class LayerStackPane(Pane):
         split.setSizes([280, 420])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
-        layout.addWidget(split)
+        layout.addWidget(split, 1)  # the plots take the height, not the card under them
         self.non_finite_label = QLabel()
         self.non_finite_label.setStyleSheet(f"color: {NAN_RED}")
         layout.addWidget(self.non_finite_label)
@@ -238,7 +244,7 @@ class LayerStackPane(Pane):
             label = "emb" if r == 0 else str(r)
             table.setVerticalHeaderItem(r, QTableWidgetItem(label + (" ★" if r == first else "")))
             for c in range(lens.top_ids.shape[1]):
-                text = f"{shown(lens.top_texts[r][c])} ({lens.top_probs[r, c]:.2f})"
+                text = lens_cell(lens.top_texts[r][c], float(lens.top_probs[r, c]))
                 item = QTableWidgetItem(text)
                 item.setToolTip(f"{text} · id {int(lens.top_ids[r, c])}")
                 if int(lens.top_ids[r, c]) == lens.final_id:

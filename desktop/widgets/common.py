@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from PySide6.QtCore import QMargins, QPoint, QRect, QSize, Qt
 from PySide6.QtGui import QPainter, QPaintEvent
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QLayout, QLayoutItem, QSizePolicy, QWidget
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QLayout,
+    QLayoutItem,
+    QSizePolicy,
+    QTabBar,
+    QWidget,
+)
 
 
 class FlowLayout(QLayout):
@@ -81,6 +89,16 @@ class FlowLayout(QLayout):
             x += hint.width() + self._spacing
             line = max(line, hint.height())
         return y + line - rect.y() + m.bottom()
+
+
+def keep_tab_names(window: QWidget) -> None:
+    """The window's dock tab bars keep each name whole and scroll when they run out of room:
+    Qt's own elide them, and ten tabs at 1366 px read "To…", "Atte…" (a window's dock tab bars
+    are its direct QTabBar children, made when docks are tabbed)."""
+    for bar in window.findChildren(QTabBar, options=Qt.FindChildOption.FindDirectChildrenOnly):
+        if bar.elideMode() != Qt.TextElideMode.ElideNone:
+            bar.setElideMode(Qt.TextElideMode.ElideNone)
+            bar.setUsesScrollButtons(True)
 
 
 def group(*widgets: QWidget, spacing: int = 4) -> QWidget:

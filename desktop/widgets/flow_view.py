@@ -1,8 +1,12 @@
 """The information-flow graph drawn over layers × tokens, with clickable edges.
 
-Nodes sit at (token position, layer): a residual state entering layer l at height l, the state
-after its attention at l + 0.5. Edges are coloured by kind (attention, MLP, residual) and as
-thick as their importance. A click picks the nearest edge; the pane decides what it selects.
+Only the tokens on a kept route get a column, one column each and side by side (a route through
+positions 3, 40 and 41 of a long context is not three stacks squeezed into two corners), so a
+wider pane spreads the columns and labels them all. A state sits at (column, layer): entering
+layer l at height l, after its attention at l + 0.5. Edges are coloured by kind: attention in
+bright blue across columns, the MLP in orange beside the residual stream's thin grey line, each
+as thick as its importance; dots mark only where attention reads or writes. A click picks the
+nearest edge; the pane decides what it selects.
 """
 
 from __future__ import annotations
@@ -17,7 +21,30 @@ from PySide6.QtGui import QFontMetricsF
 from llm_lens.desktop.widgets.pane import plain_axis
 from llm_lens.desktop.widgets.token_text import spaced_ticks, visible_text
 
-KIND_COLOURS = {0: (66, 133, 244), 1: (150, 150, 150), 2: (244, 160, 0)}  # attn, residual, mlp
+KIND_COLOURS = {0: (79, 195, 247), 1: (120, 120, 120), 2: (255, 183, 77)}  # attn, residual, mlp
+MLP_OFFSET = 0.12  # columns: an MLP edge is drawn this far right of the residual line it shares
+NODE_SIZE = 6  # pixels: a dot where attention reads or writes a state (none elsewhere)
+
+
+def columns(graph: Any, edges: np.ndarray) -> list[int]:
+    """The token positions the drawn ``edges`` touch, in order: one column each."""
+    ends = np.concatenate([graph.src_pos[edges], graph.dst_pos[edges]])
+    return sorted(set(ends.astype(int).tolist())) or [len(graph.tokens) - 1]
+
+
+def edge_pens(graph: Any, edges: np.ndarray) -> np.ndarray:
+    """One pen per edge: its kind's colour, as opaque and thick as its weight; the residual
+    stream thinner and dimmer so the attention and MLP edges stand out over it."""
+    fields = [(c, np.uint8) for c in ("red", "green", "blue", "alpha")] + [("width", float)]
+    pens = np.empty(len(edges), dtype=fields)
+    for i, edge in enumerate(edges):
+        kind, w = int(graph.kind[edge]), float(graph.weight[edge])
+        r, g, b = KIND_COLOURS[kind]
+        if kind == 1:
+            pens[i] = (r, g, b, int(120 + 80 * w), 1.0 + 2 * w)
+        else:
+            pens[i] = (r, g, b, int(170 + 85 * w), 1.5 + 5 * w)
+    return pens
 
 
 class FlowView(QObject):
@@ -33,7 +60,7 @@ class FlowView(QObject):
         super().__init__()
         self.plot = plot
         plot.setLabel("left", "layer")
-        plot.setLabel("bottom", "token")
+        plot.setLabel("bottom", "token (those on a route kept)")
         plot.setMenuEnabled(False)
         for side in ("left", "bottom"):
             plain_axis(plot.getAxis(side))
@@ -43,9 +70,11 @@ class FlowView(QObject):
         plot.addItem(self.picked)
         self.graph: Any = None
         self.edges = np.zeros(0, np.int64)  # indices of the edges drawn
+        self.used: list[int] = []  # the token position of each column
         self._xy = np.zeros((0, 2, 2))  # (drawn edges, ends, xy)
         plot.scene().sigMouseClicked.connect(self._on_click)
         plot.getViewBox().sigResized.connect(self._on_resized)
+        plot.getViewBox().sigXRangeChanged.connect(self._on_resized)  # zoomed: re-spaced
 
     def _on_resized(self, *_: object) -> None:
         if self.graph is not None:
@@ -54,35 +83,38 @@ class FlowView(QObject):
     def show(self, graph: Any, threshold: float) -> int:
         """Draw the routes kept at ``threshold``; returns how many edges are drawn."""
         self.graph = graph
-        self.edges = np.flatnonzero(graph.kept(threshold))
-        e = self.edges
-        src = np.stack([graph.src_pos[e], graph.src_level[e] / 2], axis=1)
-        dst = np.stack([graph.dst_pos[e], graph.dst_level[e] / 2], axis=1)
+        self.edges = e = np.flatnonzero(graph.kept(threshold))
+        self.used = columns(graph, e)
+        column = {p: c for c, p in enumerate(self.used)}
+        shift = np.where(graph.kind[e] == 2, MLP_OFFSET, 0.0)
+        src_x = np.array([column[int(p)] for p in graph.src_pos[e]], float) + shift
+        dst_x = np.array([column[int(p)] for p in graph.dst_pos[e]], float) + shift
+        src = np.stack([src_x, graph.src_level[e] / 2], axis=1)
+        dst = np.stack([dst_x, graph.dst_level[e] / 2], axis=1)
         self._xy = np.stack([src, dst], axis=1).astype(float)  # (E, 2, 2)
         pos = self._xy.reshape(-1, 2) if len(e) else np.zeros((1, 2))
         adj = np.arange(2 * len(e)).reshape(-1, 2)
-        pens = np.empty(len(e), dtype=[(c, np.uint8) for c in ("red", "green", "blue", "alpha")]
-                        + [("width", float)])  # fmt: skip
-        for i, edge in enumerate(e):
-            r, g, b = KIND_COLOURS[int(graph.kind[edge])]
-            w = float(graph.weight[edge])
-            pens[i] = (r, g, b, int(130 + 125 * w), 1.0 + 5 * w)  # faint edges still seen
-        self.item.setData(pos=pos, adj=adj if len(e) else None, pen=pens, size=4, symbol="o",
-                          symbolBrush=pg.mkBrush(200, 200, 200, 160), symbolPen=None)  # fmt: skip
+        dots = np.repeat(graph.kind[e] == 0, 2) if len(e) else np.zeros(1, bool)
+        self.item.setData(pos=pos, adj=adj if len(e) else None, pen=edge_pens(graph, e),
+                          size=np.where(dots, NODE_SIZE, 0), symbol="o", symbolPen=None,
+                          symbolBrush=pg.mkBrush(230, 240, 255))  # fmt: skip
         self.picked.setData([], [])
+        self.plot.setXRange(-0.6, len(self.used) - 0.4, padding=0)
+        self.plot.setYRange(0, graph.num_layers, padding=0.02)
         self._ticks(graph)
         return len(e)
 
     def _ticks(self, graph: Any) -> None:
-        """Token labels under the graph, as many as the axis' width holds apart."""
-        used = sorted(set(self._xy[:, :, 0].astype(int).ravel().tolist())) or [0]
-        texts = [visible_text(graph.tokens[p], 8) for p in used]
+        """Each column's token under it, as many as the axis' width holds apart."""
+        texts = [visible_text(graph.tokens[p], 8) for p in self.used]
         axis = self.plot.getAxis("bottom")
         metrics = QFontMetricsF(axis.style.get("tickFont") or axis.font())
         widths = [metrics.horizontalAdvance(t) for t in texts]
-        span = max(used) - min(used) + 1.5  # the view's range: the positions and a margin
-        px_per_unit = max(self.plot.getViewBox().width(), 100.0) / span
-        ticks = [(used[i], texts[i]) for i in spaced_ticks(used, widths, px_per_unit)]
+        vb = self.plot.getViewBox()
+        x0, x1 = vb.viewRange()[0]
+        px_per_unit = max(vb.width(), 100.0) / max(x1 - x0, 1e-6)
+        centres = [c - x0 for c in range(len(self.used))]  # from the view's left edge
+        ticks = [(c, texts[c]) for c in spaced_ticks(centres, widths, px_per_unit)]
         axis.setTicks([ticks])
         layers = [(i, str(i)) for i in range(0, graph.num_layers + 1, 5)]
         self.plot.getAxis("left").setTicks([layers])
@@ -94,6 +126,7 @@ class FlowView(QObject):
 
     def clear(self) -> None:
         self.graph, self.edges, self._xy = None, np.zeros(0, np.int64), np.zeros((0, 2, 2))
+        self.used = []
         self.item.setData(pos=np.zeros((0, 2)))
         self.picked.setData([], [])
 

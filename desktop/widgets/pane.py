@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QLabel, QWidget
 from llm_lens.core.exports.table import write_csv
 from llm_lens.core.fileio import atomic_write
 from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.widgets.common import keep_tab_names
 
 if TYPE_CHECKING:
     from llm_lens.core.cards import Explainer
@@ -218,6 +219,7 @@ class Pane(QWidget):
     def showEvent(self, event: Any) -> None:  # noqa: N802 (Qt name)
         super().showEvent(event)
         plain_axes(self)
+        keep_tab_names(self.window())  # its dock's tab bar, made by the window as it tabbed
         self.hold_minimum()
         self._place_empty_note()
         self._render_deferred()

@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtCore import QPointF
 from PySide6.QtGui import QFontMetricsF
 
-from llm_lens.desktop.widgets.flow_view import FlowView
+from llm_lens.desktop.widgets.flow_view import MLP_OFFSET, FlowView
 from llm_lens.desktop.widgets.token_text import LABEL_GAP, spaced_ticks
 
 
@@ -62,3 +62,56 @@ def test_the_flow_graphs_token_labels_do_not_overlap(qtbot, width):
         spans.append((centre - half, centre + half))
     for (_, right), (left, _) in zip(spans, spans[1:], strict=False):
         assert left > right, spans
+
+
+def _sparse_graph():
+    """Routes through positions 3, 40 and 41 of a 42-token context: attention 3 → 41 and
+    40 → 41 at layer 0, the residual and MLP of 41 above it."""
+    tokens = tuple(f" t{i}" for i in range(42))
+    kind = np.array([0, 0, 1, 2, 1])  # attention, attention, residual, MLP, residual
+    return SimpleNamespace(
+        src_pos=np.array([3, 40, 41, 41, 41]), dst_pos=np.array([41, 41, 41, 41, 41]),
+        src_level=np.array([0, 0, 1, 1, 0]), dst_level=np.array([1, 1, 2, 2, 1]),
+        kind=kind, weight=np.full(5, 0.5), kept=lambda _t: np.ones(5, bool), floor=0.0,
+        num_layers=1, tokens=tokens,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("width", [360, 1400])
+def test_each_token_on_a_route_gets_a_column_of_its_own(qtbot, width):
+    """Not three stacks squeezed at positions 3, 40 and 41 of a 0..41 axis: three columns side
+    by side, each labelled with its token; the view frames them (so maximizing spreads them)."""
+    widget = pg.GraphicsLayoutWidget()
+    qtbot.addWidget(widget)
+    view = FlowView(widget.addPlot())
+    widget.resize(width, 300)
+    widget.show()
+    qtbot.waitExposed(widget)
+    graph = _sparse_graph()
+    assert view.show(graph, 0.0) == 5
+    qtbot.wait(30)
+    assert view.used == [3, 40, 41]
+    xs = view._xy[:, :, 0]
+    np.testing.assert_allclose(xs[:2, 0], [0, 1])  # the attention edges' sources
+    assert set(np.round(xs[2:].ravel() % 1, 2)) <= {0.0, MLP_OFFSET}
+    x0, x1 = view.plot.getViewBox().viewRange()[0]
+    assert x0 < 0 < 2 < x1 < 3  # the columns, not the 42 positions
+    ticks = view.plot.getAxis("bottom")._tickLevels[0]
+    assert sorted(ticks) == [(0, "·t3"), (1, "·t40"), (2, "·t41")]
+
+
+def test_edges_stand_out_on_black_and_dots_mark_attention_only(qtbot):
+    from llm_lens.desktop.widgets.flow_view import NODE_SIZE, edge_pens
+
+    graph = _sparse_graph()
+    pens = edge_pens(graph, np.arange(5))
+    attention, residual, mlp = pens[0], pens[2], pens[3]
+    for pen in (attention, mlp):  # bright and nearly opaque even at half weight
+        assert max(pen["red"], pen["green"], pen["blue"]) >= 240 and pen["alpha"] >= 200
+    assert residual["width"] < attention["width"] and residual["alpha"] < attention["alpha"]
+    widget = pg.GraphicsLayoutWidget()
+    qtbot.addWidget(widget)
+    view = FlowView(widget.addPlot())
+    view.show(graph, 0.0)
+    sizes = view.item.scatter.data["size"]
+    np.testing.assert_array_equal(sizes, [NODE_SIZE] * 4 + [0] * 6)  # the attention ends

@@ -184,3 +184,22 @@ def test_a_long_context_is_explained_only_when_asked(qtbot, window_ran, monkeypa
     assert "tokens of context" in pane.header.text()
     pane.explain_step(3)
     qtbot.waitUntil(lambda: bool(asked), timeout=10_000)
+
+
+def test_another_steps_plots_are_faded_and_named_while_a_step_computes(qtbot, window_ran):
+    """While step 1 is explained, step 2's plots stay up: faded, and the header says whose
+    they are (they stayed up unmarked); once step 1's result comes, it is shown unfaded."""
+    win = window_ran
+    ctl, pane = win.controller, win.panes["Why this token?"]
+    ctl.request_explain(2)
+    qtbot.waitUntil(lambda: pane.result is not None and pane.result.step == 2, timeout=90_000)
+    assert not pane.stale and not pane._fade.isEnabled()
+    ctl.request_explain(1)
+    pane.render(ctl.current_step())  # no event processed since: step 1 is on the worker
+    assert pane.stale and pane._fade.isEnabled() and pane._fade.opacity() < 0.5
+    assert "faded below: step 2's explanation" in pane.header.text()
+    qtbot.waitUntil(lambda: pane.result.step == 1, timeout=90_000)
+    assert not pane.stale and not pane._fade.isEnabled()
+    assert pane.header.text().startswith("step 1:")
+    pane.clear()
+    assert not pane.stale

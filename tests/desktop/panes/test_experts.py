@@ -69,6 +69,12 @@ def test_pane_shows_the_selected_tokens_routing(qtbot: Any, mixtral_window: Any)
     np.testing.assert_array_equal(ys - 0.5, np.repeat(np.arange(3), 2))
     shown = [t.toPlainText() for t in pane._texts if t.isVisible()]
     assert shown == [f"{w:.2f}" for w in r.weights[:, 0].ravel()]
+    # the colour scale is a probability's (it topped at the row's largest, 0.45, over a 0.62)
+    assert pane.bar.levels() == (0.0, 1.0) and pane.image.levels.tolist() == [0.0, 1.0]
+    assert max(float(w) for w in shown) <= 1.0 and float(r.probs.max()) <= 1.0
+    assert "colour the router probability (0–1), numbers the chosen experts' weights" in (
+        pane.header.text()
+    )
     # right: every token read so far × expert, counted over the layers
     ctx = context_routing(ctl.steps)
     assert pane.token_image.image.shape == (ctx.rows, 6)

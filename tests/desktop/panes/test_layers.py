@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests.desktop.conftest import wait_result
-from tests.desktop.panes.helpers import check_exports, check_svg_exports, curve
+from tests.desktop.panes.helpers import check_exports, check_svg_exports, curve, render_step
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def test_layer_stack_norms_lens_and_prompt_heatmap(qtbot, ran, tmp_path, monkeyp
     for r in range(layers + 1):
         for c in range(5):
             item = table.item(r, c)
-            assert item.text() == f"{shown(lens.top_texts[r][c])} ({lens.top_probs[r, c]:.2f})"
+            assert item.text() == f"{lens.top_probs[r, c]:.2f} {shown(lens.top_texts[r][c])}"
             assert item.font().bold() == (int(lens.top_ids[r, c]) == lens.final_id)
         assert table.verticalHeaderItem(r).text().endswith("★") == (r == first)
     assert pane.agree_line.isVisible() and pane.agree_line.value() == first
@@ -100,3 +100,57 @@ def test_svg_export(qtbot, ran, tmp_path):
     from llm_lens.desktop.panes.timing import TimingPane
 
     check_svg_exports(qtbot, ran, tmp_path, (LayerStackPane, KVCachePane, TimingPane))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [680, 636])
+def test_a_lens_cell_cut_short_keeps_its_probability(qtbot, ran, width):
+    """At the screenshots' pane widths a long token's cell is cut: the tail of its text goes,
+    never the probability (it read '·type …' at 1920×1080)."""
+    from PySide6.QtCore import Qt
+
+    from llm_lens.desktop.panes.layers import LayerStackPane
+
+    pane = LayerStackPane(ran)
+    qtbot.addWidget(pane)
+    pane.resize(width, 540)
+    pane.show()
+    last = ran.steps[-1].index
+    ran.request_select(last)
+    lens = wait_result(qtbot, ran, "lens", step=last, k=5)
+    pane.render(ran.steps[last])
+    qtbot.wait(50)
+    table = pane.lens_table
+    metrics = table.fontMetrics()
+    cut = 0
+    for r in range(table.rowCount()):
+        for c in range(table.columnCount()):
+            text = table.item(r, c).text()
+            room = (
+                table.columnWidth(c)
+                - 2 * table.style().pixelMetric(table.style().PixelMetric.PM_FocusFrameHMargin)
+                - 2
+            )
+            seen = metrics.elidedText(text, Qt.TextElideMode.ElideRight, room)
+            cut += seen != text
+            assert seen.startswith(f"{lens.top_probs[r, c]:.2f}"), (text, seen, room)
+    assert cut or width > 640  # the narrow pane does cut some cells
+
+
+@pytest.mark.slow
+def test_the_card_is_no_empty_box_in_a_tall_pane(qtbot, ran):
+    """At 1920×1080 the Layer stack's dock is 774 px tall: the plots and lens take the height,
+    the card under them keeps its text's (it was a 220-px box round one line)."""
+    from llm_lens.desktop.panes.layers import LayerStackPane
+    from llm_lens.desktop.widgets.card import Card
+
+    pane = LayerStackPane(ran)
+    qtbot.addWidget(pane)
+    card = Card()
+    pane.attach_card(card)
+    card.show_explainer(None, before_run=True)
+    pane.resize(636, 774)
+    pane.show()
+    render_step(pane, ran, ran.steps[-1].index)
+    qtbot.wait(50)
+    assert card.height() <= card.sizeHint().height() + 4, (card.height(), card.sizeHint())

@@ -74,3 +74,37 @@ def test_a_line_text_keeps_its_size_whatever_its_text(qtbot):
     line.resize(200, hint.height())
     line.grab()
     assert line.text() == "ok" and line.toolTip() == ""
+
+
+def test_ten_tabs_at_1366_keep_their_names(qtbot, tmp_path, monkeypatch):
+    """With Compare, Branches and Beam search open, the left group holds ten tabs at 1366 px:
+    each keeps its whole name (the bar scrolls), not "To…", "Atte…"."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QTabBar
+
+    monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
+    from llm_lens.desktop.window.main_window import MainWindow
+
+    win = MainWindow()
+    win.sessions.confirm_close = False
+    qtbot.addWidget(win)
+    win.resize_to(1366, 768)
+    win.show()
+    qtbot.waitExposed(win)
+    win.open_compare()
+    win.open_branch()
+    win.open_beam()
+    qtbot.wait(100)
+    direct = Qt.FindChildOption.FindDirectChildrenOnly
+    bars = [b for b in win.findChildren(QTabBar, options=direct) if b.isVisible()]
+    widest = max(bars, key=lambda b: b.count())
+    assert widest.count() >= 10
+    for bar in bars:
+        assert bar.elideMode() == Qt.TextElideMode.ElideNone and bar.usesScrollButtons()
+        metrics = bar.fontMetrics()
+        for i in range(bar.count()):
+            assert bar.tabRect(i).width() > metrics.horizontalAdvance(bar.tabText(i)), bar.tabText(
+                i
+            )
+    win.controller.shutdown()
+    win.close()

@@ -218,6 +218,7 @@ def test_save_shows_a_progress_bar_and_cancel_keeps_the_previous_file(qtbot, win
     size = blocker.args[1]
     assert actions.progress is None and seen and seen[-1][0] == 1000
     assert [v for v, _ in seen] == sorted(v for v, _ in seen)
+    assert all("≈" in text for _, text in seen)  # the size is said before any byte is written
     said = re.search(r"≈ ([0-9.]+) MB: logits", seen[-1][1])  # the size, in the body
     assert said and abs(float(said.group(1)) * 1e6 / size - 1) < 0.1
     assert len(load_session(path).runs[0].steps) == 3
