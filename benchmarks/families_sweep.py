@@ -137,15 +137,16 @@ def check_config_kv(config: Any, run: Any, info: Any) -> str | None:
     return None
 
 
-def check_explain(engine: Any, run: Any) -> str | None:
-    """ "Why this token?" on the last step: a split, or a one-line reason (never a raise)."""
+def check_explain(engine: Any, run: Any) -> tuple[str | None, str]:
+    """ "Why this token?" on the last step: a split, or a one-line reason (never a raise);
+    (the failure, or None; a note where it shows gradient × input only)."""
     from llm_lens.core.loop.analyses import compute
 
     try:
-        compute("explain", engine, run, {"step": len(run.steps) - 1})
+        x = compute("explain", engine, run, {"step": len(run.steps) - 1})
     except Exception as exc:
-        return "explain: " + one_line(exc)
-    return None
+        return "explain: " + one_line(exc), ""
+    return None, " (Why this token?: inputs only)" if x.logits.unsplit else ""
 
 
 def sweep_family(model_type: str, tokenizer: Any) -> Result:

@@ -14,10 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 64, 4, 2, 16
+KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "kv_n_heads", "n_head_kv")
 SIZES: dict[str, int] = {
     **dict.fromkeys(("hidden_size", "n_embd", "n_embed", "d_model", "word_embed_proj_dim"), HIDDEN),
     **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads"), HEADS),
-    **dict.fromkeys(("num_key_value_heads", "num_kv_heads", "kv_n_heads", "n_head_kv"), KV_HEADS),
+    **dict.fromkeys(KV_HEAD_KEYS, KV_HEADS),  # or fewer: MQA's one stays one
     **dict.fromkeys(("head_dim", "attention_head_dim", "kv_channels"), HEAD_DIM),
     **dict.fromkeys(
         ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size", "d_ff", "block_ff_dim"), 128
@@ -44,7 +45,8 @@ SIZES: dict[str, int] = {
     **dict.fromkeys(("n_groups", "mamba_n_groups", "mamba_ngroups"), 1),
     **dict.fromkeys(("chunk_size", "mamba_chunk_size"), 8),
     **dict.fromkeys(("linear_num_value_heads", "linear_num_key_heads"), 2),
-    **dict.fromkeys(("linear_key_head_dim", "linear_value_head_dim"), HEAD_DIM),
+    **dict.fromkeys(("linear_key_head_dim", "linear_value_head_dim", "linear_head_dim"), HEAD_DIM),
+    "linear_num_heads": HEADS,
     "rotary_dim": HEAD_DIM // 2,
     "index_n_heads": 2,
     "index_head_dim": HEAD_DIM,
@@ -65,7 +67,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "mamba2": dict(head_dim=32),
     "falcon_h1": dict(mamba_d_ssm=128),
     "zamba": dict(attn_layer_period=2, attn_layer_offset=1, mamba_dt_rank=8),
-    "dbrx": dict(attn_config=dict(rope_theta=10000.0)),  # its class's default has none
+    "dbrx": dict(attn_config=dict(rope_theta=10000.0, clip_qkv=8.0)),  # its defaults do not run
     "granitemoehybrid": dict(layer_types=["mamba", "attention"]),
     "gemma3n_text": dict(
         num_hidden_layers=4,
@@ -131,7 +133,7 @@ def shrink(d: dict[str, Any], vocab: int) -> dict[str, Any]:
         if isinstance(value, dict) and key.endswith("_config"):
             out[key] = shrink(value, vocab)
         elif key in SIZES and isinstance(value, int) and not isinstance(value, bool):
-            out[key] = SIZES[key]
+            out[key] = min(value, SIZES[key]) if key in KV_HEAD_KEYS else SIZES[key]
         elif key == "head_dim" and value is None:
             out[key] = HEAD_DIM  # derived later from sizes that are no longer the defaults
         elif found and key in LAYER_KEYS and value == found[1]:

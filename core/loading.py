@@ -295,7 +295,7 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
         rope_theta=float(theta) if theta else None,
         weights_id=weights_id,
         attention_note=_attention_note(model),
-        **_layer_fields(model, head_dim),
+        **_layer_fields(model, head_dim, heads, kv_heads(model, cfg)),
     )
 
 
@@ -305,11 +305,11 @@ def attention_heads(cfg: Any) -> int:
     return int(getattr(cfg, "num_attention_heads", None) or 1)
 
 
-def _layer_fields(model: Any, head_dim: int) -> dict[str, tuple[Any, ...]]:
+def _layer_fields(model: Any, head_dim: int, heads: int, kv: int) -> dict[str, tuple[Any, ...]]:
     """Per layer, from the model's own modules (:class:`~llm_lens.core.anatomy.Anatomy`): its
     mixer kind, its attention's head size (0 without attention) and the elements of constant
     state its cache keeps; nothing when the layers cannot be found (the Engine says why)."""
-    from llm_lens.core.anatomy import Anatomy, latent_elements, state_elements
+    from llm_lens.core.anatomy import Anatomy, kv_heads_of, latent_elements, state_elements
 
     try:
         anatomy = Anatomy.of(model)
@@ -323,6 +323,7 @@ def _layer_fields(model: Any, head_dim: int) -> dict[str, tuple[Any, ...]]:
         "layer_head_dims": dims,
         "state_elements": tuple(state_elements(m) for m in anatomy.state_mixers),
         "latent_dims": tuple(latent_elements(a) for a in anatomy.attn),
+        "layer_kv_heads": tuple(kv_heads_of(a, heads, kv) for a in anatomy.attn),
     }
 
 

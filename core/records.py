@@ -107,6 +107,9 @@ class ModelInfo:
     # per layer, the elements per token a latent-attention layer caches in place of per-head
     # K/V (DeepSeek's MLA: its latent and rotary key); 0 elsewhere; empty when none has one
     latent_dims: tuple[int, ...] = ()
+    # per layer, the K/V heads its attention caches (0: none; JetMoE's and MiMo's differ from
+    # the model-wide ``num_kv_heads``); empty when unknown (then every layer: num_kv_heads)
+    layer_kv_heads: tuple[int, ...] = ()
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""

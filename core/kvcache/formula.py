@@ -142,13 +142,13 @@ def formula_bytes(
     overrides kv_heads; a layer with a window > 0 holds at most window − 1 tokens; a layer's own
     head size where ``info.layer_head_dims`` lists it, none for a layer without attention, the
     latent once per token for a latent-attention layer, ``info.latent_dims``)."""
-    heads = num_heads or info.num_kv_heads
+    kv = info.layer_kv_heads or (info.num_kv_heads,) * info.num_layers
     dims = info.layer_head_dims or (info.head_dim,) * info.num_layers
     latent = info.latent_dims or (0,) * info.num_layers
     windows = tuple(windows) or (0,) * info.num_layers
     per_token = [
-        lat if lat and num_heads is None else 2 * heads * dim
-        for dim, lat in zip(dims, latent, strict=False)
+        lat if lat and num_heads is None else 2 * (num_heads or heads) * dim
+        for dim, lat, heads in zip(dims, latent, kv, strict=False)
     ]  # a latent layer: its latent once (``num_heads``: what per-head K/V would hold)
     return sum(
         n * info.dtype_bytes * held_tokens(tokens, w)
