@@ -114,6 +114,9 @@ def _transformers_config(section: Mapping[str, Any]) -> Any | None:
     return None
 
 
+transformers_config = _transformers_config  # the same, for the report's module-built state
+
+
 def _plain(value: Any) -> bool:
     """A number, string, bool or null, or a list of them."""
     if isinstance(value, list):
