@@ -124,13 +124,27 @@ def kept_layers(d: dict[str, Any], count: int) -> list[int]:
     return [0, 1][: max(count, 1)]
 
 
+def _per_layer(config: dict[str, Any], keep: list[int]) -> dict[str, Any]:
+    """Gemma 4's ``per_layer_config`` (a layer's own sizes by its index) for the kept layers,
+    renumbered; a layer's own head size stays twice the others' (it differs in the defaults)."""
+    out = {}
+    for key, fields in config.items():
+        if str(key).isdigit() and int(key) in keep and isinstance(fields, dict):
+            small = {k: (2 * HEAD_DIM if k == "head_dim" else SIZES.get(k, v)) for k, v in
+                     fields.items()}  # fmt: skip
+            out[str(keep.index(int(key))).zfill(len(str(key)))] = small
+    return out
+
+
 def shrink(d: dict[str, Any], vocab: int) -> dict[str, Any]:
     """``d`` (a config's ``to_dict()``) made tiny, in place of its sizes; nested sections too."""
     out = {}
     found = _layer_count(d)
     keep = kept_layers(d, found[1]) if found else []
     for key, value in d.items():
-        if isinstance(value, dict) and key.endswith("_config"):
+        if found and key == "per_layer_config" and isinstance(value, dict):
+            out[key] = _per_layer(value, keep)
+        elif isinstance(value, dict) and key.endswith("_config"):
             out[key] = shrink(value, vocab)
         elif key in SIZES and isinstance(value, int) and not isinstance(value, bool):
             out[key] = min(value, SIZES[key]) if key in KV_HEAD_KEYS else SIZES[key]
@@ -140,6 +154,8 @@ def shrink(d: dict[str, Any], vocab: int) -> dict[str, Any]:
             out[key] = len(keep)
         elif found and isinstance(value, list | str) and len(value) == found[1] > 2:
             cut = [value[i] for i in keep]
+            size = next((SIZES[k] for k in SIZES if key.startswith(k)), None)  # heads per layer
+            cut = [size if size and isinstance(v, int) else v for v in cut]
             out[key] = "".join(cut) if isinstance(value, str) else cut
         else:
             out[key] = value

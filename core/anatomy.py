@@ -246,6 +246,22 @@ def _recurrent_elements(module: Any) -> int:
     return int(a_log.numel()) * int(module.head_dim) * int(module.ssm_state_size)
 
 
+def model_wide(cfg: Any, name: str) -> Any:
+    """``cfg.name``, or None where absent. A config whose layers differ (Gemma 4's head size)
+    refuses the model-wide value unless asked knowingly: the per-layer values are read from
+    each layer's own modules (``ModelInfo.layer_head_dims``), this one is only the default."""
+    try:
+        return getattr(cfg, name, None)
+    except Exception:  # transformers' AmbiguousGlobalPerLayerAttributeError
+        flag = "allow_global_per_layer_attribute_access"
+        before = cfg.__dict__.get(flag, False)
+        cfg.__dict__[flag] = True
+        try:
+            return getattr(cfg, name, None)
+        finally:
+            cfg.__dict__[flag] = before
+
+
 def kv_heads_of(attention: Any | None, heads: int, default: int) -> int:
     """The K/V heads one attention module caches: its own ``num_key_value_heads`` (JetMoE's
     mixture of attention heads), else its ``heads // num_key_value_groups`` (MiMo's full and

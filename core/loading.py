@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llm_lens.core.anatomy import model_wide
 from llm_lens.core.errors import ModelLoadError
 from llm_lens.core.records import ModelInfo
 
@@ -269,7 +270,7 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
     """Read the shapes the panes need from a loaded model's config."""
     cfg = model.config.get_text_config(decoder=True)
     heads = attention_heads(cfg)
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    head_dim = model_wide(cfg, "head_dim") or cfg.hidden_size // heads
     rope = getattr(cfg, "rope_parameters", None) or {}
     theta = rope.get("rope_theta") if isinstance(rope, dict) else None
     theta = theta or getattr(cfg, "rope_theta", None)

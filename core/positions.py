@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_lens.core.anatomy import model_wide
 from llm_lens.core.records import frozen
 
 ROPE, LEARNED, ALIBI, NONE = "rope", "learned", "alibi", "none"
@@ -156,7 +157,7 @@ def _rope_set(rotary: Any, cfg: Any, lt: str, layers: tuple[int, ...], n: int) -
     scaling = float(getattr(rotary, f"{prefix}attention_scaling", 1.0))
     rope_type = getattr(rotary, "rope_type", "default")
     rope_type = rope_type.get(lt, "default") if isinstance(rope_type, dict) else rope_type
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    head_dim = model_wide(cfg, "head_dim") or cfg.hidden_size // cfg.num_attention_heads
     d = np.arange(MAX_DISTANCE, dtype=np.float64)
     # q·k with q = k = ones, rotated d apart: each pair contributes 2·cos(d·θ_i)·scaling²
     score = 2 * scaling**2 * np.cos(np.outer(d, inv_freq)).sum(axis=1)

@@ -35,6 +35,13 @@ def split_refusal(engine: Any) -> str | None:
                 else f"a {kind} layer"
             )
             return f"layer {layer} is {what}: the logit does not split over heads; {ONLY_INPUTS}"
+    sizes = sorted({d for d in engine.info.layer_head_dims if d})
+    if len(sizes) > 1:  # Gemma 4: its full-attention layers' heads are wider
+        shown = ", ".join(str(d) for d in sizes)
+        return (
+            f"the layers' heads differ in size ({shown}): the split over heads is not drawn; "
+            + (ONLY_INPUTS)
+        )
     return None
 
 

@@ -185,6 +185,20 @@ def _windows(section: Mapping[str, Any], layers: int, where: str) -> tuple[int, 
     return (window,) * layers  # Mistral / Mixtral: every layer windowed
 
 
+def _layer_head_dims(section: Mapping[str, Any], layers: int, head_dim: int) -> tuple[int, ...]:
+    """Per layer, its head size where ``per_layer_config`` (keys: layer indices) gives some
+    layers their own (Gemma 4's full-attention layers); empty where every layer has one size."""
+    own = section.get("per_layer_config")
+    if not isinstance(own, Mapping):
+        return ()
+    dims = [head_dim] * layers
+    for key, fields in own.items():
+        if str(key).isdigit() and int(key) < layers and isinstance(fields, Mapping):
+            value = fields.get("head_dim")
+            dims[int(key)] = value if isinstance(value, int) and value > 0 else head_dim
+    return tuple(dims) if len(set(dims)) > 1 else ()
+
+
 def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
     """Read the KV layout from a parsed config.json; raise ConfigError naming any missing field."""
     if cfg.get("is_encoder_decoder") is True:
@@ -204,15 +218,17 @@ def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
                         kv_free=kv_free)  # fmt: skip
     heads = _require_int(section, _HEAD_KEYS, where)
     latent, latent_mha = _latent(section, heads, where)
+    head_dim = _head_dim(section, heads, where)
     return KVLayout(
         family=family,
         num_layers=layers,
         num_heads=heads,
         num_kv_heads=_kv_heads(section, family, heads, where),
-        head_dim=_head_dim(section, heads, where),
+        head_dim=head_dim,
         context_length=_get_int(section, _CONTEXT_KEYS, where),
         windows=_windows(section, layers, where),
         kv_free=kv_free,
         latent_dim=latent,
         latent_mha_dim=latent_mha,
+        layer_head_dims=_layer_head_dims(section, layers, head_dim),
     )

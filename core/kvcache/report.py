@@ -99,6 +99,7 @@ def build_report(
         # only where they differ from a plain layout: layers keeping K/V, a latent's width
         **({"kv_layers": layout.kv_layers} if layout.kv_layers < layout.num_layers else {}),
         **({"latent_dim": layout.latent_dim} if layout.latent_dim else {}),
+        **({"layer_head_dims": list(layout.layer_head_dims)} if layout.layer_head_dims else {}),
         # a hybrid's conv/recurrent state: constant, apart from the K/V that grow
         **({"state_bytes": state} if state else {}),
     }
@@ -154,6 +155,16 @@ def _formula_lines(r: Mapping[str, Any], nbytes: int) -> list[str]:
             "compressed latent and rotary key a token, shared by every head)",
             f"             {kv_layers} × {r['latent_dim']} × {nbytes} × {r['tokens']}{batch_num}"
             f" = {total} bytes",
+        ]
+    if r.get("layer_head_dims"):  # Gemma 4: some layers' heads are wider
+        dims: dict[int, int] = {}
+        for d in r["layer_head_dims"]:
+            dims[d] = dims.get(d, 0) + 1
+        sizes = ", ".join(f"{n} layers of head_dim {d}" for d, n in sorted(dims.items()))
+        return [
+            *kept,
+            f"formula      Σ layers 2 × kv_heads × head_dim(layer) × bytes × tokens held{batch_term}",
+            f"head sizes   {sizes}: {total} bytes",
         ]
     if not r.get("sliding_layers"):
         numbers = f"2 × {kv_layers} × {r['num_kv_heads']} × {r['head_dim']} × {nbytes}"
