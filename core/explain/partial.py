@@ -38,10 +38,8 @@ def split_refusal(engine: Any) -> str | None:
     sizes = sorted({d for d in engine.info.layer_head_dims if d})
     if len(sizes) > 1:  # Gemma 4: its full-attention layers' heads are wider
         shown = ", ".join(str(d) for d in sizes)
-        return (
-            f"the layers' heads differ in size ({shown}): the split over heads is not drawn; "
-            + (ONLY_INPUTS)
-        )
+        what = f"the layers' heads differ in size ({shown})"
+        return f"{what}: the split over heads is not drawn; {ONLY_INPUTS}"
     return None
 
 

@@ -163,7 +163,8 @@ def _formula_lines(r: Mapping[str, Any], nbytes: int) -> list[str]:
         sizes = ", ".join(f"{n} layers of head_dim {d}" for d, n in sorted(dims.items()))
         return [
             *kept,
-            f"formula      Σ layers 2 × kv_heads × head_dim(layer) × bytes × tokens held{batch_term}",
+            "formula      Σ layers 2 × kv_heads × head_dim(layer) × bytes × tokens held"
+            + batch_term,
             f"head sizes   {sizes}: {total} bytes",
         ]
     if not r.get("sliding_layers"):
