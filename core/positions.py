@@ -149,7 +149,9 @@ def _rope_set(rotary: Any, cfg: Any, lt: str, layers: tuple[int, ...], n: int) -
     buffer = getattr(rotary, f"{prefix}inv_freq")
     x = torch.zeros(1, dtype=torch.float32, device=buffer.device)  # only its dtype and device count
     position_ids = torch.arange(n, device=buffer.device)[None]  # (1, n)
-    cos, sin = rotary(x, position_ids, lt) if lt else rotary(x, position_ids)  # (1, n, rotary_dim)
+    out = rotary(x, position_ids, lt) if lt else rotary(x, position_ids)  # (1, n, rotary_dim)
+    # Llama 4's module returns the rotation as one complex tensor, cos + i·sin (1, n, pairs)
+    cos, sin = (out.real, out.imag) if torch.is_tensor(out) and out.is_complex() else out
     inv_freq = getattr(rotary, f"{prefix}inv_freq").double().cpu().numpy()  # after dynamic update
     pairs = inv_freq.shape[0]
     cos_np = cos[0, :, :pairs].double().cpu().numpy()  # (n, pairs): the first half of cat(f, f)

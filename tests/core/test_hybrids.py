@@ -24,6 +24,7 @@ from tests.hybrid_families import HYBRIDS, KINDS, hybrid_model
 PROMPT = "The quick brown fox jumps over the lazy dog"
 NEW = 4
 ALL = list(HYBRIDS)
+STATEFUL = ("state-space", "linear attention", "short convolution")  # kinds that keep state
 _runs: dict[str, Any] = {}
 
 
@@ -45,10 +46,11 @@ def test_each_layer_names_its_mixer(tokenizer: Any, name: str) -> None:
     assert anatomy.kinds == KINDS[name] == engine.info.layer_kinds
     for i, kind in enumerate(anatomy.kinds):
         parts = kind.split(" + ")
-        assert anatomy.has_attention(i) == ("attention" in parts or "latent attention" in parts)
+        softmax = [p for p in parts if p.endswith("attention") and p != "linear attention"]
+        assert anatomy.has_attention(i) == bool(softmax)
         assert engine.info.has_attention(i) == anatomy.has_attention(i)
         assert any(m is anatomy.mixers[i] for m in anatomy.layers[i].modules())
-        has_state = kind not in ("attention", "latent attention")
+        has_state = any(p in STATEFUL for p in parts)
         assert (anatomy.state_mixers[i] is not None) == has_state
 
 
@@ -89,7 +91,7 @@ def test_cache_bytes_equal_the_formula_growing_and_constant_apart(
     layer is not only attention and does not grow; the K/V grow by one token's worth a step."""
     engine, run = _run(name, tokenizer)
     info, kinds = engine.info, engine.info.layer_kinds
-    stateful = [i for i, k in enumerate(kinds) if k not in ("attention", "latent attention")]
+    stateful = [i for i, k in enumerate(kinds) if any(p in STATEFUL for p in k.split(" + "))]
     state = run.steps[0].kv.state_bytes
     assert (state > 0) == bool(stateful)
     for step in run.steps:
