@@ -125,6 +125,7 @@ def check_run(engine: Any, run: Any, want: list[int], want_logits: list[Any]) ->
 def check_config_kv(config: Any, run: Any, info: Any) -> str | None:
     """``llm-lens kv`` from the config alone against what the cache held at the last step."""
     from llm_lens.core.kvcache import layout_from_config
+    from llm_lens.core.kvcache.report import config_state_bytes
 
     step = run.steps[-1]
     try:
@@ -134,18 +135,22 @@ def check_config_kv(config: Any, run: Any, info: Any) -> str | None:
         return "kv config: " + one_line(exc)
     if grow != step.kv.growing_bytes:
         return f"kv config: {grow} B from the config ≠ {step.kv.growing_bytes} B of K/V held"
+    state = config_state_bytes(config.to_dict(), info.dtype_bytes, 1)
+    if state != step.kv.state_bytes:
+        return f"kv config: {state} B of state from the config ≠ {step.kv.state_bytes} B held"
     return None
 
 
-def check_explain(engine: Any, run: Any) -> str | None:
-    """ "Why this token?" on the last step: a split, or a one-line reason (never a raise)."""
+def check_explain(engine: Any, run: Any) -> tuple[str | None, str]:
+    """ "Why this token?" on the last step: a split, or a one-line reason (never a raise);
+    (the failure, or None; a note where it shows gradient × input only)."""
     from llm_lens.core.loop.analyses import compute
 
     try:
-        compute("explain", engine, run, {"step": len(run.steps) - 1})
+        x = compute("explain", engine, run, {"step": len(run.steps) - 1})
     except Exception as exc:
-        return "explain: " + one_line(exc)
-    return None
+        return "explain: " + one_line(exc), ""
+    return None, " (Why this token?: inputs only)" if x.logits.unsplit else ""
 
 
 def sweep_family(model_type: str, tokenizer: Any) -> Result:

@@ -14,10 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 64, 4, 2, 16
+KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "kv_n_heads", "n_head_kv")
 SIZES: dict[str, int] = {
     **dict.fromkeys(("hidden_size", "n_embd", "n_embed", "d_model", "word_embed_proj_dim"), HIDDEN),
     **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads"), HEADS),
-    **dict.fromkeys(("num_key_value_heads", "num_kv_heads", "kv_n_heads", "n_head_kv"), KV_HEADS),
+    **dict.fromkeys(KV_HEAD_KEYS, KV_HEADS),  # or fewer: MQA's one stays one
     **dict.fromkeys(("head_dim", "attention_head_dim", "kv_channels"), HEAD_DIM),
     **dict.fromkeys(
         ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size", "d_ff", "block_ff_dim"), 128
@@ -44,7 +45,8 @@ SIZES: dict[str, int] = {
     **dict.fromkeys(("n_groups", "mamba_n_groups", "mamba_ngroups"), 1),
     **dict.fromkeys(("chunk_size", "mamba_chunk_size"), 8),
     **dict.fromkeys(("linear_num_value_heads", "linear_num_key_heads"), 2),
-    **dict.fromkeys(("linear_key_head_dim", "linear_value_head_dim"), HEAD_DIM),
+    **dict.fromkeys(("linear_key_head_dim", "linear_value_head_dim", "linear_head_dim"), HEAD_DIM),
+    "linear_num_heads": HEADS,
     "rotary_dim": HEAD_DIM // 2,
     "index_n_heads": 2,
     "index_head_dim": HEAD_DIM,
@@ -65,7 +67,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "mamba2": dict(head_dim=32),
     "falcon_h1": dict(mamba_d_ssm=128),
     "zamba": dict(attn_layer_period=2, attn_layer_offset=1, mamba_dt_rank=8),
-    "dbrx": dict(attn_config=dict(rope_theta=10000.0)),  # its class's default has none
+    "dbrx": dict(attn_config=dict(rope_theta=10000.0, clip_qkv=8.0)),  # its defaults do not run
     "granitemoehybrid": dict(layer_types=["mamba", "attention"]),
     "gemma3n_text": dict(
         num_hidden_layers=4,
@@ -122,22 +124,38 @@ def kept_layers(d: dict[str, Any], count: int) -> list[int]:
     return [0, 1][: max(count, 1)]
 
 
+def _per_layer(config: dict[str, Any], keep: list[int]) -> dict[str, Any]:
+    """Gemma 4's ``per_layer_config`` (a layer's own sizes by its index) for the kept layers,
+    renumbered; a layer's own head size stays twice the others' (it differs in the defaults)."""
+    out = {}
+    for key, fields in config.items():
+        if str(key).isdigit() and int(key) in keep and isinstance(fields, dict):
+            small = {k: (2 * HEAD_DIM if k == "head_dim" else SIZES.get(k, v)) for k, v in
+                     fields.items()}  # fmt: skip
+            out[str(keep.index(int(key))).zfill(len(str(key)))] = small
+    return out
+
+
 def shrink(d: dict[str, Any], vocab: int) -> dict[str, Any]:
     """``d`` (a config's ``to_dict()``) made tiny, in place of its sizes; nested sections too."""
     out = {}
     found = _layer_count(d)
     keep = kept_layers(d, found[1]) if found else []
     for key, value in d.items():
-        if isinstance(value, dict) and key.endswith("_config"):
+        if found and key == "per_layer_config" and isinstance(value, dict):
+            out[key] = _per_layer(value, keep)
+        elif isinstance(value, dict) and key.endswith("_config"):
             out[key] = shrink(value, vocab)
         elif key in SIZES and isinstance(value, int) and not isinstance(value, bool):
-            out[key] = SIZES[key]
+            out[key] = min(value, SIZES[key]) if key in KV_HEAD_KEYS else SIZES[key]
         elif key == "head_dim" and value is None:
             out[key] = HEAD_DIM  # derived later from sizes that are no longer the defaults
         elif found and key in LAYER_KEYS and value == found[1]:
             out[key] = len(keep)
         elif found and isinstance(value, list | str) and len(value) == found[1] > 2:
             cut = [value[i] for i in keep]
+            size = next((SIZES[k] for k in SIZES if key.startswith(k)), None)  # heads per layer
+            cut = [size if size and isinstance(v, int) else v for v in cut]
             out[key] = "".join(cut) if isinstance(value, str) else cut
         else:
             out[key] = value

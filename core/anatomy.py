@@ -107,6 +107,11 @@ def _decoder(model: Any) -> Any:
     decoder = get() if callable(get) else None
     if decoder is None or decoder is model:
         decoder = getattr(model, "base_model", None)
+    if decoder is None or decoder is model:  # Llama 4 names a prefix it does not use
+        get = getattr(model, "get_input_embeddings", None)
+        embed = get() if callable(get) else None
+        holds = [c for c in model.children() if any(m is embed for m in c.modules())]
+        decoder = holds[0] if embed is not None and holds else None
     if decoder is None or decoder is model:
         raise ModelLoadError(f"{type(model).__name__}: cannot find the decoder stack")
     return decoder
@@ -137,12 +142,18 @@ def _attention(layer: Any) -> Any | None:
     name ends in ``Attention`` (Zamba2 nests its shared one); None for a layer without one."""
     for name in ATTENTION_NAMES:
         module = getattr(layer, name, None)
-        if isinstance(module, torch.nn.Module) and mixer_kind("", module) is None:
+        if isinstance(module, torch.nn.Module) and _softmax(module):
             return module
     for module in layer.modules():
-        if type(module).__name__.endswith("Attention") and mixer_kind("", module) is None:
+        if type(module).__name__.endswith("Attention") and _softmax(module):
             return module
     return None
+
+
+def _softmax(module: Any) -> bool:
+    """Is ``module`` softmax attention: no mixer word in its name, or a latent one (Kimi's MLA
+    is ``KimiLinearAttention`` beside its ``KimiLinearDeltaAttention``)?"""
+    return mixer_kind("", module) is None or latent_elements(module) > 0
 
 
 def _other_mixer(layer: Any, attention: Any | None) -> tuple[str, Any] | None:
@@ -209,14 +220,22 @@ def state_elements(mixer: Any | None) -> int:
         if conv is not None:
             kernel = int(getattr(module, "conv_kernel_size", None) or conv.kernel_size[0])
             return conv.in_channels * kernel + _recurrent_elements(module)
-    return 0
+    return _recurrent_elements(mixer)  # no convolution: a recurrence alone (lightning)
 
 
 def _recurrent_elements(module: Any) -> int:
     """The recurrent state: gated DeltaNet's (value heads, key dim, value dim) matrix per head;
     Mamba's (channels, state) where ``A_log`` is that matrix; Mamba2's (heads, head dim,
-    state); none for a short convolution (no ``A_log``)."""
+    state); lightning attention's (head dim × head dim) per head (its decay ``slope_rate``, one
+    a head); none for a short convolution (no ``A_log``)."""
+    slope, head_dim = getattr(module, "slope_rate", None), getattr(module, "head_dim", None)
+    if isinstance(slope, torch.Tensor) and isinstance(head_dim, int):
+        return int(slope.numel()) * head_dim * head_dim
     a_log = getattr(module, "A_log", None)
+    heads, dim = getattr(module, "num_heads", None), getattr(module, "head_dim", None)
+    delta = mixer_kind("", module) == LINEAR_ATTENTION
+    if not isinstance(a_log, torch.Tensor) and delta and isinstance(heads, int):
+        return heads * int(dim) ** 2 if isinstance(dim, int) else 0  # Kimi's delta rule
     if not isinstance(a_log, torch.Tensor):
         return 0
     k_dim, v_dim = getattr(module, "head_k_dim", None), getattr(module, "head_v_dim", None)
@@ -225,6 +244,37 @@ def _recurrent_elements(module: Any) -> int:
     if a_log.dim() == 2:
         return int(a_log.numel())
     return int(a_log.numel()) * int(module.head_dim) * int(module.ssm_state_size)
+
+
+def model_wide(cfg: Any, name: str) -> Any:
+    """``cfg.name``, or None where absent. A config whose layers differ (Gemma 4's head size)
+    refuses the model-wide value unless asked knowingly: the per-layer values are read from
+    each layer's own modules (``ModelInfo.layer_head_dims``), this one is only the default."""
+    try:
+        return getattr(cfg, name, None)
+    except Exception:  # transformers' AmbiguousGlobalPerLayerAttributeError
+        flag = "allow_global_per_layer_attribute_access"
+        before = cfg.__dict__.get(flag, False)
+        cfg.__dict__[flag] = True
+        try:
+            return getattr(cfg, name, None)
+        finally:
+            cfg.__dict__[flag] = before
+
+
+def kv_heads_of(attention: Any | None, heads: int, default: int) -> int:
+    """The K/V heads one attention module caches: its own ``num_key_value_heads`` (JetMoE's
+    mixture of attention heads), else its ``heads // num_key_value_groups`` (MiMo's full and
+    sliding layers differ), else ``default``; 0 for a layer without attention."""
+    if attention is None:
+        return 0
+    own = getattr(attention, "num_key_value_heads", None)
+    if isinstance(own, int) and own > 0:
+        return own
+    groups = getattr(attention, "num_key_value_groups", None)
+    if isinstance(groups, int) and groups > 0:
+        return int(getattr(attention, "num_heads", None) or heads) // groups
+    return default
 
 
 def latent_elements(attention: Any | None) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from llm_lens.core.anatomy import model_wide
 from llm_lens.core.errors import ModelLoadError
 from llm_lens.core.placement import Placement
 from llm_lens.core.records import ModelInfo
@@ -349,7 +350,7 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
     """Read the shapes the panes need from a loaded model's config."""
     cfg = model.config.get_text_config(decoder=True)
     heads = attention_heads(cfg)
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    head_dim = model_wide(cfg, "head_dim") or cfg.hidden_size // heads
     rope = getattr(cfg, "rope_parameters", None) or {}
     theta = rope.get("rope_theta") if isinstance(rope, dict) else None
     theta = theta or getattr(cfg, "rope_theta", None)
@@ -382,7 +383,7 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
         attention_note=_attention_note(model),
         placement=tuple((p.name, p.where, p.nbytes) for p in placed),
         quantization=quantization_note(model),
-        **_layer_fields(model, head_dim),
+        **_layer_fields(model, head_dim, heads, kv_heads(model, cfg)),
     )
 
 
@@ -392,11 +393,11 @@ def attention_heads(cfg: Any) -> int:
     return int(getattr(cfg, "num_attention_heads", None) or 1)
 
 
-def _layer_fields(model: Any, head_dim: int) -> dict[str, tuple[Any, ...]]:
+def _layer_fields(model: Any, head_dim: int, heads: int, kv: int) -> dict[str, tuple[Any, ...]]:
     """Per layer, from the model's own modules (:class:`~llm_lens.core.anatomy.Anatomy`): its
     mixer kind, its attention's head size (0 without attention) and the elements of constant
     state its cache keeps; nothing when the layers cannot be found (the Engine says why)."""
-    from llm_lens.core.anatomy import Anatomy, latent_elements, state_elements
+    from llm_lens.core.anatomy import Anatomy, kv_heads_of, latent_elements, state_elements
 
     try:
         anatomy = Anatomy.of(model)
@@ -410,6 +411,7 @@ def _layer_fields(model: Any, head_dim: int) -> dict[str, tuple[Any, ...]]:
         "layer_head_dims": dims,
         "state_elements": tuple(state_elements(m) for m in anatomy.state_mixers),
         "latent_dims": tuple(latent_elements(a) for a in anatomy.attn),
+        "layer_kv_heads": tuple(kv_heads_of(a, heads, kv) for a in anatomy.attn),
     }
 
 

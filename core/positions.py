@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_lens.core.anatomy import model_wide
 from llm_lens.core.placement import weights_of
 from llm_lens.core.records import frozen
 
@@ -151,7 +152,9 @@ def _rope_set(rotary: Any, cfg: Any, lt: str, layers: tuple[int, ...], n: int) -
     buffer = getattr(rotary, f"{prefix}inv_freq")
     x = torch.zeros(1, dtype=torch.float32, device=buffer.device)  # only its dtype and device count
     position_ids = torch.arange(n, device=buffer.device)[None]  # (1, n)
-    cos, sin = rotary(x, position_ids, lt) if lt else rotary(x, position_ids)  # (1, n, rotary_dim)
+    out = rotary(x, position_ids, lt) if lt else rotary(x, position_ids)  # (1, n, rotary_dim)
+    # Llama 4's module returns the rotation as one complex tensor, cos + i·sin (1, n, pairs)
+    cos, sin = (out.real, out.imag) if torch.is_tensor(out) and out.is_complex() else out
     inv_freq = getattr(rotary, f"{prefix}inv_freq").double().cpu().numpy()  # after dynamic update
     pairs = inv_freq.shape[0]
     cos_np = cos[0, :, :pairs].double().cpu().numpy()  # (n, pairs): the first half of cat(f, f)
@@ -159,7 +162,7 @@ def _rope_set(rotary: Any, cfg: Any, lt: str, layers: tuple[int, ...], n: int) -
     scaling = float(getattr(rotary, f"{prefix}attention_scaling", 1.0))
     rope_type = getattr(rotary, "rope_type", "default")
     rope_type = rope_type.get(lt, "default") if isinstance(rope_type, dict) else rope_type
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    head_dim = model_wide(cfg, "head_dim") or cfg.hidden_size // cfg.num_attention_heads
     d = np.arange(MAX_DISTANCE, dtype=np.float64)
     # q·k with q = k = ones, rotated d apart: each pair contributes 2·cos(d·θ_i)·scaling²
     score = 2 * scaling**2 * np.cos(np.outer(d, inv_freq)).sum(axis=1)

@@ -116,6 +116,9 @@ class ModelInfo:
     # quantized weights (core.quantize): e.g. "int8 weights (quanto): the numbers of this model
     # as quantized"; empty for the model's own full-precision weights
     quantization: str = ""
+    # per layer, the K/V heads its attention caches (0: none; JetMoE's and MiMo's differ from
+    # the model-wide ``num_kv_heads``); empty when unknown (then every layer: num_kv_heads)
+    layer_kv_heads: tuple[int, ...] = ()
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""

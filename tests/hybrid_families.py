@@ -2,7 +2,10 @@
 
 Each layer pattern holds one layer of each mixer kind the family has (a Mamba, gated-DeltaNet or
 short-convolution layer, then an attention layer), so a 2-layer model covers the family's kinds;
-DeepSeek-V3 is here for its latent attention, Cohere and Cohere 2 for their logit scale.
+DeepSeek-V3 is here for its latent attention, DeepSeek-V3.2 for its sparse attention, MiniMax
+for its lightning attention in a cache of its own, Gemma 4 for head sizes that differ by layer,
+Llama 4 for chunked attention, Mamba for a pure state-space model, Cohere and Cohere 2 for their
+logit scale.
 Built like :mod:`tests.families` (the bundled tokenizer, 32-wide residual, a fixed seed); a
 family the installed transformers cannot build at this size is skipped with its reason.
 """
@@ -134,6 +137,68 @@ HYBRIDS: dict[str, tuple[str, dict[str, Any]]] = {
             num_key_value_heads=4,
         ),
     ),  # fmt: skip
+    "deepseek_v32": (
+        "deepseek_v32",
+        dict(
+            kv_lora_rank=16,
+            q_lora_rank=16,
+            qk_rope_head_dim=8,
+            qk_nope_head_dim=8,
+            v_head_dim=8,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            first_k_dense_replace=1,
+            n_group=1,
+            topk_group=1,
+            num_key_value_heads=4,
+            index_n_heads=2,
+            index_head_dim=16,
+            index_topk=4,
+        ),
+    ),  # fmt: skip  (an indexer reads 4 keys of each query's: fewer than the test prompts')
+    "minimax": (
+        "minimax",
+        dict(
+            layer_types=["linear_attention", "full_attention"],
+            head_dim=8,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+        ),
+    ),  # fmt: skip  (lightning attention, in a cache class of its own)
+    "gemma4_text": (
+        "gemma4_text",
+        dict(
+            layer_types=["sliding_attention", "full_attention"],
+            head_dim=8,
+            sliding_window=5,
+            per_layer_config={"1": {"head_dim": 16}},
+            hidden_size_per_layer_input=8,
+            vocab_size_per_layer_input="vocab",
+        ),
+    ),  # fmt: skip  (its full-attention layer's heads twice as wide)
+    "llama4_text": (
+        "llama4_text",
+        dict(
+            head_dim=8,
+            num_local_experts=4,
+            num_experts_per_tok=1,
+            intermediate_size_mlp=64,
+            attention_chunk_size=4,
+            no_rope_layer_interval=2,
+        ),
+    ),  # fmt: skip  (chunked attention, a layer without RoPE)
+    "mamba": (
+        "mamba",
+        dict(
+            state_size=8,
+            conv_kernel=4,
+            expand=2,
+            num_attention_heads=None,
+            num_key_value_heads=None,
+            intermediate_size=None,
+        ),
+    ),  # fmt: skip  (Mamba 1: state-space only)
     "cohere": ("cohere", dict(logit_scale=0.25)),
     "cohere2": ("cohere2", dict(logit_scale=0.25, sliding_window=5, head_dim=8)),
 }
@@ -149,6 +214,11 @@ KINDS: dict[str, tuple[str, ...]] = {
     "mamba2": ("state-space", "state-space"),
     "falcon_h1": ("attention + state-space",) * 2,
     "deepseek_v3": ("latent attention",) * 2,
+    "deepseek_v32": ("sparse latent attention",) * 2,
+    "minimax": ("linear attention", "attention"),
+    "gemma4_text": ("attention",) * 2,
+    "llama4_text": ("attention",) * 2,
+    "mamba": ("state-space",) * 2,
     "cohere": ("attention",) * 2,
     "cohere2": ("attention",) * 2,
 }
@@ -164,6 +234,7 @@ def hybrid_config(name: str, vocab_size: int) -> Any:
     if model_type not in CONFIG_MAPPING:
         pytest.skip(f"the installed transformers has no {model_type}")
     cfg = {**COMMON, **overrides, "vocab_size": vocab_size}
+    cfg = {k: vocab_size if v == "vocab" else v for k, v in cfg.items()}  # Gemma 4's per-layer
     try:
         return CONFIG_MAPPING[model_type](**{k: v for k, v in cfg.items() if v is not None})
     except (ValueError, TypeError) as exc:

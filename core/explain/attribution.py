@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm_lens.core.explain.flow import FlowGraph, flow_graph
+from llm_lens.core.explain.flow import FlowGraph, empty_graph, flow_graph
 from llm_lens.core.explain.hooks import NoSplit, out_weight
-from llm_lens.core.explain.partial import ONLY_INPUTS, split_refusal, unsplit_explanation
+from llm_lens.core.explain.partial import ONLY_INPUTS, gradient_pass, split_refusal
 from llm_lens.core.explain.trace import ContextTrace, check_additive, norm_diag, trace_context
 from llm_lens.core.placement import weights_of
 from llm_lens.core.records import StepRecord, frozen
@@ -212,7 +212,7 @@ def explain(
         except NoSplit as exc:
             reason = f"{exc}; {ONLY_INPUTS}"
     if reason is not None:
-        return unsplit_explanation(engine, step, vs, reason, t0)  # type: ignore[no-any-return]
+        return unsplit_explanation(engine, step, vs, reason, t0)
     t1 = time.perf_counter()
     logits = logit_attribution(engine, trace, vs)
     inputs = input_attribution(engine, trace)
@@ -230,6 +230,36 @@ def explain(
         graph=graph,
         timings_ms=tuple((k, v * 1e3) for k, v in ms),
     )
+
+
+def unsplit_explanation(
+    engine: Any, step: Any, vs: int | None, reason: str, t0: float
+) -> Explanation:
+    """The explanation of ``step`` without the split: gradient × input, the logit, ``reason``."""
+    ids = list(step.context_ids)
+    logits, gxi = gradient_pass(engine, ids, step.token.id)
+    logp = float(torch.log_softmax(logits, -1)[step.token.id])
+    logit = float(logits[step.token.id] - (logits[vs] if vs is not None else 0.0))
+    info = engine.info
+    zeros = np.zeros(info.num_layers, np.float32)
+    split = LogitAttribution(
+        token_id=step.token.id, vs_id=vs, logit=logit, embed=0.0, attn=frozen(zeros),
+        heads=frozen(np.zeros((info.num_layers, info.num_heads), np.float32)),
+        mlp=frozen(zeros.copy()), residual=logit, norm_scale=0.0, unsplit=reason,
+    )  # fmt: skip
+    inputs = InputAttribution(
+        method=INPUT_METHOD,
+        token_ids=frozen(np.asarray(ids, np.int64), np.int64),
+        texts=tuple(engine.texts.text(int(i)) for i in ids),
+        values=frozen(gxi.cpu().numpy(), np.float32),
+        logprob=logp,
+    )
+    return Explanation(
+        step=step.index, position=step.position, token_text=step.token.text,
+        vs_text=None if vs is None else engine.texts.text(vs), logits=split, inputs=inputs,
+        graph=empty_graph(engine, ids),
+        timings_ms=(("pass", (time.perf_counter() - t0) * 1e3),),
+    )  # fmt: skip
 
 
 def explanation_dict(x: Explanation, threshold: float = 0.04) -> dict[str, Any]:

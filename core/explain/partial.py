@@ -7,8 +7,9 @@ holds one compressed latent, not each head's values), or a block that normalises
 outputs before adding them (Bloom, GLM-4's post-sublayer norms) breaks that. Gradient × input
 needs none of it: one forward and backward pass of the model's own code over the context.
 :func:`split_refusal` names the reason before the pass where the anatomy already tells;
-:func:`unsplit_explanation` is the explanation then: the input tokens' shares, the split's
-pieces left at zero, and the reason in one line (``LogitAttribution.unsplit``).
+:func:`gradient_pass` is the pass; ``attribution.unsplit_explanation`` the explanation then:
+the input tokens' shares, the split's pieces left at zero, and the reason in one line
+(``LogitAttribution.unsplit``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ def split_refusal(engine: Any) -> str | None:
                 else f"a {kind} layer"
             )
             return f"layer {layer} is {what}: the logit does not split over heads; {ONLY_INPUTS}"
+    sizes = sorted({d for d in engine.info.layer_head_dims if d})
+    if len(sizes) > 1:  # Gemma 4: its full-attention layers' heads are wider
+        shown = ", ".join(str(d) for d in sizes)
+        what = f"the layers' heads differ in size ({shown})"
+        return f"{what}: the split over heads is not drawn; {ONLY_INPUTS}"
     return None
 
 
@@ -52,37 +58,3 @@ def gradient_pass(engine: Any, ids: Any, target: int) -> tuple[torch.Tensor, tor
         (grad,) = torch.autograd.grad(logp, embeds)
         gxi = (grad * embeds).sum(dim=-1)[0].detach().float()  # (T,)
     return logits.detach(), gxi
-
-
-def unsplit_explanation(engine: Any, step: Any, vs: int | None, reason: str, t0: float) -> Any:
-    """The explanation of ``step`` without the split: gradient × input, the logit, ``reason``."""
-    import time
-
-    from llm_lens.core.explain.attribution import Explanation, InputAttribution, LogitAttribution
-    from llm_lens.core.explain.flow import empty_graph
-    from llm_lens.core.records import frozen as frozen_array
-
-    ids = list(step.context_ids)
-    logits, gxi = gradient_pass(engine, ids, step.token.id)
-    logp = float(torch.log_softmax(logits, -1)[step.token.id])
-    logit = float(logits[step.token.id] - (logits[vs] if vs is not None else 0.0))
-    info = engine.info
-    zeros = np.zeros(info.num_layers, np.float32)
-    split = LogitAttribution(
-        token_id=step.token.id, vs_id=vs, logit=logit, embed=0.0, attn=frozen_array(zeros),
-        heads=frozen_array(np.zeros((info.num_layers, info.num_heads), np.float32)),
-        mlp=frozen_array(zeros.copy()), residual=logit, norm_scale=0.0, unsplit=reason,
-    )  # fmt: skip
-    inputs = InputAttribution(
-        method="gradient × input (summed over embedding dims) of the token's log-probability",
-        token_ids=frozen_array(np.asarray(ids, np.int64), np.int64),
-        texts=tuple(engine.texts.text(int(i)) for i in ids),
-        values=frozen_array(gxi.cpu().numpy(), np.float32),
-        logprob=logp,
-    )
-    return Explanation(
-        step=step.index, position=step.position, token_text=step.token.text,
-        vs_text=None if vs is None else engine.texts.text(vs), logits=split, inputs=inputs,
-        graph=empty_graph(engine, ids),
-        timings_ms=(("pass", (time.perf_counter() - t0) * 1e3),),
-    )  # fmt: skip

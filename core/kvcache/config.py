@@ -14,8 +14,9 @@ from typing import Any
 from llm_lens.core.kvcache.formula import MAX_COUNT, ConfigError, KVLayout, _show
 
 # Spellings of the same quantity across families, in the order they are tried.
-_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
-_HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads")
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")
+_HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "attention_heads",
+              "decoder_attention_heads")  # fmt: skip
 _HIDDEN_KEYS = ("hidden_size", "n_embd", "n_embed", "d_model")
 _CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
 _FALCON_TYPES = frozenset({"falcon", "RefinedWeb", "RefinedWebModel"})
@@ -82,6 +83,9 @@ def _kv_heads(cfg: Mapping[str, Any], family: str, heads: int, where: str) -> in
     kv = _get_int(cfg, ("num_key_value_heads",), where)
     if kv is not None:
         return kv
+    attn = cfg.get("attn_config")  # DBRX keeps its KV heads in a section of its own
+    if isinstance(attn, Mapping) and _get_int(attn, ("kv_n_heads",), where) is not None:
+        return min(heads, int(attn["kv_n_heads"]))
     if cfg.get("multi_query") is True:  # GPT-BigCode / StarCoder spell MQA this way
         return 1
     return heads
@@ -108,6 +112,9 @@ def _transformers_config(section: Mapping[str, Any]) -> Any | None:
         except Exception:
             continue
     return None
+
+
+transformers_config = _transformers_config  # the same, for the report's module-built state
 
 
 def _plain(value: Any) -> bool:
@@ -178,6 +185,20 @@ def _windows(section: Mapping[str, Any], layers: int, where: str) -> tuple[int, 
     return (window,) * layers  # Mistral / Mixtral: every layer windowed
 
 
+def _layer_head_dims(section: Mapping[str, Any], layers: int, head_dim: int) -> tuple[int, ...]:
+    """Per layer, its head size where ``per_layer_config`` (keys: layer indices) gives some
+    layers their own (Gemma 4's full-attention layers); empty where every layer has one size."""
+    own = section.get("per_layer_config")
+    if not isinstance(own, Mapping):
+        return ()
+    dims = [head_dim] * layers
+    for key, fields in own.items():
+        if str(key).isdigit() and int(key) < layers and isinstance(fields, Mapping):
+            value = fields.get("head_dim")
+            dims[int(key)] = value if isinstance(value, int) and value > 0 else head_dim
+    return tuple(dims) if len(set(dims)) > 1 else ()
+
+
 def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
     """Read the KV layout from a parsed config.json; raise ConfigError naming any missing field."""
     if cfg.get("is_encoder_decoder") is True:
@@ -190,17 +211,24 @@ def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
         layers = len(listed)  # Nemotron-H: one entry a layer, no separate count
     else:
         layers = _require_int(section, _LAYER_KEYS, where)
+    kv_free = _kv_free(section, layers)
+    if _get_int(section, _HEAD_KEYS, where) is None and all(kv_free):
+        # a pure state-space model (Mamba): no layer keeps K/V, its state is constant
+        return KVLayout(family, layers, 1, 1, 1, _get_int(section, _CONTEXT_KEYS, where),
+                        kv_free=kv_free)  # fmt: skip
     heads = _require_int(section, _HEAD_KEYS, where)
     latent, latent_mha = _latent(section, heads, where)
+    head_dim = _head_dim(section, heads, where)
     return KVLayout(
         family=family,
         num_layers=layers,
         num_heads=heads,
         num_kv_heads=_kv_heads(section, family, heads, where),
-        head_dim=_head_dim(section, heads, where),
+        head_dim=head_dim,
         context_length=_get_int(section, _CONTEXT_KEYS, where),
         windows=_windows(section, layers, where),
-        kv_free=_kv_free(section, layers),
+        kv_free=kv_free,
         latent_dim=latent,
         latent_mha_dim=latent_mha,
+        layer_head_dims=_layer_head_dims(section, layers, head_dim),
     )

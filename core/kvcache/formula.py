@@ -60,6 +60,9 @@ class KVLayout:
     # latent and rotary key), and what per-head K/V of every query head would cost instead
     latent_dim: int = 0
     latent_mha_dim: int = 0
+    # per layer, its own head size where layers differ (Gemma 4's ``per_layer_config``); empty:
+    # every layer ``head_dim``
+    layer_head_dims: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_heads", "num_kv_heads", "head_dim"):
@@ -108,9 +111,19 @@ class KVLayout:
         self, kv_heads: int, tokens: int, dtype_bytes: int, batch: int, latent: bool = False
     ) -> int:
         _check_positive("tokens", tokens)
+        held = self.held_tokens(tokens)
+        if self.layer_head_dims and not self.latent_dim:
+            return (
+                dtype_bytes
+                * batch
+                * sum(
+                    2 * kv_heads * d * h
+                    for d, h, free in zip(self.layer_head_dims, held, self.kv_free, strict=True)
+                    if not free
+                )
+            )
         per_token = self._bytes(kv_heads, dtype_bytes, batch, latent)
         per_layer_token = per_token // max(self.kv_layers, 1)
-        held = self.held_tokens(tokens)
         return per_layer_token * sum(
             h for h, free in zip(held, self.kv_free, strict=True) if not free
         )
@@ -127,6 +140,11 @@ class KVLayout:
         if self.latent_dim:
             per_layer = self.latent_dim if latent else self.latent_mha_dim
             return self.kv_layers * per_layer * dtype_bytes * batch
+        if self.layer_head_dims:
+            dims = [
+                d for d, free in zip(self.layer_head_dims, self.kv_free, strict=True) if not free
+            ]
+            return 2 * kv_heads * sum(dims) * dtype_bytes * batch
         return 2 * self.kv_layers * kv_heads * self.head_dim * dtype_bytes * batch
 
 
@@ -142,13 +160,13 @@ def formula_bytes(
     overrides kv_heads; a layer with a window > 0 holds at most window − 1 tokens; a layer's own
     head size where ``info.layer_head_dims`` lists it, none for a layer without attention, the
     latent once per token for a latent-attention layer, ``info.latent_dims``)."""
-    heads = num_heads or info.num_kv_heads
+    kv = info.layer_kv_heads or (info.num_kv_heads,) * info.num_layers
     dims = info.layer_head_dims or (info.head_dim,) * info.num_layers
     latent = info.latent_dims or (0,) * info.num_layers
     windows = tuple(windows) or (0,) * info.num_layers
     per_token = [
-        lat if lat and num_heads is None else 2 * heads * dim
-        for dim, lat in zip(dims, latent, strict=False)
+        lat if lat and num_heads is None else 2 * (num_heads or heads) * dim
+        for dim, lat, heads in zip(dims, latent, kv, strict=False)
     ]  # a latent layer: its latent once (``num_heads``: what per-head K/V would hold)
     return sum(
         n * info.dtype_bytes * held_tokens(tokens, w)

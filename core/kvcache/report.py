@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from llm_lens.core.kvcache.config import _text_section, layout_from_config
+from llm_lens.core.kvcache.config import _text_section, layout_from_config, transformers_config
 from llm_lens.core.kvcache.config_file import load_config
 from llm_lens.core.kvcache.formula import ConfigError, _check_positive
+from llm_lens.core.kvcache.modules import may_hold_state, state_elements_from_config
 from llm_lens.core.records import head_sharing
 
 DEFAULT_TOKENS = 4096
@@ -75,6 +76,7 @@ def build_report(
     per_token = layout.bytes_per_token(nbytes, batch)
     mha_per_token = layout.mha_bytes_per_token(nbytes, batch)
     windows = sorted({w for w in layout.windows if w > 0})
+    state = config_state_bytes(cfg, nbytes, batch)
     return {
         "model": spec,
         "family": layout.family,
@@ -97,7 +99,21 @@ def build_report(
         # only where they differ from a plain layout: layers keeping K/V, a latent's width
         **({"kv_layers": layout.kv_layers} if layout.kv_layers < layout.num_layers else {}),
         **({"latent_dim": layout.latent_dim} if layout.latent_dim else {}),
+        **({"layer_head_dims": list(layout.layer_head_dims)} if layout.layer_head_dims else {}),
+        # a hybrid's conv/recurrent state: constant, apart from the K/V that grow
+        **({"state_bytes": state} if state else {}),
     }
+
+
+def config_state_bytes(cfg: Mapping[str, Any], nbytes: int, batch: int) -> int:
+    """Bytes of constant conv/recurrent state the cache keeps, from the config's own modules
+    (:mod:`.modules`); 0 for a config that names nothing stateful."""
+    section, _where = _text_section(cfg)
+    if not may_hold_state(section):
+        return 0
+    config = transformers_config(section)
+    elements = None if config is None else state_elements_from_config(config)
+    return sum(elements or ()) * nbytes * batch
 
 
 def kv_report(spec: str, tokens: int, batch: int, dtype: str | None) -> dict[str, Any]:
@@ -139,6 +155,17 @@ def _formula_lines(r: Mapping[str, Any], nbytes: int) -> list[str]:
             "compressed latent and rotary key a token, shared by every head)",
             f"             {kv_layers} × {r['latent_dim']} × {nbytes} × {r['tokens']}{batch_num}"
             f" = {total} bytes",
+        ]
+    if r.get("layer_head_dims"):  # Gemma 4: some layers' heads are wider
+        dims: dict[int, int] = {}
+        for d in r["layer_head_dims"]:
+            dims[d] = dims.get(d, 0) + 1
+        sizes = ", ".join(f"{n} layers of head_dim {d}" for d, n in sorted(dims.items()))
+        return [
+            *kept,
+            "formula      Σ layers 2 × kv_heads × head_dim(layer) × bytes × tokens held"
+            + batch_term,
+            f"head sizes   {sizes}: {total} bytes",
         ]
     if not r.get("sliding_layers"):
         numbers = f"2 × {kv_layers} × {r['num_kv_heads']} × {r['head_dim']} × {nbytes}"
@@ -187,5 +214,19 @@ def format_report(report: Mapping[str, Any]) -> str:
             f"as MHA       {_human_bytes(mha_total)} ({mha_total} bytes) if all "
             f"{r['num_heads']} heads were cached ({r['gqa_ratio']}× the "
             f"{head_sharing(r['num_heads'], r['num_kv_heads']).split()[0]} size)",
+            *_state_lines(r),
         ]
     )
+
+
+def _state_lines(r: Mapping[str, Any]) -> list[str]:
+    """A hybrid's constant part, beside the K/V that grow."""
+    state = int(r.get("state_bytes", 0))
+    if not state:
+        return []
+    held = int(r["total_bytes"]) + state
+    return [
+        f"state        {_human_bytes(state)} ({state} bytes) of conv/recurrent state, constant "
+        "at any number of tokens",
+        f"held         {_human_bytes(held)} ({held} bytes): the K/V above plus that state",
+    ]

@@ -25,4 +25,22 @@ def cache_state_bytes(cache: Any, num_layers: int) -> list[int]:
             for t in states.values():
                 if isinstance(t, torch.Tensor):
                     out[i] += t.numel() * t.element_size()
+    for i, t in enumerate(list(getattr(cache, "linear_cache", None) or [])[:num_layers]):
+        if isinstance(t, torch.Tensor):  # MiniMax's own cache: each linear layer's state
+            out[i] += t.numel() * t.element_size()
     return out
+
+
+def own_cache(model: Any) -> Any | None:
+    """A new cache of the class the model's own modeling file defines for it (MiniMax keeps its
+    linear layers' state in a ``DynamicCache`` subclass and refuses any other), else None."""
+    import sys
+
+    from transformers import DynamicCache
+
+    module = sys.modules.get(type(model).__module__)
+    for value in vars(module).values() if module is not None else ():
+        own = isinstance(value, type) and issubclass(value, DynamicCache)
+        if own and value is not DynamicCache and value.__module__ == module.__name__:
+            return value()
+    return None

@@ -34,6 +34,7 @@ from llm_lens.core.attention import (
 from llm_lens.core.errors import PromptError
 from llm_lens.core.experts import RouterCapture, routing_of
 from llm_lens.core.interventions import Intervention, Patcher
+from llm_lens.core.kvcache.state import own_cache
 from llm_lens.core.loading import LoadedModel
 from llm_lens.core.loop.capture import Capture
 from llm_lens.core.loop.clock import SOUND_SHARE, StepClock, measures_waits, off_cpu_share
@@ -179,7 +180,8 @@ class Engine:
     def new_cache(self) -> Any:
         from transformers import DynamicCache
 
-        return DynamicCache(config=self.model.config)
+        own = own_cache(self.model)  # (an empty cache is falsy: its length is 0)
+        return DynamicCache(config=self.model.config) if own is None else own
 
     def forward(self, ids: Any, cache: Any, eager: bool) -> Any:
         """One forward pass over ``ids`` (1, seq) extending ``cache``; returns last logits."""

@@ -141,11 +141,25 @@ def _kv_layers(kv: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _kv_state(kv: dict[str, Any]) -> dict[str, Any]:
+    """A hybrid's constant conv/recurrent state (bytes, formula, per layer); absent in older
+    files and for models without it."""
+    if "state_per_layer" not in kv:
+        return {}
+    state, formula = kv.get("state_bytes"), kv.get("state_formula_bytes")
+    _need(type(state) is int and type(formula) is int and state >= 0, "malformed kv state")
+    per_layer = _ints(kv["state_per_layer"], "kv state_per_layer")
+    _need(sum(per_layer) == state, "malformed kv state_per_layer")
+    return {"state_bytes": state, "state_formula_bytes": formula,
+            "state_per_layer": frozen(np.array(per_layer, np.int64))}  # fmt: skip
+
+
 def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRecord:
     scalars = {k: d[k] for k in STEP_SCALARS}
     kv = KVCacheStats(
-        **{k: d["kv"][k] for k in KV_SCALARS}, per_layer=arr["kv_per_layer"], **_kv_layers(d["kv"])
-    )
+        **{k: d["kv"][k] for k in KV_SCALARS}, per_layer=arr["kv_per_layer"],
+        **_kv_layers(d["kv"]), **_kv_state(d["kv"]),
+    )  # fmt: skip
     summaries = tuple(
         StageSummary(g["name"], g["removed_mass"], g["kept"], g["entropy"], *next(stages))
         for g in d["stages"]

@@ -153,6 +153,10 @@ def _step_json(s: StepRecord) -> dict[str, Any]:
         d["kv"]["held_tokens"] = [int(n) for n in s.kv.held_tokens]
         d["kv"]["windows"] = list(s.kv.windows)
         d["kv"]["cached_kv_heads"] = s.kv.cached_kv_heads
+    if s.kv.state_per_layer is not None:  # a hybrid's constant conv/recurrent state
+        d["kv"]["state_bytes"] = s.kv.state_bytes
+        d["kv"]["state_formula_bytes"] = s.kv.state_formula_bytes
+        d["kv"]["state_per_layer"] = [int(n) for n in s.kv.state_per_layer]
     timing = (*TIMING_FIELDS, *TIMING_WAITS, *TIMING_FLAGS)
     d["timing"] = {k: getattr(s.timing, k) for k in timing}
     d["finish_reason"] = s.finish_reason

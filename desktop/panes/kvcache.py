@@ -121,6 +121,10 @@ class KVCachePane(Pane):
         )
         self.selected_point = pg.ScatterPlotItem(size=11, pen=pg.mkPen("w", width=2), brush=None)
         plot.addItem(self.selected_point)
+        # a hybrid's two parts apart (in the legend once a model has state): the K/V that grow
+        # and the conv/recurrent state that does not
+        self.growing_curve = plot.plot(pen=pg.mkPen("#4fc3f7", width=1))
+        self.state_curve = plot.plot(pen=pg.mkPen("#81c784", width=2, style=Qt.PenStyle.DashLine))
 
     def _build_layers(self) -> None:
         """Per-layer bars of key and value bytes for the selected step."""
@@ -136,16 +140,23 @@ class KVCachePane(Pane):
         self.value_bars = pg.BarGraphItem(
             x=[], height=[], y0=[], width=0.8, brush="#ce93d8", pen=None, name="values"
         )
+        self.state_bars = pg.BarGraphItem(
+            x=[], height=[], y0=[], width=0.8, brush="#81c784", pen=None
+        )  # a hybrid layer's constant conv/recurrent state, on top of its K/V
         plot.addItem(self.key_bars)
         plot.addItem(self.value_bars)
+        plot.addItem(self.state_bars)
         steady_axes(self.growth_plot, self.layer_plot)
         self.view.ci.layout.setColumnStretchFactor(0, 3)
         self.view.ci.layout.setColumnStretchFactor(1, 2)
 
     # ----------------------------------------------------------------- rendering
     def clear(self) -> None:
-        for curve in (self.mha_curve, self.jump_curve, self.formula_curve, self.measured_curve):
+        curves = (self.mha_curve, self.jump_curve, self.formula_curve, self.measured_curve,
+                  self.growing_curve, self.state_curve)  # fmt: skip
+        for curve in curves:
             curve.setData([], [])
+        self.state_bars.setOpts(x=[], height=[], y0=[])
         self.selected_point.setData([], [])
         self.key_bars.setOpts(x=[], height=[])
         self.value_bars.setOpts(x=[], height=[], y0=[])
@@ -167,22 +178,43 @@ class KVCachePane(Pane):
         layers = np.arange(per_layer.shape[0])
         self.key_bars.setOpts(x=layers, height=per_layer[:, 0])
         self.value_bars.setOpts(x=layers, height=per_layer[:, 1], y0=per_layer[:, 0])
+        state = self._draw_state(steps, step, tokens, per_layer)
         windowed = [str(i) for i, w in enumerate(step.kv.windows) if w > 0]
         title = "per layer (selected step)"
         if windowed:
             title = f"per layer (selected step); windowed: {', '.join(windowed)}"
         if self.layer_plot.titleLabel.text != title:  # a new title re-lays out the plot
             self.layer_plot.setTitle(title)
-        top = float(per_layer.sum(axis=1).max())
+        top = float((per_layer.sum(axis=1) + state).max())
         self.layer_plot.setYRange(0, top * 1.25)  # head-room for the legend
         byte_axis(self.layer_plot, top)
         byte_axis(self.growth_plot, float(steps[-1].kv.mha_bytes))
         self.formula_label.setText(self.formula_text(step))
 
+    def _draw_state(self, steps: Any, step: Any, tokens: Any, per_layer: Any) -> Any:
+        """A hybrid's K/V that grow and its constant state as two curves, and each layer's
+        state on top of its bars; the per-layer state (zeros for a model without)."""
+        state = np.zeros(per_layer.shape[0], np.int64)
+        if step.kv.state_per_layer is None:
+            self.growing_curve.setData([], [])
+            self.state_curve.setData([], [])
+            self.state_bars.setOpts(x=[], height=[], y0=[])
+            return state
+        state = np.asarray(step.kv.state_per_layer)
+        legend = self.growth_plot.legend
+        if legend is not None and not any(i[1].text == "state (constant)" for i in legend.items):
+            legend.addItem(self.growing_curve, "K/V (grow)")
+            legend.addItem(self.state_curve, "state (constant)")
+            self.layer_plot.legend.addItem(self.state_bars, "state")
+        self.growing_curve.setData(tokens, [s.kv.growing_bytes for s in steps])
+        self.state_curve.setData(tokens, [s.kv.state_bytes for s in steps])
+        self.state_bars.setOpts(x=np.arange(len(state)), height=state, y0=per_layer.sum(axis=1))
+        return state
+
     def formula_text(self, step: Any) -> str:
         """The formula with this model's numbers, the measurement, the GQA saving, device memory."""
         info, kv = self.controller.info, step.kv
-        lines = [self._formula_line(step), *self._held_lines(info, kv)]
+        lines = [self._formula_line(step), *self._held_lines(info, kv), *self._state_lines(kv)]
         lines.append(self._sharing_line(info, kv))
         lines.append(f"added this step: {human_bytes(kv.bytes_added)} ({self._added(step)})")
         if kv.device_allocated is not None:
@@ -229,6 +261,27 @@ class KVCachePane(Pane):
             f"with full MHA ({info.num_heads} KV heads): {human_bytes(kv.mha_bytes)} — "
             f"{kind} saves ×{saving:.3g}"
         )
+
+    @staticmethod
+    def _state_lines(kv: Any) -> list[str]:
+        """A hybrid's two parts: the K/V that grow, the state that does not, and what the same
+        model would hold were every layer attention like its attention layers."""
+        if kv.state_per_layer is None:
+            return []
+        per_layer = np.asarray(kv.per_layer).sum(axis=1)
+        kv_layers = int((per_layer > 0).sum())
+        lines = [
+            f"grows: K/V {human_bytes(kv.growing_bytes)} in {kv_layers} layers; constant: "
+            f"conv/recurrent state {human_bytes(kv.state_bytes)} in "
+            f"{int((np.asarray(kv.state_per_layer) > 0).sum())} layers (formula "
+            f"{human_bytes(kv.state_formula_bytes)}), the same at any context length"
+        ]
+        if kv_layers:
+            full = kv.growing_bytes * len(per_layer) // kv_layers
+            lines.append(
+                f"with every layer attention like these: {human_bytes(full)} of K/V, growing"
+            )
+        return lines
 
     @staticmethod
     def _held_lines(info: Any, kv: Any) -> list[str]:

@@ -24,6 +24,7 @@ from tests.hybrid_families import HYBRIDS, KINDS, hybrid_model
 PROMPT = "The quick brown fox jumps over the lazy dog"
 NEW = 4
 ALL = list(HYBRIDS)
+STATEFUL = ("state-space", "linear attention", "short convolution")  # kinds that keep state
 _runs: dict[str, Any] = {}
 
 
@@ -45,10 +46,11 @@ def test_each_layer_names_its_mixer(tokenizer: Any, name: str) -> None:
     assert anatomy.kinds == KINDS[name] == engine.info.layer_kinds
     for i, kind in enumerate(anatomy.kinds):
         parts = kind.split(" + ")
-        assert anatomy.has_attention(i) == ("attention" in parts or "latent attention" in parts)
+        softmax = [p for p in parts if p.endswith("attention") and p != "linear attention"]
+        assert anatomy.has_attention(i) == bool(softmax)
         assert engine.info.has_attention(i) == anatomy.has_attention(i)
         assert any(m is anatomy.mixers[i] for m in anatomy.layers[i].modules())
-        has_state = kind not in ("attention", "latent attention")
+        has_state = any(p in STATEFUL for p in parts)
         assert (anatomy.state_mixers[i] is not None) == has_state
 
 
@@ -89,7 +91,7 @@ def test_cache_bytes_equal_the_formula_growing_and_constant_apart(
     layer is not only attention and does not grow; the K/V grow by one token's worth a step."""
     engine, run = _run(name, tokenizer)
     info, kinds = engine.info, engine.info.layer_kinds
-    stateful = [i for i, k in enumerate(kinds) if k not in ("attention", "latent attention")]
+    stateful = [i for i, k in enumerate(kinds) if any(p in STATEFUL for p in k.split(" + "))]
     state = run.steps[0].kv.state_bytes
     assert (state > 0) == bool(stateful)
     for step in run.steps:
@@ -135,3 +137,51 @@ def test_the_scales_the_lens_does_not_name_change_the_output(tokenizer: Any) -> 
         with torch.inference_mode():
             bare = a.lm_head(a.final_norm(torch.from_numpy(np.array(step.hidden[-1])))).numpy()
         assert not np.allclose(bare, step.logits, atol=1e-3 * np.abs(step.logits).max())
+
+
+def test_a_session_keeps_the_constant_state_and_an_unsplit_explanation(
+    tokenizer: Any, tmp_path: Any
+) -> None:
+    """A hybrid's saved run reopens with its conv/recurrent state apart from its K/V, and its
+    "Why this token?" (gradient × input and the one-line reason) as computed."""
+    from llm_lens.core.explain.attribution import explain
+    from llm_lens.core.sessions.explained import with_explanations
+    from llm_lens.core.sessions.format import Session, session_from_run
+    from llm_lens.core.sessions.read import load_session
+    from llm_lens.core.sessions.views import RecordedAnalysis
+    from llm_lens.core.sessions.write import save_session
+
+    engine, run = _run("lfm2", tokenizer)
+    x = explain(engine, run.steps[1])
+    assert x.logits.unsplit.startswith("layer 0 is a short convolution layer")
+    assert x.inputs.values.any() and not x.graph.weight.size
+    saved = with_explanations(session_from_run(run, engine.info), {(1, None): x})
+    path = tmp_path / "hybrid.llmlens"
+    save_session(path, Session(engine.info.as_dict(), (saved,)))
+    back = load_session(path).runs[0]
+    for want, got in zip(run.steps, back.steps, strict=True):
+        assert got.kv.state_bytes == want.kv.state_bytes > 0
+        assert got.kv.state_formula_bytes == want.kv.state_formula_bytes
+        np.testing.assert_array_equal(got.kv.state_per_layer, want.kv.state_per_layer)
+        assert got.kv.growing_bytes == want.kv.growing_bytes
+    again = RecordedAnalysis(back).get("explain", {"step": 1, "vs": None})
+    assert again.logits.unsplit == x.logits.unsplit
+    np.testing.assert_array_equal(again.inputs.values, x.inputs.values)
+
+
+@pytest.mark.parametrize("name", ["deepseek_v3", "cohere"])
+def test_why_this_token_gradient_is_the_same_pass_split_or_not(tokenizer: Any, name: str) -> None:
+    """The unsplit explanation's gradient × input (the model's own pass, no hooks) equals the
+    split one's on a family that splits; latent attention says why it does not split."""
+    from llm_lens.core.explain.attribution import explain
+    from llm_lens.core.explain.partial import gradient_pass
+
+    engine, run = _run(name, tokenizer)
+    step = run.steps[-1]
+    x = explain(engine, step)
+    logits, gxi = gradient_pass(engine, list(step.context_ids), step.token.id)
+    np.testing.assert_allclose(gxi.numpy(), x.inputs.values, rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(logits.numpy(), step.logits, atol=1e-4 * np.abs(step.logits).max())
+    assert bool(x.logits.unsplit) == (name == "deepseek_v3")
+    if name == "deepseek_v3":
+        assert "latent attention" in x.logits.unsplit and "\n" not in x.logits.unsplit

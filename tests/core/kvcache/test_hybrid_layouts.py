@@ -57,3 +57,26 @@ def test_a_pure_state_space_config_keeps_no_kv_even_with_a_field_its_class_refus
     assert layout.kv_free == (True, True) and layout.kv_layers == 0
     assert layout.total_bytes(100, 2) == layout.bytes_per_token(2) == 0
     assert "0 of 2 keep K/V" in format_report(build_report("m", cfg, 100, 1, "bf16"))
+
+
+@pytest.mark.parametrize("name", ["qwen3_next", "granitemoehybrid", "lfm2", "falcon_h1", "mamba2"])
+def test_config_predicts_the_constant_state_a_run_holds(tokenizer: Any, name: str) -> None:
+    """``llm-lens kv`` builds the config's modules on the meta device and reads each mixer's
+    conv/recurrent state as the loaded model's are read: equal to what the cache holds."""
+    engine = Engine(hybrid_model(name, tokenizer))
+    run = engine.start(engine.tokenize("one two", chat=False), GREEDY, RunConfig(2))
+    run.run_all()
+    held = run.steps[-1].kv.state_bytes
+    assert held > 0
+    cfg = engine.model.config.to_dict()
+    report = build_report("m", cfg, 64, 1, "float32")
+    assert report["state_bytes"] == held
+    assert build_report("m", cfg, 64, 3, "float32")["state_bytes"] == 3 * held  # per sequence
+    text = format_report(report)
+    assert f"({held} bytes) of conv/recurrent state, constant" in text
+    assert f"({report['total_bytes'] + held} bytes): the K/V above plus that state" in text
+
+
+def test_a_plain_config_reports_no_state() -> None:
+    cfg = dict(model_type="llama", num_hidden_layers=2, num_attention_heads=4, hidden_size=32)
+    assert "state_bytes" not in build_report("m", cfg, 16, 1, "bf16")

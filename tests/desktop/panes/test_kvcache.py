@@ -156,3 +156,36 @@ def test_kv_pane_says_when_the_tensors_hold_other_heads(kv_pane, bare) -> None:
     assert "the cache holds K/V for 4 heads per layer, the config has 2 KV heads" in text
     assert "repeated to every query head" in text
     assert f"measured: {kv.bytes_total:,} bytes" in text
+
+
+def test_kv_pane_draws_a_hybrids_growing_and_constant_parts_apart(kv_pane, bare, tokenizer):
+    """Granite 4 (a Mamba2 layer and an attention layer): the K/V curve grows by one token a
+    step, the state curve stays flat, each layer's state sits on its own bar, and the text
+    names both parts; a plain model's record draws neither."""
+    from llm_lens.core.loop.engine import Engine, RunConfig
+    from llm_lens.core.sampling import GREEDY
+    from tests.hybrid_families import hybrid_model
+
+    engine = Engine(hybrid_model("granitemoehybrid", tokenizer))
+    run = engine.start(engine.tokenize("one two three", chat=False), GREEDY, RunConfig(3))
+    steps = run.run_all()
+    bare.show_state(replace(bare.shown, info=engine.info, steps=tuple(steps)))
+    kv_pane.render(steps[-1])
+    state = [s.kv.state_bytes for s in steps]
+    assert state[0] > 0 and len(set(state)) == 1
+    np.testing.assert_array_equal(curve(kv_pane.state_curve)[1], state)
+    grow = curve(kv_pane.growing_curve)[1]
+    np.testing.assert_array_equal(grow, [s.kv.growing_bytes for s in steps])
+    assert len(set(np.diff(grow).tolist())) == 1 and grow[1] > grow[0]
+    per_layer = np.asarray(steps[-1].kv.per_layer).sum(axis=1)
+    np.testing.assert_array_equal(kv_pane.state_bars.opts["height"], steps[-1].kv.state_per_layer)
+    np.testing.assert_array_equal(kv_pane.state_bars.opts["y0"], per_layer)
+    text = kv_pane.formula_label.text()
+    assert "grows: K/V" in text and "in 1 layers; constant: conv/recurrent state" in text
+    assert "with every layer attention like these" in text
+    names = [i[1].text for i in kv_pane.growth_plot.legend.items]
+    assert "state (constant)" in names and "K/V (grow)" in names
+    info, plain = _kv_records("mistral")
+    bare.show_state(replace(bare.shown, info=info, steps=tuple(plain)))
+    kv_pane.render(plain[0])
+    assert not curve(kv_pane.state_curve)[0].size and "grows:" not in kv_pane.formula_label.text()
