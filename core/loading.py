@@ -218,10 +218,11 @@ def _from_pretrained(
         # use_kernels=False: transformers (5.2x) otherwise "kernelizes" the model on load,
         # swapping modules' forwards for kernels fetched from the Hub on CUDA (code from
         # outside, numbers other than the model's own modules')
-        model, loading = AutoModelForCausalLM.from_pretrained(
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
             folder, dtype=dtype, attn_implementation="eager", use_kernels=False, **no_code,
             output_loading_info=True, ignore_mismatched_sizes=True,  # refused below, by name
         )  # fmt: skip
+        model, loading = loaded
         random = check_loading_info(loading, spec, allow_random)
     except ModelLoadError:
         raise
@@ -237,7 +238,7 @@ def _from_pretrained(
         model.to(dev)
     except (torch.OutOfMemoryError, MemoryError) as exc:
         raise ModelLoadError(f"{spec}: ran out of memory moving it to {dev}") from exc
-    model.eval()  # type: ignore[no-untyped-call]
+    model.eval()
     return model, tokenizer, random
 
 
@@ -323,7 +324,7 @@ def attention_heads(cfg: Any) -> int:
     return int(getattr(cfg, "num_attention_heads", None) or 1)
 
 
-def _layer_fields(model: Any, head_dim: int) -> dict[str, tuple[Any, ...]]:
+def _layer_fields(model: Any, head_dim: int) -> dict[str, Any]:
     """Per layer, from the model's own modules (:class:`~llm_lens.core.anatomy.Anatomy`): its
     mixer kind, its attention's head size (0 without attention) and the elements of constant
     state its cache keeps; nothing when the layers cannot be found (the Engine says why)."""

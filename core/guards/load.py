@@ -31,12 +31,12 @@ def quiet_transformers() -> Iterator[None]:
     is checked and said by LLM Lens itself."""
     from transformers.utils import logging as hf_logging
 
-    before = hf_logging.get_verbosity()  # type: ignore[no-untyped-call]
+    before = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
         yield
     finally:
-        hf_logging.set_verbosity(before)  # type: ignore[no-untyped-call]
+        hf_logging.set_verbosity(before)
 
 
 def publish(tmp: Path, target: Path, complete: Callable[[Path], bool]) -> None:
