@@ -34,9 +34,32 @@ def quiet_transformers() -> Iterator[None]:
     before = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
-        yield
+        with _quiet_gguf_bar():
+            yield
     finally:
         hf_logging.set_verbosity(before)
+
+
+@contextlib.contextmanager
+def _quiet_gguf_bar() -> Iterator[None]:
+    """transformers' GGUF reader draws its own tqdm bar on stderr, whatever its logging says
+    (LLM Lens reports the conversion's progress itself)."""
+    import functools
+
+    try:
+        from transformers import modeling_gguf_pytorch_utils as reader
+    except ImportError:  # no gguf support installed: nothing draws
+        yield
+        return
+    bar = getattr(reader, "tqdm", None)
+    if bar is None:
+        yield
+        return
+    reader.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        reader.tqdm = bar
 
 
 def publish(tmp: Path, target: Path, complete: Callable[[Path], bool]) -> None:

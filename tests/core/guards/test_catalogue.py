@@ -152,7 +152,13 @@ def _weights_cases(base: Path, tmp: Path) -> list[Case]:
         ),
         Case(
             "weights-renamed-allowed",
-            _trace(renamed, "--allow-partly-random", out=tmp / "renamed.json"),
+            _trace(
+                renamed,
+                "--allow-partly-random",
+                "--session",
+                str(tmp / "renamed.llmlens"),
+                out=tmp / "renamed.json",
+            ),  # fmt: skip
             code=0,
             needle="partly random: 1 weights missing",
         ),
@@ -443,10 +449,14 @@ def test_no_file_lost(catalogue):
     assert not list(tmp.glob(".n*"))  # no temporary file left beside them
 
 
-def test_a_partly_random_model_is_marked_in_its_trace(catalogue):
+def test_a_partly_random_model_is_marked_in_its_trace_and_session(catalogue):
+    from llm_lens.core.sessions.read import read_session
+
     data = json.loads((catalogue["tmp"] / "renamed.json").read_text())
-    assert data["model"]["partly_random"].startswith("partly random: 1 weights missing")
-    assert "model.norm.weight" in data["model"]["partly_random"]
+    mark = data["model"]["partly_random"]
+    assert mark.startswith("partly random: 1 weights missing") and "model.norm.weight" in mark
+    session = read_session(catalogue["tmp"] / "renamed.llmlens")
+    assert session.model["partly_random"] == mark
 
 
 def test_control_and_bidi_text_round_trips(catalogue):
