@@ -264,11 +264,12 @@ def _from_pretrained(
         # swapping modules' forwards for kernels fetched from the Hub on CUDA (code from
         # outside, numbers other than the model's own modules')
         with _quiet_offload() if "device_map" in extra else contextlib.nullcontext():
-            model, loading = AutoModelForCausalLM.from_pretrained(
+            loaded: Any = AutoModelForCausalLM.from_pretrained(
                 folder, dtype=dtype, attn_implementation="eager", use_kernels=False, **no_code,
                 output_loading_info=True, ignore_mismatched_sizes=True,  # refused below, by name
                 **extra,
             )  # fmt: skip
+        model, loading = loaded
         random = check_loading_info(loading, spec, allow_random)
     except ModelLoadError:
         raise
@@ -285,7 +286,7 @@ def _from_pretrained(
             model.to(dev)
     except (torch.OutOfMemoryError, MemoryError) as exc:
         raise ModelLoadError(f"{spec}: ran out of memory moving it to {dev}") from exc
-    model.eval()  # type: ignore[no-untyped-call]
+    model.eval()
     return model, tokenizer, random
 
 
@@ -393,7 +394,7 @@ def attention_heads(cfg: Any) -> int:
     return int(getattr(cfg, "num_attention_heads", None) or 1)
 
 
-def _layer_fields(model: Any, head_dim: int, heads: int, kv: int) -> dict[str, tuple[Any, ...]]:
+def _layer_fields(model: Any, head_dim: int, heads: int, kv: int) -> dict[str, Any]:
     """Per layer, from the model's own modules (:class:`~llm_lens.core.anatomy.Anatomy`): its
     mixer kind, its attention's head size (0 without attention) and the elements of constant
     state its cache keeps; nothing when the layers cannot be found (the Engine says why)."""

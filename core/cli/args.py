@@ -78,19 +78,18 @@ def token_count(text: str) -> int:
     return int(min(value, 2**62))
 
 
-def cap_new_tokens(asked: int, prompt_tokens: int, context: int, quiet: bool = False) -> int:
+def cap_new_tokens(asked: int, prompt_tokens: int, context: int) -> int:
     """``asked`` new tokens, or as many as the model's context leaves after the prompt, with
-    one line on stderr saying so (a run past its context cannot be computed, and memory grows
-    with every step)."""
+    one line on stderr saying so, even with ``--quiet`` (a run past its context cannot be
+    computed, and memory grows with every step)."""
     room = max(1, context - prompt_tokens)
     if asked <= room:
         return asked
-    if not quiet:
-        print(
-            f"llm-lens: --max-new-tokens {asked} is past the model's context of {context} "
-            f"tokens ({prompt_tokens} in the prompt): capped at {room}",
-            file=sys.stderr,
-        )
+    print(  # a warning, not progress: --quiet keeps it
+        f"llm-lens: --max-new-tokens {asked} is past the model's context of {context} "
+        f"tokens ({prompt_tokens} in the prompt): capped at {room}",
+        file=sys.stderr,
+    )
     return room
 
 

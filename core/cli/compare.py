@@ -136,7 +136,7 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
     configs = parse_configs(args.config)
     engine, prompt = load_engine(args)
     asked, context = args.max_new_tokens, engine.info.context_length
-    new_tokens = cap_new_tokens(asked, len(prompt.ids), context, args.quiet)
+    new_tokens = cap_new_tokens(asked, len(prompt.ids), context)
     run_config = RunConfig(max_new_tokens=new_tokens, stop_strings=tuple(args.stop))
     doing(f"comparing {len(configs)} configurations on {engine.info.name}")
     comparison, _cancel = cancellable(lambda c: compare(engine, prompt, configs, run_config, c))

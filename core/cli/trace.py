@@ -142,7 +142,7 @@ def start_run(
 
     engine, prompt = load_engine(args)
     asked = max_new_tokens or args.max_new_tokens
-    new_tokens = cap_new_tokens(asked, len(prompt.ids), engine.info.context_length, args.quiet)
+    new_tokens = cap_new_tokens(asked, len(prompt.ids), engine.info.context_length)
     config = RunConfig(max_new_tokens=new_tokens, stop_strings=tuple(args.stop))
     doing(f"generating with {engine.info.name}")
 

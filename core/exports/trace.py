@@ -26,7 +26,7 @@ SCHEMA = "llm-lens-trace/1"
 MODEL_FIELDS = (
     "name", "source", "architecture", "num_layers", "num_heads", "num_kv_heads", "head_dim",
     "hidden_size", "vocab_size", "context_length", "dtype", "device", "num_parameters",
-    "weights_id", "placement", "quantization",
+    "weights_id", "partly_random", "placement", "quantization",
 )  # fmt: skip
 PARAM_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed")
 

@@ -53,7 +53,8 @@ def check_folder_claims(folder: Path, spec: str) -> None:
     config = _read_config(folder / "config.json", spec)
     if config is None:
         return
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else config
     counts = {k: _count(text, k, spec) for k in COUNT_LIMITS if k in text}
     for key in POSITIVE:
         if counts.get(key) == 0:
@@ -105,17 +106,11 @@ def safetensors_header(path: Path, spec: str) -> dict[str, tuple[int, ...]]:
 
 
 def _entry(spec: str, path: Path, name: str, entry: Any, data: int) -> tuple[int, ...]:
-    ok = isinstance(entry, dict)
-    dtype, shape, offsets = (
-        (entry.get(k) for k in ("dtype", "shape", "data_offsets")) if ok else (None, None, None)
-    )
-    ints = lambda v, n=None: (  # noqa: E731
-        isinstance(v, list)
-        and all(type(x) is int and 0 <= x < 2**53 for x in v)
-        and (n is None or len(v) == n)
-    )
-    if dtype not in DTYPE_BYTES or not ints(shape) or not ints(offsets, 2):
+    fields = entry if isinstance(entry, dict) else {}
+    dtype, shape, offsets = (fields.get(k) for k in ("dtype", "shape", "data_offsets"))
+    if dtype not in DTYPE_BYTES or not _ints(shape) or not _ints(offsets, 2):
         raise _bad(spec, path, f"tensor {name!r} has a malformed entry")
+    assert isinstance(shape, list) and isinstance(offsets, list)
     begin, end = offsets
     need = math.ceil(math.prod(shape) * DTYPE_BYTES[dtype])
     if not begin <= end <= data:
@@ -125,6 +120,15 @@ def _entry(spec: str, path: Path, name: str, entry: Any, data: int) -> tuple[int
             spec, path, f"tensor {name} is {shape} {dtype} ({need} bytes) in {end - begin} bytes"
         )
     return tuple(shape)
+
+
+def _ints(value: Any, count: int | None = None) -> bool:
+    """A list of whole numbers from 0 to 2**53 (of ``count`` items when given)."""
+    return (
+        isinstance(value, list)
+        and all(type(x) is int and 0 <= x < 2**53 for x in value)
+        and (count is None or len(value) == count)
+    )
 
 
 def _check_against(held: HeldWeights, counts: dict[str, int], spec: str) -> None:

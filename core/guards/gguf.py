@@ -29,7 +29,7 @@ def check_gguf(path: Path, spec: str) -> None:
     with path.open("rb") as f:
         head = f.read(24)
     if len(head) < 24 or head[:4] != b"GGUF":
-        raise ModelLoadError(f"{spec}: not a GGUF file (no GGUF header)")
+        raise ModelLoadError(f"{spec}: not a readable GGUF model (no GGUF header)")
     version, tensors, kvs = struct.unpack("<IQQ", head[4:24])
     if version not in (2, 3):
         raise ModelLoadError(f"{spec}: GGUF version {version} is not one LLM Lens reads (2, 3)")

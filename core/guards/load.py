@@ -31,12 +31,35 @@ def quiet_transformers() -> Iterator[None]:
     is checked and said by LLM Lens itself."""
     from transformers.utils import logging as hf_logging
 
-    before = hf_logging.get_verbosity()  # type: ignore[no-untyped-call]
+    before = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    try:
+        with _quiet_gguf_bar():
+            yield
+    finally:
+        hf_logging.set_verbosity(before)
+
+
+@contextlib.contextmanager
+def _quiet_gguf_bar() -> Iterator[None]:
+    """transformers' GGUF reader draws its own tqdm bar on stderr, whatever its logging says
+    (LLM Lens reports the conversion's progress itself)."""
+    import functools
+
+    try:
+        from transformers import modeling_gguf_pytorch_utils as reader
+    except ImportError:  # no gguf support installed: nothing draws
+        yield
+        return
+    bar = getattr(reader, "tqdm", None)
+    if bar is None:
+        yield
+        return
+    reader.tqdm = functools.partial(bar, disable=True)
     try:
         yield
     finally:
-        hf_logging.set_verbosity(before)  # type: ignore[no-untyped-call]
+        reader.tqdm = bar
 
 
 def publish(tmp: Path, target: Path, complete: Callable[[Path], bool]) -> None:

@@ -102,6 +102,7 @@ def check_manifest(m: dict[str, Any]) -> None:
     for key in MODEL_STRS:
         _str(_field(model, key, "model"), f"model.{key}")
     _opt(_field(model, "rope_theta", "model"), lambda v, w: _num(v, w, 0.0), "model.rope_theta")
+    _opt(model.get("partly_random"), _str, "model.partly_random")  # absent before issue 38
     runs = _list(_field(m, "runs", "manifest"), "runs")
     if not runs:
         raise SessionError("the manifest is invalid: the file holds no runs")

@@ -102,12 +102,14 @@ class LayerStackPane(Pane):
         self.non_finite_label.setVisible(placed is not None)
         if placed is None:
             return
-        info = self.controller.info
+        info = self.controller.info or self.controller.model_info
         last = int(getattr(info, "num_layers", 0) or 0)
         at = 0 if placed.sublayer == "embeddings" else last if placed.layer is None else None
         x = at if at is not None else placed.layer + 1  # layer i's output is point i + 1
         for line in self.non_finite_lines:
             line.setValue(x)
+        if self._step is None and last:  # nothing drawn (NaN at the prefill): every layer shown
+            self.resid_plot.setXRange(0, last, padding=0.05)
         self.non_finite_label.setText(f"the model computed {placed.label}")
 
     # ----------------------------------------------------------------- building

@@ -14,10 +14,12 @@ from llm_lens.core.cli.args import (
     INTERRUPTED,
     Parser,
     cancellable,
+    cap_new_tokens,
     ctrl_c_cancels,
     finite_float,
     guarded,
     seed_int,
+    token_count,
 )
 from llm_lens.core.errors import LensError
 
@@ -37,10 +39,29 @@ def test_finite_float_refuses_what_is_not_a_finite_number(text, message):
 
 
 def test_seed_int_is_what_torchs_generator_takes():
-    assert seed_int("0") == 0 and seed_int(str(2**63 - 1)) == 2**63 - 1
-    for text, message in [("-1", "from 0 to"), (str(2**63), "from 0 to"), ("1.5", "whole")]:
+    import torch
+
+    assert seed_int("0") == 0 and seed_int(str(2**64 - 1)) == 2**64 - 1  # unsigned 64-bit
+    torch.Generator().manual_seed(seed_int(str(2**64 - 1)))  # torch takes it
+    for text, message in [("-1", "from 0 to"), (str(2**64), "from 0 to"), ("1.5", "whole")]:
         with pytest.raises(argparse.ArgumentTypeError, match=message):
             seed_int(text)
+
+
+def test_token_count_takes_any_whole_number_and_caps_at_the_context(capsys):
+    assert token_count("32") == 32 and token_count("1e30") == 2**62
+    assert token_count("1000000000") == 10**9 and token_count("2.0") == 2
+    for text, message in [("0", "at least 1"), ("-3", "at least 1"), ("nan", "whole"),
+                          ("1.5", "whole"), ("inf", "whole"), ("x", "whole")]:  # fmt: skip
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            token_count(text)
+    assert cap_new_tokens(10, 5, 100) == 10 and capsys.readouterr().err == ""
+    assert cap_new_tokens(10**9, 20, 8192) == 8172
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "llm-lens: --max-new-tokens 1000000000 is past the model's context of 8192 tokens "
+        "(20 in the prompt): capped at 8172"
+    ]
 
 
 def test_a_usage_mistake_is_a_lens_error_not_a_printed_block(capsys):

@@ -77,7 +77,7 @@ def test_trace_is_reproducible_with_a_seed(tmp_path, loaded):
         (["hi", "--model", "/no/such/model"], "/no/such/model"),
         (["hi", "--temperature", "-1"], "temperature"),
         (["hi", "--top-p", "1.5"], "top-p"),
-        (["hi", "--max-new-tokens", "0"], "max new tokens"),
+        (["hi", "--max-new-tokens", "0"], "--max-new-tokens: must be at least 1"),
         (["hi", "--device", "cuda"], "CUDA"),
     ],
 )
