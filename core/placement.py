@@ -289,3 +289,19 @@ def forwards_replaced(pairs: list[tuple[Any, Any]]) -> Iterator[None]:
                 del module.forward
             else:
                 module.forward = before
+
+
+def input_device(model: Any) -> Any:
+    """The device a forward's inputs go to: where the first weights are, or, for a model whose
+    first pieces a device map offloaded (their weights on ``meta``), the device their hook runs
+    them on (the CPU, or the main GPU)."""
+    import torch
+
+    hook = getattr(model.get_input_embeddings(), "_hf_hook", None)
+    device = getattr(hook, "execution_device", None)
+    if device is not None:
+        return torch.device(device if not isinstance(device, int) else f"cuda:{device}")
+    for p in model.parameters():
+        if p.device.type != "meta":
+            return p.device
+    return torch.device("cpu")

@@ -27,6 +27,7 @@ import torch
 from llm_lens.core.anatomy import Anatomy
 from llm_lens.core.errors import Cancelled, PromptError
 from llm_lens.core.interventions.places import out_projection
+from llm_lens.core.placement import input_device
 
 Progress = Callable[[int, int], None]
 
@@ -81,7 +82,7 @@ class _Sweeper:
             )
         self.model, self.anatomy = model, anatomy
         self.heads = int(model.config.get_text_config(decoder=True).num_attention_heads)
-        device = next(model.parameters()).device
+        device = input_device(model)  # not `meta` where a device map offloaded it
         self.clean = torch.tensor([clean], device=device)  # (1, T)
         self.corrupt = torch.tensor([corrupt], device=device)  # (1, T)
         self.resid: list[Any] = []  # per layer (T, hidden): the clean residual entering it
