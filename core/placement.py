@@ -155,6 +155,16 @@ def placement_of(model: Any) -> tuple[PlacedPart, ...]:
     return tuple(parts)
 
 
+def offloaded(model: Any) -> bool:
+    """Did the device map put any of ``model``'s weights on the CPU or disk, to be loaded by a
+    hook for each forward (so they are on ``meta`` in between)?"""
+    from accelerate.utils import has_offloaded_params
+
+    if getattr(model, "hf_device_map", None) is None:
+        return False
+    return any(has_offloaded_params(m) for m in model.modules())
+
+
 def _offloaded(device_map: dict[str, Any]) -> bool:
     return any(_where(w) == "disk" for w in device_map.values())
 
