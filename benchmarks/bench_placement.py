@@ -80,8 +80,13 @@ def one(cap: str | None, spec: str | None, tokens: int, explain: bool) -> dict[s
     peak_reset()
     t = time.perf_counter()
     last = engine.info.num_layers - 1
-    kinds = [("lens", {"step": 1}), ("attention_overview", {}), ("positions", {"positions": 64}),
-             ("attention_map", {"layer": last, "head": 0}), ("neighbours", {"token_id": 100})]  # fmt: skip
+    kinds = [
+        ("lens", {"step": 1}),
+        ("attention_overview", {}),
+        ("positions", {"positions": 64}),
+        ("attention_map", {"layer": last, "head": 0}),
+        ("neighbours", {"token_id": 100}),
+    ]
     for kind, args in kinds:
         compute(kind, engine, run, args)
     out["panes_s"], out["panes_peak"] = time.perf_counter() - t, status("VmHWM")
