@@ -315,3 +315,19 @@ def input_device(model: Any) -> Any:
         if p.device.type != "meta":
             return p.device
     return torch.device("cpu")
+
+
+def model_placement_line(info: Any) -> str:
+    """The status bar's words for a loaded model (a ``ModelInfo``): where its pieces sit and
+    whether its weights are quantized; empty for a whole model with its own weights."""
+    parts = tuple(PlacedPart(str(n), str(w), int(b)) for n, w, b in info.placement)
+    quantized = info.quantization.split(":", 1)[0] if info.quantization else ""
+    return " · ".join(bit for bit in (placement_line(parts), quantized) if bit)
+
+
+def kv_device_line(kv: Any) -> str:
+    """The KV pane's words for the cache's bytes per device (a ``KVCacheStats``), e.g.
+    ``KV cache: cuda:0 1.2 MB · cuda:1 0.9 MB``; empty when it sits on one device."""
+    if len(kv.by_device) <= 1:
+        return ""
+    return "KV cache: " + " · ".join(f"{w} {b / 1e6:.1f} MB" for w, b in kv.by_device)

@@ -102,3 +102,21 @@ def test_nf4_on_a_cpu_names_what_it_needs(capsys):
     assert main(["trace", "hi", "--quantize", "nf4", "--device", "cpu", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "needs a CUDA GPU" in err
+
+
+def test_status_bar_and_kv_pane_lines():
+    from types import SimpleNamespace
+
+    from llm_lens.core.placement import kv_device_line, model_placement_line
+
+    info = SimpleNamespace(
+        placement=(("model.layers.0", "cpu", 2_000_000), ("model.layers.1", "disk", 3_000_000)),
+        quantization="int8 weights (quanto): the numbers of this model as quantized",
+    )
+    assert model_placement_line(info) == (
+        "cpu: layer 0 (2 MB) · disk: layer 1 (3 MB) · int8 weights (quanto)"
+    )
+    assert model_placement_line(SimpleNamespace(placement=(), quantization="")) == ""
+    two = SimpleNamespace(by_device=(("cuda:0", 1_200_000), ("cuda:1", 900_000)))
+    assert kv_device_line(two) == "KV cache: cuda:0 1.2 MB · cuda:1 0.9 MB"
+    assert kv_device_line(SimpleNamespace(by_device=(("cpu", 5),))) == ""
