@@ -9,7 +9,7 @@
    analysis runs, and the peak resident memory is measured against its weights' bytes. From it,
    the memory a 16 GiB budget must hold for larger real configs is estimated (the disk-offloaded
    layers cost disk, not memory: what stays is the resident pieces, one layer at a time, the
-   activations), and the largest that fits is named. An estimate, not a measured 16 GiB run.
+   activations of a short prompt), and the largest that fits is named. An estimate, not a measured 16 GiB run.
 """
 
 from __future__ import annotations
@@ -105,8 +105,12 @@ def child(args: list[str]) -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+def load() -> str:
+    return "load average " + " ".join(f"{v:.1f}" for v in os.getloadavg())
+
+
 def bundled() -> None:
-    print("1. bundled SmolLM2-135M (float32), 16 greedy tokens, one torch thread", flush=True)
+    print(f"1. bundled SmolLM2-135M (float32), 16 greedy tokens, one torch thread ({load()})")
     rows = {"whole": child(["", "", "16"]), "cpu=150MiB": child(["cpu=150MiB", "", "16"])}
     assert rows["whole"]["tokens"] == rows["cpu=150MiB"]["tokens"], "tokens differ"
     for name, r in rows.items():
@@ -139,14 +143,14 @@ def llama_folder(folder: str, hidden: int, layers: int, vocab: int) -> None:
 
 
 def needed(hidden: int, inter: int, layers: int, heads: int, kv: int, vocab: int,
-           nbytes: int, base: int, act: int) -> tuple[float, int]:  # fmt: skip
+           nbytes: int, base: int) -> tuple[float, int]:  # fmt: skip
     """(parameters, resident bytes) of a config read from disk a layer at a time: the process's
     own base, the embedding table and head (kept on the CPU: every step reads them whole), two
-    layers (the one running and the one loading), the activations measured per hidden unit."""
+    layers (the one running and the one loading); a short prompt's activations are in ``base``."""
     head_dim = hidden // heads
     layer = 2 * hidden * hidden + 2 * hidden * kv * head_dim + 3 * hidden * inter
     params = layers * layer + 2 * vocab * hidden
-    resident = base + (2 * vocab * hidden + 2 * layer) * nbytes + act * hidden
+    resident = base + (2 * vocab * hidden + 2 * layer) * nbytes
     return params, resident
 
 
@@ -158,28 +162,25 @@ def largest() -> None:
         llama_folder(folder, hidden, layers, vocab)
         made = time.perf_counter() - t
         r = child(["cpu=200MiB", folder, "4"])
-    peak = max(r["decode_peak"], r["explain_peak"], r["panes_peak"], r["load_peak"])
+    peak = max(r["decode_peak"], r["explain_peak"], r["panes_peak"])
     print(
         f"  measured: Llama-style {r['params'] / 1e6:.0f} M parameters "
         f"({r['weights_bytes'] / 2**20:.0f} MiB float32; written in {made:.0f} s), cpu=200MiB: "
         f"{r['on_disk'] / 2**20:.0f} MiB on disk; every pane ran, explain "
-        f"{r['explain_s']:.1f} s; decode {r['decode_ms']:.0f} ms/token; peak resident "
-        f"{peak / 2**20:.0f} MiB (decode {r['decode_peak'] / 2**20:.0f}, explain "
-        f"{r['explain_peak'] / 2**20:.0f})"
+        f"{r['explain_s']:.1f} s; decode {r['decode_ms']:.0f} ms/token; peak resident: load "
+        f"{r['load_peak'] / 2**20:.0f} MiB, decode {r['decode_peak'] / 2**20:.0f}, panes "
+        f"{r['panes_peak'] / 2**20:.0f}, explain {r['explain_peak'] / 2**20:.0f} ({load()})"
     )
-    head_dim = hidden // (hidden // 64)
-    layer = (
-        2 * hidden * hidden
-        + 2 * hidden * (hidden // 256) * head_dim
-        + 3 * hidden * (hidden * 11 // 4)
-    )
-    resident_weights = (2 * vocab * hidden + 2 * layer) * 4
-    base = 700 * 2**20  # the process with torch and transformers imported, measured ~0.6-0.7 GiB
-    act = max(0, peak - base - resident_weights) // hidden  # bytes per hidden unit, this run
-    print(f"  estimate (float32 / bfloat16 weights, activations {act} B per hidden unit):")
+    kv_dim = (hidden // 256) * (hidden // (hidden // 64))
+    layer = 2 * hidden * hidden + 2 * hidden * kv_dim + 3 * hidden * (hidden * 11 // 4)
+    # the process's own share: the measured peak less the weights that were resident at most
+    # (embedding, head, two layers), never below what torch and transformers take alone
+    base = max(peak - (2 * vocab * hidden + 2 * layer) * 4, 400 * 2**20)
+    print(f"  estimate for a short prompt (process {base / 2**20:.0f} MiB + embedding, head and two"
+          " layers resident; every other layer on disk):")  # fmt: skip
     for name, h, i, n, heads, kv, v in REAL:
         for label, nb in (("float32", 4), ("bfloat16", 2)):
-            params, res = needed(h, i, n, heads, kv, v, nb, base, act)
+            params, res = needed(h, i, n, heads, kv, v, nb, base)
             fits = "fits" if res <= 16 * GIB else "does not fit"
             print(f"    {name:15s} {params / 1e9:6.1f} B params {label:8s}: ~{res / GIB:5.1f} GiB "
                   f"resident, {params * nb / GIB:6.0f} GiB on disk — {fits}")  # fmt: skip
