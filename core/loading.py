@@ -287,6 +287,10 @@ def _from_pretrained(
     except (torch.OutOfMemoryError, MemoryError) as exc:
         raise ModelLoadError(f"{spec}: ran out of memory moving it to {dev}") from exc
     model.eval()
+    if "quantization_config" in extra:
+        from llm_lens.core.quantize import fit_inference_mode
+
+        fit_inference_mode(model)
     return model, tokenizer, random
 
 

@@ -155,6 +155,16 @@ def placement_of(model: Any) -> tuple[PlacedPart, ...]:
     return tuple(parts)
 
 
+def offloaded(model: Any) -> bool:
+    """Did the device map put any of ``model``'s weights on the CPU or disk, to be loaded by a
+    hook for each forward (so they are on ``meta`` in between)?"""
+    from accelerate.utils import has_offloaded_params
+
+    if getattr(model, "hf_device_map", None) is None:
+        return False
+    return any(has_offloaded_params(m) for m in model.modules())
+
+
 def _offloaded(device_map: dict[str, Any]) -> bool:
     return any(_where(w) == "disk" for w in device_map.values())
 
@@ -289,3 +299,35 @@ def forwards_replaced(pairs: list[tuple[Any, Any]]) -> Iterator[None]:
                 del module.forward
             else:
                 module.forward = before
+
+
+def input_device(model: Any) -> Any:
+    """The device a forward's inputs go to: where the first weights are, or, for a model whose
+    first pieces a device map offloaded (their weights on ``meta``), the device their hook runs
+    them on (the CPU, or the main GPU)."""
+    import torch
+
+    hook = getattr(model.get_input_embeddings(), "_hf_hook", None)
+    device = getattr(hook, "execution_device", None)
+    if device is not None:
+        return torch.device(device if not isinstance(device, int) else f"cuda:{device}")
+    for p in model.parameters():
+        if p.device.type != "meta":
+            return p.device
+    return torch.device("cpu")
+
+
+def model_placement_line(info: Any) -> str:
+    """The status bar's words for a loaded model (a ``ModelInfo``): where its pieces sit and
+    whether its weights are quantized; empty for a whole model with its own weights."""
+    parts = tuple(PlacedPart(str(n), str(w), int(b)) for n, w, b in info.placement)
+    quantized = info.quantization.split(":", 1)[0] if info.quantization else ""
+    return " · ".join(bit for bit in (placement_line(parts), quantized) if bit)
+
+
+def kv_device_line(kv: Any) -> str:
+    """The KV pane's words for the cache's bytes per device (a ``KVCacheStats``), e.g.
+    ``KV cache: cuda:0 1.2 MB · cuda:1 0.9 MB``; empty when it sits on one device."""
+    if len(kv.by_device) <= 1:
+        return ""
+    return "KV cache: " + " · ".join(f"{w} {b / 1e6:.1f} MB" for w, b in kv.by_device)

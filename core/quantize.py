@@ -35,7 +35,7 @@ def quantization_config(kind: str, device_type: str) -> Any:
         _need("bitsandbytes", "bitsandbytes")
         from transformers import BitsAndBytesConfig
 
-        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")  # type: ignore[no-untyped-call]
     _need("optimum.quanto", "optimum-quanto")
     from transformers import QuantoConfig
 
@@ -68,3 +68,30 @@ def quantization_note(model: Any) -> str:
     else:
         weights = method
     return f"{weights} weights ({method}): the numbers of this model as quantized"
+
+
+def fit_inference_mode(model: Any) -> int:
+    """Let quanto's 4-bit linear layers run under ``torch.inference_mode`` (the engine's mode):
+    their custom autograd function cannot take inference tensors (quanto 0.2.7: "Cannot set
+    version_counter for inference tensor"), so there each such layer runs with autograd off
+    instead, on a copy of its input; its numbers are unchanged (tested). Returns the layers."""
+    import torch
+
+    count = 0
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if type(weight).__name__ != "WeightQBitsTensor":
+            continue
+        module.forward = _outside_inference_mode(module.forward, torch)
+        count += 1
+    return count
+
+
+def _outside_inference_mode(forward: Any, torch: Any) -> Any:
+    def run(x: Any, *args: Any, **kwargs: Any) -> Any:
+        if not torch.is_inference_mode_enabled():
+            return forward(x, *args, **kwargs)
+        with torch.inference_mode(False), torch.no_grad():
+            return forward(x.clone() if x.is_inference() else x, *args, **kwargs)
+
+    return run

@@ -223,6 +223,10 @@ class KVCacheStats:
     state_bytes: int = 0
     state_formula_bytes: int = 0
     state_per_layer: np.ndarray | None = None  # (layers,) int64; None where no layer has state
+    # (device, bytes) of the keys and values per device they sit on ("cpu", "cuda:0"…): a
+    # model spread by a device map keeps each layer's cache where the layer runs (the constant
+    # state is not in it); () when unknown (records read from session files)
+    by_device: tuple[tuple[str, int], ...] = ()
 
     @property
     def growing_bytes(self) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
+from transformers import Cache
 
 from llm_lens.core.anatomy import Anatomy
 from llm_lens.core.placement import forwards_replaced
@@ -175,6 +176,7 @@ def checkpointed(layers: list[Any], on: bool) -> Iterator[None]:
 
         def again(*args: Any, _forward: Any = forward, **kwargs: Any) -> Any:
             kwargs = {k: (None if k in CACHE_KWARGS else v) for k, v in kwargs.items()}
+            args = tuple(None if isinstance(a, Cache) else a for a in args)  # GPT-2 passes it so
             if "use_cache" in kwargs:
                 kwargs["use_cache"] = False
             return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
@@ -188,16 +190,35 @@ def checkpointed(layers: list[Any], on: bool) -> Iterator[None]:
 def frozen(model: Any) -> Iterator[None]:
     """The weights out of autograd for the pass: the backward then carries only the gradient
     to the input embeddings, with no edge to any weight (measured ~7 % less backward work)."""
-    # an offloaded layer's stand-ins on ``meta`` were made by its hook in inference mode and
-    # cannot change: its hook loads the real weights (which autograd may save) for each call
     params = [p for p in model.parameters() if p.requires_grad and not p.is_inference()]
     for p in params:
         p.requires_grad_(False)
     try:
-        yield
+        with _frozen_stand_ins(model):
+            yield
     finally:
         for p in params:
             p.requires_grad_(True)
+
+
+@contextmanager
+def _frozen_stand_ins(model: Any) -> Iterator[None]:
+    """An offloaded module's ``meta`` stand-ins, made by its accelerate hook in inference mode,
+    cannot leave autograd; the weights the hook loads copy their ``requires_grad``, and autograd
+    would then keep every layer's loaded weights for the backward (the whole model in memory).
+    For the pass they are frozen stand-ins of the same shape, the originals put back after."""
+    swapped = []
+    for module in model.modules():
+        for name, p in list(module._parameters.items()):
+            if p is not None and p.device.type == "meta" and p.is_inference():
+                stand_in = torch.nn.Parameter(torch.empty_like(p, device="meta"), False)
+                module._parameters[name] = stand_in
+                swapped.append((module, name, p))
+    try:
+        yield
+    finally:
+        for module, name, p in swapped:
+            module._parameters[name] = p
 
 
 @contextmanager

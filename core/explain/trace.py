@@ -45,7 +45,7 @@ from llm_lens.core.explain.hooks import (
     out_projection,
     post_attention_norm,
 )
-from llm_lens.core.placement import weights_of
+from llm_lens.core.placement import offloaded, weights_of
 
 CHECKPOINT_TOKENS = 512  # longer contexts recompute each layer in the backward pass instead of
 # keeping its activations (autograd's saved tensors grow ~1 MB a token on the bundled model)
@@ -99,8 +99,8 @@ class ContextTrace:
     def weights(self, layer: int) -> torch.Tensor:
         """(heads, T, T) float32 attention weights of ``layer``: its block called again, with
         eager attention, on the inputs it had in the pass (one layer held at a time)."""
-        if self.kept_weights is not None:
-            return self.kept_weights[layer]
+        if self.kept_weights is not None and self.values is not None:
+            return self.kept_weights[layer]  # (a checkpointed pass recomputes: values come too)
         module, args, kwargs = self.calls[layer]
         cache = self.new_cache() if self.values is None else None
         with self.eager(), torch.no_grad(), _attended_or_none(cache) as seen:
@@ -182,7 +182,9 @@ def trace_context(
     model, anatomy, info = engine.model, engine.anatomy, engine.info
     tokens = len(ids)
     keep = info.num_layers * info.num_heads * tokens * tokens <= weight_budget
-    again = tokens > checkpoint_tokens
+    # an offloaded model recomputes each layer in the backward too: otherwise autograd keeps
+    # every layer's loaded weights (what the input's gradient needs) until the backward
+    again = tokens > checkpoint_tokens or offloaded(model)
     fused = getattr(model, "_supports_sdpa", False) and not keep  # Gemma 2: eager only
     impl = "sdpa" if fused else "eager"
     # the worker serves analyses in inference mode: leave it, and make every tensor in here

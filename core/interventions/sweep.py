@@ -32,6 +32,7 @@ from llm_lens.core.anatomy import Anatomy
 from llm_lens.core.errors import Cancelled, PromptError
 from llm_lens.core.interventions.places import out_projection
 from llm_lens.core.interventions.resume import Recording, Resumer, record
+from llm_lens.core.placement import input_device
 
 Progress = Callable[[int, int], None]
 CHUNK = 8  # positions patched in one forward of the residual map (one row each)
@@ -95,7 +96,7 @@ class Sweep:
         self.layers = len(anatomy.layers)
         self.positions = len(clean)
         self.n_heads = int(model.config.get_text_config(decoder=True).num_attention_heads)
-        device = next(model.parameters()).device
+        device = input_device(model)  # not `meta` where a device map offloaded it
         self.clean_ids = torch.tensor([clean], device=device)  # (1, T)
         self.corrupt_ids = torch.tensor([corrupt], device=device)  # (1, T)
         # the first position where the prompts differ: before it the two runs are the same

@@ -20,7 +20,13 @@ from llm_lens.core.kvcache.formula import (
     formula_bytes,
     held_tokens,
 )
-from llm_lens.core.kvcache.measure import cache_tensors, cache_windows, measure, seen_tokens
+from llm_lens.core.kvcache.measure import (
+    bytes_by_device,
+    cache_tensors,
+    cache_windows,
+    measure,
+    seen_tokens,
+)
 from llm_lens.core.kvcache.report import (
     DEFAULT_DTYPE,
     DEFAULT_TOKENS,
@@ -38,6 +44,7 @@ __all__ = [
     "ConfigError",
     "KVLayout",
     "build_report",
+    "bytes_by_device",
     "cache_tensors",
     "cache_windows",
     "dtype_bytes",

@@ -35,6 +35,18 @@ def cache_windows(cache: Any, num_layers: int) -> tuple[int, ...]:
     return tuple((windows + [0] * num_layers)[:num_layers])
 
 
+def bytes_by_device(cache: Any) -> tuple[tuple[str, int], ...]:
+    """(device, bytes) of every tensor the cache holds, per device, in first-seen order: a
+    model spread over devices keeps each layer's keys and values beside the layer."""
+    totals: dict[str, int] = {}
+    for k, v in cache_tensors(cache):
+        for t in (k, v):
+            if t is not None and t.numel():
+                where = str(t.device)
+                totals[where] = totals.get(where, 0) + t.numel() * t.element_size()
+    return tuple(totals.items())
+
+
 def seen_tokens(cache: Any) -> int:
     """Tokens the model has read into ``cache`` (a windowed layer's own count goes on past it)."""
     layers = getattr(cache, "layers", None)
@@ -82,4 +94,5 @@ def measure(cache: Any, info: ModelInfo, previous_total: int) -> KVCacheStats:
         state_bytes=int(state.sum()),
         state_formula_bytes=state_formula_bytes(info),
         state_per_layer=frozen(state) if state.any() else None,
+        by_device=bytes_by_device(cache),
     )

@@ -39,6 +39,7 @@ from llm_lens.core.loading import LoadedModel
 from llm_lens.core.loop.capture import Capture
 from llm_lens.core.loop.clock import SOUND_SHARE, StepClock, measures_waits, off_cpu_share
 from llm_lens.core.loop.finite import check_step
+from llm_lens.core.placement import input_device
 from llm_lens.core.records import (
     PrefillCapture,
     PromptTokens,
@@ -84,7 +85,7 @@ class Engine:
         # the last layer's prompt maps (attention.prompt_maps.layer_maps)
         self.map_memo: dict[str, Any] = {}
         self.texts = TokenText(self.tokenizer)
-        self.device = next(self.model.parameters()).device
+        self.device = input_device(self.model)  # not `meta` where a device map offloaded it
         params = inspect.signature(self.model.forward).parameters
         self.cache_kw = "cache" if "cache" in params else "past_key_values"
         self.takes_positions = "position_ids" in params  # passed as generate() passes them

@@ -224,6 +224,10 @@ class KVCachePane(Pane):
             )
         else:
             lines.append("CPU: device memory n/a")
+        from llm_lens.core.placement import kv_device_line, model_placement_line
+
+        spread = [kv_device_line(kv), model_placement_line(info) if info is not None else ""]
+        lines += [line for line in spread if line]  # a model spread by a device map
         return "\n".join(lines)
 
     def _formula_line(self, step: Any) -> str:

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
 )
 
+from llm_lens.core.placement import model_placement_line
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.widgets.common import ElidedLabel
 from llm_lens.desktop.window.contents import load_examples, pane_classes, settings
@@ -217,6 +218,7 @@ class MainWindow(QMainWindow):
             f"{info.num_layers} layers · {info.num_heads}/{info.num_kv_heads} heads (Q/KV, "
             f"{info.head_sharing}) · "
             f"context {info.context_length}"
+            + (f" · {where}" if (where := model_placement_line(info)) else "")
         )
         self.statusBar().showMessage("model ready: press Ctrl+Enter to run", 5000)
 

@@ -1,0 +1,58 @@
+"""8-bit and 4-bit weights through transformers' quanto integration on this CPU: a tiny model
+loads, runs every analysis, its logits are its own quantized forward's, and every record says
+the numbers are the quantized model's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llm_lens.core.errors import ModelLoadError
+from llm_lens.core.placement import Placement
+from llm_lens.core.quantize import quantization_config
+from tests.families import family_model
+
+pytest.importorskip("optimum.quanto")
+
+
+@pytest.fixture(scope="module")
+def folder(tokenizer, tmp_path_factory):
+    path = tmp_path_factory.mktemp("qwen2")
+    family_model("qwen2", tokenizer).model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_a_quantized_model_loads_runs_and_is_marked(folder, kind, tmp_path):
+    import torch
+
+    from llm_lens.core.cli import main
+    from llm_lens.core.loading import load_model
+    from llm_lens.core.loop.engine import Engine
+    from tests.core.test_placement_fidelity import everything
+
+    loaded = load_model(str(folder), device="cpu", placement=Placement(quantize=kind))
+    assert loaded.info.quantization == (
+        f"{kind} weights (quanto): the numbers of this model as quantized"
+    )
+    proj = loaded.model.model.layers[0].self_attn.q_proj
+    assert type(proj).__name__ == "QLinear"  # the weights really are quantized
+    engine = Engine(loaded)
+    out = everything(engine, tokens=2)
+    assert not any(isinstance(v, str) for v in out.values())  # every analysis ran
+    step = out["steps"][0]
+    with torch.no_grad():  # the recorded logits are the quantized model's own forward
+        own = loaded.model(torch.tensor([list(step.context_ids)])).logits[0, -1]
+    assert torch.allclose(torch.from_numpy(step.logits.copy()), own.float(), atol=1e-5)
+    trace = tmp_path / "t.json"
+    args = ["trace", "hi", "--model", str(folder), "--quantize", kind, "--greedy"]
+    assert main([*args, "--max-new-tokens", "2", "--out", str(trace), "--quiet"]) == 0
+    assert json.loads(trace.read_text())["model"]["quantization"].startswith(f"{kind} weights")
+
+
+def test_a_choice_the_device_cannot_run_is_one_line():
+    with pytest.raises(ModelLoadError, match="needs a CUDA GPU and bitsandbytes"):
+        quantization_config("nf4", "cpu")
+    assert type(quantization_config("int8", "cpu")).__name__ == "QuantoConfig"
