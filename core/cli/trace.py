@@ -7,6 +7,7 @@ import sys
 import threading
 from typing import Any
 
+from llm_lens.core.cli import served
 from llm_lens.core.cli.args import (
     Parser,
     cancellable,
@@ -16,6 +17,7 @@ from llm_lens.core.cli.args import (
     guarded,
     seed_int,
 )
+from llm_lens.core.cli.served import add_engine_args
 
 RAW_HELP = (
     "skip the chat template: the model reads the text as typed (plus the tokenizer's BOS, if any); "
@@ -59,6 +61,7 @@ def trace_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--intervene", action="append", default=[], metavar="SPEC", help=INTERVENE_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_engine_args(p)  # --engine openai --base-url URL [--api-key-env VAR] (cli/served.py)
     return p
 
 
@@ -80,6 +83,7 @@ def check_inputs(args: argparse.Namespace, session: str | None = None) -> None:
     from llm_lens.core.tokens import check_text
 
     check_text(args.prompt)
+    served.check_served(args)
     for stop in args.stop:
         check_text(stop, "a --stop string")
     args.interventions = read_interventions(args)
@@ -98,6 +102,10 @@ def load_engine(args: argparse.Namespace) -> tuple[Any, Any]:
     from llm_lens.core.loading import load_model
     from llm_lens.core.loop.engine import Engine
 
+    if served.is_served(args):
+        doing(f"asking {args.base_url} for its models")
+        engine = served.open_served(args)
+        return engine, engine.tokenize(args.prompt, not args.raw, parse_special=args.parse_special)
     say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
     doing(f"loading the model {args.model or 'bundled'}")
     engine = Engine(load_model(args.model, args.device, args.dtype, say))
@@ -133,7 +141,8 @@ def start_run(
 
     def generate(cancel: threading.Event) -> Any:
         changes = getattr(args, "interventions", None) or read_interventions(args)
-        run = engine.start(prompt, params, config, cancel, interventions=changes)
+        more = {"interventions": changes} if changes else {}
+        run = engine.start(prompt, params, config, cancel, **more)
         try:
             for step in run:
                 if not args.quiet:
@@ -178,6 +187,6 @@ def main(argv: list[str]) -> int:
         from llm_lens.core.exports.trace import emit_json
 
         emit_json(data, args.out)
-        return 0
+        return served.stopped_early(data)
 
     return guarded("trace", body)

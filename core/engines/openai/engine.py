@@ -200,6 +200,12 @@ class ServedRun:
             # places the steps
             self.steps[:] = [replace(s, position=counted - 1 + s.index) for s in self.steps]
 
+    def engine_record(self) -> dict[str, Any]:
+        """What a trace keeps of the server's side: which numbers it reported, and the
+        request's settings (never the key, which travels only in a header)."""
+        request = {k: v for k, v in self.sent.items() if k not in ("messages", "prompt")}
+        return {"reported": self.reported.as_dict(), "request": request}
+
     def run_all(self) -> list[StepRecord]:
         for _ in self:
             pass

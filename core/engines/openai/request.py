@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 CHAT_PATH = "chat/completions"
 COMPLETIONS_PATH = "completions"
 OPENAI_HOST = "https://api.openai.com"
-TOP_K_OFF = -1  # "consider every token" for vLLM and llama.cpp alike
+TOP_K_OFF = 0  # "consider every token" for llama.cpp and vLLM (llama-cpp-python refuses -1)
 
 
 def sampling_fields(params: SamplingParams, standard_only: bool) -> dict[str, Any]:

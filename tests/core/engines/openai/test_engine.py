@@ -55,7 +55,7 @@ def test_every_sampling_setting_is_sent_explicitly():
     assert body["temperature"] == 0.8 and body["top_p"] == 0.9 and body["seed"] == 3
     assert body["repeat_penalty"] == 1.0 and body["repetition_penalty"] == 1.0
     assert body["frequency_penalty"] == 0.0 and body["presence_penalty"] == 0.0
-    assert body["top_k"] == -1 and body["min_p"] == 0.0
+    assert body["top_k"] == 0 and body["min_p"] == 0.0
 
 
 def test_stream_timing_is_the_chunks_arrival():
