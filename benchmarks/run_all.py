@@ -8,7 +8,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-for script in ("bench_engine.py", "bench_gui.py", "bench_explain.py", "bench_session.py"):
+for script in (
+    "bench_engine.py",
+    "bench_gui.py",
+    "bench_explain.py",
+    "bench_session.py",
+    "bench_served.py",
+):
     if (HERE / script).exists():
         print(f"== {script}", flush=True)
         subprocess.run([sys.executable, str(HERE / script)], check=True)
