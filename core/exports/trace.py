@@ -63,6 +63,7 @@ def step_dict(step: StepRecord, lens: LensResult | None) -> dict[str, Any]:
         "kv_formula_bytes": step.kv.formula_bytes,
         "logit_lens": [] if lens is None else lens_rows(lens),
         "finish_reason": step.finish_reason,
+        "approximate": step.approximate,
     }
 
 
