@@ -23,7 +23,10 @@ KEY_ENV_HELP = (
     f"--engine openai: the environment variable holding the API key (default {DEFAULT_KEY_ENV}; "
     "none set: no key sent)"
 )
-TOP_LOGPROBS_HELP = "--engine openai: alternatives to ask for at each step (default 20)"
+TOP_LOGPROBS_HELP = (
+    "--engine openai: alternatives to ask for at each step (default 20; -1: every token, which "
+    "vLLM started with --max-logprobs -1 returns, making entropy, rank and stages exact)"
+)
 TIMEOUT_HELP = "--engine openai: seconds to wait for the server to answer or send a chunk"
 NOT_SERVED = {
     "intervene": "--intervene changes the model's computation; a server runs its model as is",
@@ -55,8 +58,8 @@ def check_served(args: argparse.Namespace) -> None:
         raise LensError("--engine openai needs --base-url (the server's API root, …/v1)")
     if not args.base_url.startswith(("http://", "https://")):
         raise LensError(f"--base-url must start with http:// or https://; got {args.base_url!r}")
-    if args.top_logprobs < 0 or args.timeout <= 0:
-        raise LensError("--top-logprobs must be ≥ 0 and --timeout > 0")
+    if args.top_logprobs < -1 or args.timeout <= 0:
+        raise LensError("--top-logprobs must be ≥ 0 (or -1: every token) and --timeout > 0")
     for option, line in NOT_SERVED.items():
         if getattr(args, option, None):
             raise LensError(line)

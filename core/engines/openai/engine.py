@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from llm_lens.core.sampling import SamplingParams
 
 DEFAULT_TOP_LOGPROBS = 20  # the most OpenAI's own API returns; vLLM and llama.cpp allow more
+EVERY_TOKEN = -1  # vLLM (started with --max-logprobs -1) then returns the whole vocabulary
 ELSEWHERE = "open the model locally or through NDIF"
 MISSING = {
     "token_ids": "this server names tokens by text, not id: ids are -1",
@@ -71,9 +72,18 @@ class OpenAIEngine:
         return EngineIdentity(self.name, model, self.endpoint.public, (("requested", self.model),))
 
     @property
+    def whole_distribution(self) -> bool:
+        """Asked for every token's log-probability: entropy, rank and stages are exact."""
+        return self.top_logprobs == EVERY_TOKEN
+
+    @property
     def provides(self) -> Provides:
         fills = {"tokens", "logprobs", "alternatives", "timing", "prefix_cache"}
-        return Provides(frozenset(fills), MISSING, self.top_logprobs, approximate=True)
+        missing = dict(MISSING)
+        if self.whole_distribution:
+            fills.add("sampling")
+            del missing["sampling"]
+        return Provides(frozenset(fills), missing, self.top_logprobs, not self.whole_distribution)
 
     @property
     def info(self) -> ModelInfo:
@@ -171,7 +181,8 @@ class ServedRun:
             gap = (token.arrived - previous) * 1e3 if token.first_in_chunk else 0.0
             previous = token.arrived
             place = StepPlace(self.run_id, len(self.steps), len(context) - 1, tuple(context))
-            record = step_record(token, place, gap, (parsed - token.arrived) * 1e3)
+            exact = self.engine.whole_distribution
+            record = step_record(token, place, gap, (parsed - token.arrived) * 1e3, exact)
             context.append(token.token_id)
             self.steps.append(record)
             yield record

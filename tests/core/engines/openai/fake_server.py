@@ -39,7 +39,8 @@ SCRIPT = [
 
 
 class Fake:
-    """What the fake server does: ``mode`` "ok", "401", "malformed", "cut", "slow"; the
+    """What the fake server does: ``mode`` "ok", "401", "malformed", "cut", "slow", "bare" (no
+    logprobs); the
     requests it received (bodies and headers) are kept for the tests to read."""
 
     def __init__(self, mode: str = "ok", key: str | None = None) -> None:
@@ -105,6 +106,10 @@ def handler_for(fake: Fake) -> type[BaseHTTPRequestHandler]:
                     return  # the connection closes: no [DONE]
                 if n == 1 and fake.mode == "slow":
                     time.sleep(2.0)
+                if fake.mode == "bare":  # a server that sends no logprobs
+                    chunk = {**chunk, "choices": [
+                        {k: v for k, v in c.items() if k != "logprobs"} for c in chunk["choices"]
+                    ]}  # fmt: skip
                 self._send(json.dumps(chunk))
             self._send("[DONE]")
 

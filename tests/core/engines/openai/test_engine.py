@@ -111,3 +111,25 @@ def test_credentials_in_the_url_are_not_recorded():
         secret = url.replace("http://", "http://user:pw@")
         engine = OpenAIEngine(Endpoint(secret), None)
     assert "pw" not in engine.identity.url and engine.identity.url == url
+
+
+def test_asking_for_every_token_makes_the_steps_exact():
+    fake = Fake()
+    with serving(fake) as url:
+        engine = OpenAIEngine(Endpoint(url), None, top_logprobs=-1)
+        run = engine.start(engine.tokenize("Hi"), GREEDY, RunConfig(max_new_tokens=4))
+        run.run_all()
+    assert fake.bodies[0]["top_logprobs"] == -1
+    assert engine.provides.has("sampling") and not engine.provides.approximate
+    assert not any(s.approximate for s in run.steps)
+
+
+def test_a_server_without_logprobs_gives_tokens_of_unknown_probability():
+    fake = Fake("bare")
+    with serving(fake) as url:
+        engine = OpenAIEngine(Endpoint(url), None)
+        run = engine.start(engine.tokenize("Hi"), GREEDY, RunConfig(max_new_tokens=4))
+        run.run_all()
+    assert [s.token.text for s in run.steps] == ["Hello", " world"]
+    assert all(math.isnan(s.logprob) and len(s.top_ids) == 0 for s in run.steps)
+    assert run.reported.as_dict()["logprobs"] is False and run.finish_reason == "eos"
