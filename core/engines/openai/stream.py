@@ -54,12 +54,17 @@ class Reported:
     model: str | None = None
     finish_reason: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)  # llama.cpp's llama-server's own
 
     @property
     def cached_tokens(self) -> int | None:
-        """Prompt tokens the server's prefix cache held, where it says (OpenAI's field)."""
+        """Prompt tokens the server's prefix cache held, where it says: OpenAI's
+        ``usage.prompt_tokens_details.cached_tokens`` (vLLM, SGLang), else llama-server's
+        ``timings.cache_n``."""
         details = self.usage.get("prompt_tokens_details") or {}
         value = details.get("cached_tokens") if isinstance(details, dict) else None
+        if not isinstance(value, int):
+            value = self.timings.get("cache_n")
         return int(value) if isinstance(value, int) else None
 
     def as_dict(self) -> dict[str, Any]:
@@ -74,6 +79,7 @@ class Reported:
             "cached_tokens": self.cached_tokens,
             "prompt_tokens": self.usage.get("prompt_tokens"),
             "server_finish_reason": self.finish_reason,
+            "server_timings": dict(self.timings),
         }
 
 
@@ -86,6 +92,8 @@ def tokens_of(events: Iterable[Event], reported: Reported) -> Iterator[ServedTok
             reported.model = data["model"]
         if isinstance(data.get("usage"), dict):
             reported.usage = data["usage"]
+        if isinstance(data.get("timings"), dict):
+            reported.timings = data["timings"]
         for choice in data.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
