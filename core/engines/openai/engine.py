@@ -138,9 +138,10 @@ def _choose_model(model: str | None, served: list[str], where: str) -> str:
 @dataclass
 class ServedRun:
     """One streamed generation. Iterating yields each token's record as its chunk arrives; the
-    last record gets the finish reason when the stream ends (``steps[-1]``). A failure mid-run
-    ends the run with ``finish_reason`` "error" and ``stop_error`` its line: nothing already
-    received is lost."""
+    last record gets the finish reason when the stream ends (``steps[-1]``). A failure after
+    the first token ends the run with ``finish_reason`` "error" and ``stop_error`` its line:
+    nothing already received is lost. A failure before it (the request refused, a prompt
+    longer than the server's context) raises its :class:`ServerError`."""
 
     engine: OpenAIEngine
     prompt: PromptTokens
@@ -169,6 +170,8 @@ class ServedRun:
         except ServerError as exc:
             self.stop_error = str(exc)
             self._finish("error")
+            if not self.steps:  # nothing received: the failure is the run's, as a raise
+                raise
             return
         self._finish(self._reason())
 

@@ -43,6 +43,7 @@ def test_a_stream_cut_mid_run_keeps_its_tokens(tmp_path, capsys):
     ("fake", "extra", "line"),
     [
         (Fake("401"), (), "refused the request (401)"),
+        (Fake("400"), (), "answered 400 Bad Request: the prompt is longer than the context"),
         (Fake(), ("--model", "other"), "does not serve 'other'"),
         (Fake(), ("--api-key-env", "LENS_NOT_SET"), "LENS_NOT_SET, which is not set"),
         (Fake(), ("--intervene", "attn:0=0"), "--intervene changes the model"),

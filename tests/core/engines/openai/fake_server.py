@@ -40,8 +40,8 @@ SCRIPT = [
 
 class Fake:
     """What the fake server does: ``mode`` "ok", "401", "malformed", "cut", "slow", "bare" (no
-    logprobs); the
-    requests it received (bodies and headers) are kept for the tests to read."""
+    logprobs), "400" (the generation request refused); the requests it received (bodies and
+    headers) are kept for the tests to read."""
 
     def __init__(self, mode: str = "ok", key: str | None = None) -> None:
         self.mode, self.key = mode, key
@@ -88,6 +88,9 @@ def handler_for(fake: Fake) -> type[BaseHTTPRequestHandler]:
                 self._json(404, {"error": {"message": "not found"}})
                 return
             fake.bodies.append(body)
+            if fake.mode == "400":
+                self._json(400, {"error": {"message": "the prompt is longer than the context"}})
+                return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
