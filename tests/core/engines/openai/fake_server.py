@@ -39,9 +39,11 @@ SCRIPT = [
 
 
 class Fake:
-    """What the fake server does: ``mode`` "ok", "401", "malformed", "cut", "slow", "bare" (no
-    logprobs), "400" (the generation request refused); the requests it received (bodies and
-    headers) are kept for the tests to read."""
+    """What the fake server does, by ``mode``: "ok"; "401"; "malformed"; "cut" (the connection
+    closes mid-stream); "slow" (a 2 s pause); "bare" (no logprobs); "400" (the generation
+    request refused); "nofinish" ([DONE] without a finish reason, as llama-cpp-python ends a
+    stream it cuts when another request comes). The requests it received (bodies, headers)
+    are kept for the tests to read."""
 
     def __init__(self, mode: str = "ok", key: str | None = None) -> None:
         self.mode, self.key = mode, key
@@ -109,6 +111,8 @@ def handler_for(fake: Fake) -> type[BaseHTTPRequestHandler]:
                     return  # the connection closes: no [DONE]
                 if n == 1 and fake.mode == "slow":
                     time.sleep(2.0)
+                if n == 2 and fake.mode == "nofinish":
+                    continue  # [DONE] comes, but no finish reason ever did
                 if fake.mode == "bare":  # a server that sends no logprobs
                     chunk = {**chunk, "choices": [
                         {k: v for k, v in c.items() if k != "logprobs"} for c in chunk["choices"]

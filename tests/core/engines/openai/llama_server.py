@@ -49,6 +49,9 @@ def server_command(port: int, threads: int = 1) -> list[str]:
         sys.executable, "-m", "llama_cpp.server", "--model", str(bundled_gguf()),
         "--host", "127.0.0.1", "--port", str(port), "--n_threads", str(threads),
         "--n_ctx", "1024",
+        # parallel requests queue instead of cutting the one streaming (its default: the cut
+        # stream ends without a finish reason, which the engine reports as an error)
+        "--interrupt_requests", "False",
     ]  # fmt: skip
 
 

@@ -65,13 +65,17 @@ def test_stream_timing_is_the_chunks_arrival():
 
 
 @pytest.mark.parametrize(
-    ("mode", "line"),
-    [("malformed", "malformed chunk"), ("cut", "closed the stream before it finished")],
+    ("mode", "line", "received"),
+    [
+        ("malformed", "malformed chunk", ["Hello"]),
+        ("cut", "closed the stream before it finished", ["Hello"]),
+        ("nofinish", "ended the stream without a finish reason", ["Hello", " world"]),
+    ],
 )
-def test_a_broken_stream_keeps_what_came(mode, line):
+def test_a_broken_stream_keeps_what_came(mode, line, received):
     _, run = run_on(Fake(mode))
     assert run.finish_reason == "error" and line in run.stop_error
-    assert [s.token.text for s in run.steps] == ["Hello"]
+    assert [s.token.text for s in run.steps] == received
     assert run.steps[-1].finish_reason == "error"
 
 
