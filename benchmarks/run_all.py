@@ -17,6 +17,7 @@ for script in (
     "families_sweep.py",
     "bench_ndif.py",
     "bench_placement.py",
+    "bench_served.py",
 ):
     if (HERE / script).exists():
         print(f"== {script}", flush=True)

@@ -7,6 +7,7 @@ import sys
 import threading
 from typing import Any
 
+from llm_lens.core.cli import served
 from llm_lens.core.cli.args import (
     Parser,
     add_placement,
@@ -21,6 +22,7 @@ from llm_lens.core.cli.args import (
     token_count,
 )
 from llm_lens.core.errors import NonFiniteError
+from llm_lens.core.cli.served import add_engine_args
 
 RAW_HELP = (
     "skip the chat template: the model reads the text as typed (plus the tokenizer's BOS, if any); "
@@ -70,9 +72,10 @@ def trace_parser() -> argparse.ArgumentParser:
     p.add_argument("--intervene", action="append", default=[], metavar="SPEC", help=INTERVENE_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--allow-partly-random", action="store_true", help=PARTLY_RANDOM_HELP)
+    add_engine_args(p)  # --engine openai --base-url URL [--api-key-env VAR] (cli/served.py)
     from llm_lens.core.cli import ndif
 
-    ndif.add_arguments(p)  # --engine ndif, --open-head, --full-logits
+    ndif.add_arguments(p)  # ndif joins --engine's choices; --open-head, --full-logits
     return p
 
 
@@ -94,6 +97,7 @@ def check_inputs(args: argparse.Namespace, session: str | None = None) -> None:
     from llm_lens.core.tokens import check_text
 
     check_text(args.prompt)
+    served.check_served(args)
     for stop in args.stop:
         check_text(stop, "a --stop string")
     args.interventions = read_interventions(args)
@@ -112,6 +116,10 @@ def load_engine(args: argparse.Namespace) -> tuple[Any, Any]:
     from llm_lens.core.loading import load_model
     from llm_lens.core.loop.engine import Engine
 
+    if served.is_served(args):
+        doing(f"asking {args.base_url} for its models")
+        engine = served.open_served(args)
+        return engine, engine.tokenize(args.prompt, not args.raw, parse_special=args.parse_special)
     say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
     doing(f"loading the model {args.model or 'bundled'}")
     allow = bool(getattr(args, "allow_partly_random", False))
@@ -148,7 +156,8 @@ def start_run(
 
     def generate(cancel: threading.Event) -> Any:
         changes = getattr(args, "interventions", None) or read_interventions(args)
-        run = engine.start(prompt, params, config, cancel, interventions=changes)
+        more = {"interventions": changes} if changes else {}
+        run = engine.start(prompt, params, config, cancel, **more)
         try:
             for step in run:
                 if not args.quiet:
@@ -217,6 +226,6 @@ def main(argv: list[str]) -> int:
             emit_json(non_finite_trace(exc), args.out)
             raise
         emit_json(data, args.out)
-        return 0
+        return served.stopped_early(data)
 
     return guarded("trace", body)

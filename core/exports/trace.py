@@ -84,6 +84,7 @@ def step_dict(step: StepRecord, lens: LensResult | None) -> dict[str, Any]:
         "kv_formula_bytes": step.kv.formula_bytes,
         "logit_lens": [] if lens is None else lens_rows(lens),
         "finish_reason": step.finish_reason,
+        "approximate": step.approximate,
     }
 
 
@@ -100,13 +101,29 @@ def lens_rows(lens: LensResult) -> list[dict[str, Any]]:
 
 
 def run_dict(engine: Any, run: Any) -> dict[str, Any]:
-    """The whole trace of a finished run as plain JSON-able data (the lens computed now)."""
-    lenses = [logit_lens(engine, s, k=1) for s in run.steps]
+    """The whole trace of a finished run as plain JSON-able data (the lens computed now, where
+    the engine has one), with the ``engine`` that made it."""
+    own_lens = getattr(engine, "logit_lens", None)  # a ModelEngine's (None: it has no lens)
+    lenses = [own_lens(s, 1) if own_lens else logit_lens(engine, s, k=1) for s in run.steps]
     params = {f: getattr(run.params, f) for f in PARAM_FIELDS}
     changes = getattr(run, "interventions", ())
-    return trace_dict(
+    data = trace_dict(
         model_dict(engine.info), run.prompt, params, run.steps, lenses, run.finish_reason, changes
     )
+    return data | engine_fields(engine, run)
+
+
+def engine_fields(engine: Any, run: Any) -> dict[str, Any]:
+    """``engine``: which engine made the run (name, model, URL without credentials), what it
+    provides and, for a served run, what the server reported and the settings sent; and
+    ``stop_error`` where the run stopped on an error."""
+    identity = getattr(engine, "identity", None)
+    if identity is None:  # the transformers Engine itself
+        return {"engine": {"name": "local", "model": engine.info.name, "url": None}}
+    record = identity.as_dict() | {"provides": engine.provides.as_dict()}
+    record |= getattr(run, "engine_record", dict)()
+    stop = getattr(run, "stop_error", None)
+    return {"engine": record} | ({"stop_error": stop} if stop else {})
 
 
 def intervention_rows(interventions: Sequence[Any]) -> list[dict[str, Any]]:

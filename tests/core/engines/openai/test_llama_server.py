@@ -1,0 +1,98 @@
+"""The OpenAI engine against a real llama.cpp server on the bundled model: every token and
+log-probability is the server's own (a non-streamed reply to the same request), the prompt's
+tokens are its tokenizer's and ours, greedy chat tokens equal the local engine's, and no key
+reaches a trace or the terminal."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llm_lens.core.engines.openai import Endpoint, OpenAIEngine
+from llm_lens.core.loop.engine import RunConfig
+from llm_lens.core.sampling import GREEDY, SamplingParams
+
+TOKENS = 8
+# llama.cpp multiplies by the Q4_1 blocks with activations rounded to 8 bits; transformers
+# multiplies by the dequantized weights in float32: log-probabilities differ by up to ~0.15
+# (measured over the 12 greedy chat tokens of the article's prompt)
+LOGPROB_TOLERANCE = 0.25
+
+
+@pytest.fixture(scope="module")
+def served(llama_server):
+    return OpenAIEngine(Endpoint(llama_server), None, top_logprobs=5)
+
+
+def non_streamed(served, run) -> dict:
+    body = run.sent | {"stream": False}
+    body.pop("stream_options")
+    path = "chat/completions" if run.prompt.chat else "completions"
+    return served.endpoint.post_json(path, body)["choices"][0]
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_tokens_and_logprobs_are_the_servers(served, chat):
+    params = SamplingParams(temperature=0.9, top_p=0.9, seed=5)
+    prompt = served.tokenize("The capital of France is", chat=chat)
+    run = served.start(prompt, params, RunConfig(max_new_tokens=TOKENS))
+    run.run_all()
+    assert run.finish_reason in ("length", "eos") and run.stop_error is None
+    reply = non_streamed(served, run)
+    if chat:
+        entries = reply["logprobs"]["content"]
+        texts, values = [e["token"] for e in entries], [e["logprob"] for e in entries]
+        tops = [[t["token"] for t in e["top_logprobs"]] for e in entries]
+    else:
+        texts, values = reply["logprobs"]["tokens"], reply["logprobs"]["token_logprobs"]
+        tops = [sorted(d, key=d.get, reverse=True) for d in reply["logprobs"]["top_logprobs"]]
+    assert [s.token.text for s in run.steps] == texts
+    assert [s.logprob for s in run.steps] == pytest.approx(values, abs=1e-4)
+    assert [list(s.top_texts) for s in run.steps] == tops
+    # llama.cpp adds the chosen token to the top 5 when it is not among them
+    assert all(s.approximate and len(s.top_ids) in (5, 6) for s in run.steps)
+    assert run.engine_record()["request"]["repeat_penalty"] == 1.0
+
+
+def test_raw_prompt_tokens_are_the_servers_and_ours(served, engine):
+    text = "The capital of France is"
+    prompt = served.tokenize(text, chat=False)
+    said = served.endpoint.post_json("//extras/tokenize", {"input": text})["tokens"]
+    assert prompt.ids == said == engine.tokenize(text, chat=False).ids
+    assert "".join(t.text for t in prompt.tokens) == text
+
+
+def test_greedy_chat_tokens_equal_the_local_engines(served, greedy_run):
+    prompt = served.tokenize(greedy_run.prompt.text, chat=True)
+    run = served.start(prompt, GREEDY, RunConfig(max_new_tokens=len(greedy_run.steps)))
+    run.run_all()
+    assert [s.token.text for s in run.steps] == [s.token.text for s in greedy_run.steps]
+    local = [s.logprob for s in greedy_run.steps]
+    assert [s.logprob for s in run.steps] == pytest.approx(local, abs=LOGPROB_TOLERANCE)
+
+
+def test_trace_cli_records_the_engine_and_never_the_key(
+    llama_server, tmp_path, monkeypatch, capsys
+):
+    from llm_lens.core.cli.trace import main
+
+    secret = "sk-test-3f9a1c-do-not-write"
+    monkeypatch.setenv("LENS_TEST_KEY", secret)
+    monkeypatch.setenv("LLM_LENS_LOG_DIR", str(tmp_path / "logs"))
+    out = tmp_path / "trace.json"
+    base = llama_server.replace("http://", "http://someone:hunter2@")
+    argv = ["Hi", "--engine", "openai", "--base-url", base, "--api-key-env", "LENS_TEST_KEY",
+            "--greedy", "--max-new-tokens", "3", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    text = out.read_text()
+    err = capsys.readouterr().err
+    for leak in (secret, "hunter2", "someone"):
+        assert leak not in text and leak not in err
+    assert not (tmp_path / "logs").exists() or not any(
+        secret in p.read_text() for p in (tmp_path / "logs").iterdir()
+    )
+    trace = json.loads(text)
+    assert trace["engine"]["name"] == "openai" and trace["engine"]["url"] == llama_server
+    assert trace["engine"]["model"].endswith(".gguf")
+    assert len(trace["steps"]) == 3 and trace["finish_reason"] == "length"
