@@ -21,8 +21,8 @@ from llm_lens.core.cli.args import (
     seed_int,
     token_count,
 )
-from llm_lens.core.errors import NonFiniteError
 from llm_lens.core.cli.served import add_engine_args
+from llm_lens.core.errors import NonFiniteError
 
 RAW_HELP = (
     "skip the chat template: the model reads the text as typed (plus the tokenizer's BOS, if any); "
