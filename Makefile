@@ -22,10 +22,12 @@ $(STAMP): pyproject.toml
 
 # llama.cpp's server for the OpenAI engine's real-server tests: built from source with the
 # system's gcc and cmake, once per venv (about 5 min on 2 cores); torch is held where it is.
-# Only the tests need it, so `make run` does not wait for the build.
+# Only the tests and benchmarks need it, so `make run` does not wait for the build. Without a
+# compiler the build fails, the set-up goes on and those tests skip, saying why.
 SERVER_STAMP := $(VENV)/.server-tests-stamp
 $(SERVER_STAMP): $(STAMP)
-	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/python -m pip install --quiet -e ".[server-tests]" "torch==2.13.0"
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/python -m pip install --quiet -e ".[server-tests]" \
+		"torch==2.13.0" || echo "llama-cpp-python[server] did not build: its tests will skip"
 	touch $(SERVER_STAMP)
 
 run: setup

@@ -15,7 +15,7 @@ This module imports neither torch nor transformers: a remote engine does not nee
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, get_args, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
@@ -186,8 +186,3 @@ def empty_capture_fields(layers: int = 0) -> dict[str, object]:
         "attn_update": frozen(np.zeros((layers, 0), np.float32)),
         "routing": None,
     }
-
-
-def step_texts(steps: Sequence[StepRecord]) -> list[str]:
-    """The chosen tokens' texts, for comparing runs of two engines that may not share ids."""
-    return [s.token.text for s in steps]

@@ -25,6 +25,14 @@ DEFAULT_TIMEOUT_S = 60.0
 MAX_ERROR_TEXT = 160
 
 
+class _Stay(urllib.request.HTTPRedirectHandler):
+    """Redirects are not followed: urllib would send the Authorization header on to wherever
+    the server points (another host, or plain http)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 class ServerError(LensError):
     """The server could not be reached, refused the request, or sent what cannot be read."""
 
@@ -75,10 +83,9 @@ class Endpoint:
     def open(self, path: str, body: dict[str, Any] | None = None) -> http.client.HTTPResponse:
         """The response to a GET (no body) or POST; any failure is a :class:`ServerError`."""
         context = ssl.create_default_context()  # certificates and host names verified
+        opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _Stay)
         try:
-            response = urllib.request.urlopen(
-                self._request(path, body), timeout=self.timeout_s, context=context
-            )
+            response = opener.open(self._request(path, body), timeout=self.timeout_s)
         except urllib.error.HTTPError as exc:
             raise ServerError(self._http_line(exc, path)) from None
         except urllib.error.URLError as exc:
@@ -104,6 +111,9 @@ class Endpoint:
         read that times out raises :class:`ServerError`; events already yielded stay yielded.
         """
         with self.open(path, body) as response:
+            kind = response.headers.get("Content-Type", "")
+            if not kind.startswith("text/event-stream"):
+                raise ServerError(self._not_streamed(response, kind))
             data: list[str] = []
             while True:
                 line = self._readline(response)
@@ -129,6 +139,14 @@ class Endpoint:
         if not raw:
             return None
         return raw.decode("utf-8", "replace").rstrip("\r\n")
+
+    def _not_streamed(self, response: http.client.HTTPResponse, kind: str) -> str:
+        try:
+            said = self._message(json.loads(self._read(response)))
+        except (ValueError, ServerError):
+            said = ""
+        what = f"a reply of type {kind or 'unknown'}" + (f": {said}" if said else "")
+        return f"the server at {self.public} did not stream (stream=True); it sent {what}"
 
     def _event(self, text: str) -> dict[str, Any]:
         try:
@@ -184,6 +202,12 @@ class Endpoint:
             return (
                 f"the server at {self.public} refused the request ({exc.code}){said}; "
                 "set the key in OPENAI_API_KEY or name its variable with --api-key-env"
+            )
+        if 300 <= exc.code < 400:
+            target = public_url(exc.headers.get("Location", "") or "") or "elsewhere"
+            return (
+                f"{where} redirects ({exc.code}) to {target}; redirects are not followed (the "
+                "key would go with them): give the final URL as --base-url"
             )
         if exc.code == 404:
             return (

@@ -154,6 +154,7 @@ class ServedRun:
     stop_error: str | None = None
     reported: Reported = field(default_factory=Reported)
     sent: dict[str, Any] = field(default_factory=dict)  # the request's body (no key in it)
+    prefill: None = None  # a server shows no per-position data of the prompt
 
     def __iter__(self) -> Iterator[StepRecord]:
         eng = self.engine

@@ -43,6 +43,8 @@ def test_a_stream_cut_mid_run_keeps_its_tokens(tmp_path, capsys):
     ("fake", "extra", "line"),
     [
         (Fake("401"), (), "refused the request (401)"),
+        (Fake("redirect"), (), "redirects (307) to http://elsewhere.invalid/v1/chat/completions"),
+        (Fake("nostream"), (), "did not stream (stream=True); it sent a reply of type"),
         (Fake("400"), (), "answered 400 Bad Request: the prompt is longer than the context"),
         (Fake(), ("--model", "other"), "does not serve 'other'"),
         (Fake(), ("--api-key-env", "LENS_NOT_SET"), "LENS_NOT_SET, which is not set"),

@@ -74,3 +74,17 @@ def test_json_goes_to_the_file_whole_or_to_stdout(tiny_run, tmp_path, capsys):
     assert "Jérôme ✓" in capsys.readouterr().out  # not escaped to \\u
     write_json({"a": np.float32(0.5).item()}, tmp_path / "a.json")
     assert json.loads((tmp_path / "a.json").read_text()) == {"a": 0.5}
+
+
+def test_the_trace_names_its_engine(tiny_run):
+    """The transformers Engine and its ModelEngine adapter write the same steps and lens, and
+    the trace says which engine made the run (the adapter also what it provides)."""
+    from llm_lens.core.engines.local import LocalEngine
+
+    engine, run = tiny_run
+    plain, adapted = run_dict(engine, run), run_dict(LocalEngine(engine), run)
+    assert plain["engine"] == {"name": "local", "model": engine.info.name, "url": None}
+    assert adapted["engine"]["name"] == "local" and adapted["engine"]["url"] is None
+    assert adapted["engine"]["provides"]["top_n"] == -1
+    assert adapted["steps"] == plain["steps"] and "stop_error" not in adapted
+    assert all(step["approximate"] is False for step in plain["steps"])

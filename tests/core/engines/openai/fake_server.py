@@ -42,7 +42,8 @@ class Fake:
     """What the fake server does, by ``mode``: "ok"; "401"; "malformed"; "cut" (the connection
     closes mid-stream); "slow" (a 2 s pause); "bare" (no logprobs); "400" (the generation
     request refused); "nofinish" ([DONE] without a finish reason, as llama-cpp-python ends a
-    stream it cuts when another request comes). The requests it received (bodies, headers)
+    stream it cuts when another request comes); "redirect" (307 elsewhere); "nostream" (one
+    JSON reply). The requests it received (bodies, headers)
     are kept for the tests to read."""
 
     def __init__(self, mode: str = "ok", key: str | None = None) -> None:
@@ -90,6 +91,15 @@ def handler_for(fake: Fake) -> type[BaseHTTPRequestHandler]:
                 self._json(404, {"error": {"message": "not found"}})
                 return
             fake.bodies.append(body)
+            if fake.mode == "redirect":
+                self.send_response(307)
+                self.send_header("Location", "http://user:pw@elsewhere.invalid/v1/chat/completions")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if fake.mode == "nostream":  # a server that ignores stream=True
+                self._json(200, {"choices": [{"message": {"content": "Hello"}}]})
+                return
             if fake.mode == "400":
                 self._json(400, {"error": {"message": "the prompt is longer than the context"}})
                 return
