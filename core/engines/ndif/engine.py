@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from llm_lens.core.anatomy import Anatomy
-from llm_lens.core.engines.ndif.program import CaptureSpec, Targets
+from llm_lens.core.engines.ndif.program import CaptureSpec, Targets, load_nnsight
 from llm_lens.core.engines.ndif.run import NdifRun
 from llm_lens.core.engines.ndif.status import (
     StatusCallback,
@@ -56,6 +56,7 @@ class NdifEngine:
     @classmethod
     def local(cls, loaded: LoadedModel) -> NdifEngine:
         """The engine over a model loaded here, its traces run by ``remote="local"``."""
+        load_nnsight()
         from nnsight.modeling.transformers import TransformersModel
 
         reinstate(loaded.model)
@@ -66,6 +67,7 @@ class NdifEngine:
     def hosted(cls, hub_id: str, key: str, host: str | None = None) -> NdifEngine:
         """The engine for ``hub_id`` as NDIF serves it: its skeleton built here without weights
         (config and tokenizer from the Hub), each run sent with ``key``."""
+        load_nnsight()
         from nnsight.modeling.transformers import TransformersModel
         from transformers import AutoTokenizer
 

@@ -81,3 +81,19 @@ def test_the_request_needs_no_llm_lens_on_the_server(monkeypatch, tokenizer):
     spec = CaptureSpec(heads=((0, 1),))
     run = engine.start(engine.tokenize("Hi"), GREEDY, RunConfig(max_new_tokens=2), spec=spec)
     assert len(run.run_all()) == 2
+
+
+def test_no_save_is_left_on_every_object():
+    """nnsight mounts ``.save()`` on every object when imported; where the engine is what
+    imports it, it takes that off again (a fresh process: this one may have nnsight already)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from llm_lens.core.engines.ndif.program import load_nnsight\n"
+        "nnsight = load_nnsight()\n"
+        "assert not hasattr(object(), 'save') and callable(nnsight.save)\n"
+        "import nnsight as again\n"
+        "assert not hasattr(object(), 'save')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
