@@ -121,5 +121,15 @@ def ndif_trace(args: argparse.Namespace) -> dict[str, Any]:
         model_dict(engine.info), prompt, {f: getattr(params, f) for f in PARAM_FIELDS},
         run.steps, run.lenses, run.finish_reason,
     )  # fmt: skip
-    data["engine"] = {"name": "ndif", "model": engine.info.name} | run.engine_record()
-    return data
+    return data | {"engine": engine_entry(engine, run)}
+
+
+def engine_entry(engine: Any, run: Any) -> dict[str, Any]:
+    """The trace's ``engine``: the engine's identity and what it provides (where
+    :mod:`llm_lens.core.engines.base` is present), and the run's own record."""
+    try:
+        record = engine.identity.as_dict() | {"provides": engine.provides.as_dict()}
+    except ImportError:  # the engine protocol is not in this tree
+        record = {"name": "ndif", "model": engine.info.name, "url": None}
+    out: dict[str, Any] = record | run.engine_record()
+    return out

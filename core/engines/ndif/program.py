@@ -18,12 +18,14 @@ A step's token is chosen by the server's ``generate()``; nnsight hands it over t
 generation streamer at the start of the next step, so a step's reading of its logits is finished
 then (the last step's at the streamer's final put, after which the loop stops by design).
 
-The trace body uses torch and the model's modules only: nnsight ships it to NDIF as source, and
-``remote="local"`` checks that exactly as the server would (with this package hidden).
+The trace body and its helpers use torch and the model's modules only, and this module imports
+nothing of llm_lens: it is registered with nnsight to travel by value (its source), since NDIF
+has no llm_lens installed; ``remote="local"`` checks the request as the server would.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,17 +61,37 @@ class Targets:
     groups: int = 1  # query heads per key/value head
 
 
+def load_nnsight() -> Any:
+    """nnsight, imported; where this package is what imports it, without the ``.save()`` it
+    mounts on every Python object at import (process-wide; these traces call ``nnsight.save``),
+    so nothing else in the process finds a ``save`` it does not have."""
+    first = "nnsight" not in sys.modules
+    import nnsight
+
+    if first:
+        from nnsight._c import unmount
+
+        if unmount is not None:
+            unmount("save")
+    return nnsight
+
+
 def generate_steps(
     model: Any, targets: Targets, spec: CaptureSpec, ids: Any, gen: dict[str, Any], **how: Any
 ) -> list[dict[str, Any]]:
     """One generation on ``model`` (an nnsight model) from ``ids`` (1, T) with ``generate()``
     keywords ``gen``; ``how`` goes to the trace (``remote=``, ``backend=``). Returns each step's
     payload: a dict of small CPU tensors (see the module docstring)."""
+    nnsight = load_nnsight()
+    from nnsight.ndif import register
+
+    # this module's functions and classes travel as source: NDIF has no llm_lens installed
+    register(sys.modules[__name__])
     with warnings.catch_warnings():
         # the open loop ends by asking for a step the generation never makes (by design)
         warnings.filterwarnings("ignore", message=".*was never reached.*")
         with model.generate(ids, **gen, **how) as tracer:
-            steps = list().save()  # type: ignore[attr-defined]  # nnsight adds .save()
+            steps = nnsight.save([])
             held = None
             for _step in tracer.all():
                 held = _capture_step(model, targets, spec, held, steps)
