@@ -77,6 +77,14 @@ def _folder_cases(base: Path, tmp: Path) -> list[Case]:
     b.replace_file(loop, "config.json", "link", loop / "config2.json")
     os.symlink(loop / "config.json", loop / "config2.json")
     cases.append(Case("file-config-link-loop", _trace(loop), needle="config.json"))
+    beside = tmp / "gguf-beside-fifo"
+    beside.mkdir()
+    os.mkfifo(beside / "config.json")  # read (as plain JSON, for auto_map) before converting
+    spec = b.gguf_file(beside / "m.gguf")
+    env = {"LLM_LENS_CACHE": str(tmp / "gguf-cache")}
+    cases.append(
+        Case("file-fifo-beside-gguf", _trace(spec), needle="config.json is a fifo", env=env)
+    )
     fifo_gguf = tmp / "fifo.gguf"
     os.mkfifo(fifo_gguf)
     cases.append(Case("file-gguf-fifo", _trace(fifo_gguf), needle="not a model folder or .gguf"))
