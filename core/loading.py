@@ -184,12 +184,15 @@ def _resolve(spec: str, report: Progress) -> tuple[str, str, str, bool]:
 
 def gguf_to_folder(gguf: Path, report: Progress) -> Path:
     """The float32 safetensors copy of ``gguf`` in the cache, converting it on first use."""
+    from llm_lens.core.guards.files import check_model_folder
     from llm_lens.core.guards.gguf import check_gguf
     from llm_lens.core.guards.load import clean_stale_conversions, publish
 
     target = cache_root() / "models" / f"{gguf.stem}-{content_identity(gguf)}"
     if _converted(target):
         return target
+    check_model_folder(gguf.parent, str(gguf), weights=False)  # configs beside it: regular
+    _refuse_custom_code(str(gguf.parent), str(gguf))  # a config beside it could name code
     check_gguf(gguf, str(gguf))  # its claims against the file, before transformers builds
     report(0.05, f"first use of {gguf.name}: dequantizing into {target} (once)")
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -25,12 +25,15 @@ TEXT_FILES = (
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
 
 
-def check_model_folder(folder: str | os.PathLike[str], spec: str) -> None:
+def check_model_folder(folder: str | os.PathLike[str], spec: str, weights: bool = True) -> None:
     """Refuse the folder when a file LLM Lens or transformers would read is not a regular file
-    (after links) or a text file is larger than :data:`MAX_TEXT_BYTES`; one line naming it."""
+    (after links) or a text file is larger than :data:`MAX_TEXT_BYTES`; one line naming it.
+    ``weights`` False checks the text files only (the folder a ``.gguf`` lies in)."""
     root = Path(folder)
     for name in TEXT_FILES:
         check_regular(root / name, spec, MAX_TEXT_BYTES, missing_ok=True)
+    if not weights:
+        return
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError as exc:

@@ -55,11 +55,11 @@ def _quiet_gguf_bar() -> Iterator[None]:
     if bar is None:
         yield
         return
-    reader.tqdm = functools.partial(bar, disable=True)
+    setattr(reader, "tqdm", functools.partial(bar, disable=True))  # noqa: B010
     try:
         yield
     finally:
-        reader.tqdm = bar
+        setattr(reader, "tqdm", bar)  # noqa: B010
 
 
 def publish(tmp: Path, target: Path, complete: Callable[[Path], bool]) -> None:

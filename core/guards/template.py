@@ -13,6 +13,7 @@ one line naming the template and what went wrong. When it passes, transformers' 
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import time
@@ -83,6 +84,7 @@ def _template_name(tokenizer: Any) -> str:
     return where or "this model"
 
 
+@functools.lru_cache(maxsize=8)
 def _compile(source: str) -> Any:
     """The template in a sandbox like transformers' own (same options, extensions, filters and
     globals, copied from its compiled environment), with every attribute, item, call and
