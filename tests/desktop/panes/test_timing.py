@@ -114,13 +114,17 @@ def test_timing_says_when_the_waits_were_not_measured(qtbot, ran, tmp_path):
 def test_a_branch_says_which_steps_each_run_timed():
     from types import SimpleNamespace
 
-    from llm_lens.desktop.panes.timing import runs_note
+    from llm_lens.desktop.panes.timing import branch_offset, runs_note
 
-    steps = [SimpleNamespace(run_id=r) for r in (1, 1, 1, 4, 4)]
-    assert runs_note(steps) == (
+    assert runs_note(5, 3) == (
         "a branch: steps 0–2 were timed in the run it branched from, steps 3–4 in the branch itself"
     )
-    assert runs_note(steps[:3]) == ""
+    assert runs_note(5, 0) == ""
+    root = SimpleNamespace(run_id=1, parent_run_id=None, offset=0)
+    branch = SimpleNamespace(run_id=4, parent_run_id=1, offset=6)
+    ctl = SimpleNamespace(run_id=4, compare=SimpleNamespace(nodes=(root, branch)))
+    assert branch_offset(ctl) == 6
+    assert branch_offset(SimpleNamespace(run_id=1, compare=ctl.compare)) == 0
 
 
 def test_waiting_for_a_core_is_said_to_be_the_machines_load():
