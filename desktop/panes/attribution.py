@@ -346,7 +346,8 @@ class AttributionPane(Pane):
 
     # ----------------------------------------------------------------- its story
     def explainer(self) -> ex.Explainer | None:
-        return ex.attribution_card(self.result)
+        """The card of the shown explanation; none while it is another step's (faded)."""
+        return None if self.stale else ex.attribution_card(self.result)
 
     # ----------------------------------------------------------------- export
     def plot_items(self) -> list[Any]:

@@ -57,17 +57,24 @@ WAITS = ("blocked", "queued")
 NAN_RED = "#ef5350"  # the step where the model computed NaN or Inf
 
 
-def runs_note(steps: Sequence[Any]) -> str:
-    """On a branch's path, which steps were timed in which run: the steps before the branch
-    point are the run it branched from (its prefill is that run's), the rest the branch's own."""
-    ids = [s.run_id for s in steps]
-    if len(set(ids)) < 2:
+def runs_note(steps: int, offset: int) -> str:
+    """On a branch's path of ``steps``, which steps were timed in which run: the first
+    ``offset`` (the branch point's own included) are the run it branched from, with that run's
+    prefill, the rest the branch's own."""
+    if not 0 < offset < steps:
         return ""
-    own = next(i for i in range(len(ids)) if ids[i] == ids[-1] and len(set(ids[i:])) == 1)
     return (
-        f"a branch: steps 0–{own - 1} were timed in the run it branched from, "
-        f"steps {own}–{len(ids) - 1} in the branch itself"
+        f"a branch: steps 0–{offset - 1} were timed in the run it branched from, "
+        f"steps {offset}–{steps - 1} in the branch itself"
     )
+
+
+def branch_offset(controller: Any) -> int:
+    """Path steps before the shown run's own step 0 (0 for a root run)."""
+    for node in getattr(controller.compare, "nodes", ()):
+        if node.run_id == controller.run_id and node.parent_run_id is not None:
+            return int(node.offset)
+    return 0
 
 
 def waiting_note(t: dict[str, np.ndarray]) -> str:
@@ -238,7 +245,8 @@ class TimingPane(Pane):
         wall = f + s_ + c + g + q + b
         waiting = f"waiting for the GIL {g:.1f} + for a CPU core {q:.1f}"
         waiting = waiting if measured else UNMEASURED
-        branch = f"{runs_note(steps)}\n" if runs_note(steps) else ""
+        branch = runs_note(len(steps), branch_offset(self.controller))
+        branch = f"{branch}\n" if branch else ""
         return (
             f"TTFT {ttft:.1f} ms · mean inter-token latency {itl:.1f} ms · "
             f"decode {rate:.1f} tokens/s{overall}\n{instrument}{branch}"

@@ -198,8 +198,10 @@ def test_another_steps_plots_are_faded_and_named_while_a_step_computes(qtbot, wi
     pane.render(ctl.current_step())  # no event processed since: step 1 is on the worker
     assert pane.stale and pane._fade.isEnabled() and pane._fade.opacity() < 0.5
     assert "faded below: step 2's explanation" in pane.header.text()
+    assert pane.explainer() is None  # the card tells nothing of step 2 as if it were step 1
     qtbot.waitUntil(lambda: pane.result.step == 1, timeout=90_000)
     assert not pane.stale and not pane._fade.isEnabled()
     assert pane.header.text().startswith("step 1:")
+    assert pane.explainer() is not None
     pane.clear()
     assert not pane.stale

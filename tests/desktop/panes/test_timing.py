@@ -114,13 +114,17 @@ def test_timing_says_when_the_waits_were_not_measured(qtbot, ran, tmp_path):
 def test_a_branch_says_which_steps_each_run_timed():
     from types import SimpleNamespace
 
-    from llm_lens.desktop.panes.timing import runs_note
+    from llm_lens.desktop.panes.timing import branch_offset, runs_note
 
-    steps = [SimpleNamespace(run_id=r) for r in (1, 1, 1, 4, 4)]
-    assert runs_note(steps) == (
+    assert runs_note(5, 3) == (
         "a branch: steps 0–2 were timed in the run it branched from, steps 3–4 in the branch itself"
     )
-    assert runs_note(steps[:3]) == ""
+    assert runs_note(5, 0) == ""
+    root = SimpleNamespace(run_id=1, parent_run_id=None, offset=0)
+    branch = SimpleNamespace(run_id=4, parent_run_id=1, offset=6)
+    ctl = SimpleNamespace(run_id=4, compare=SimpleNamespace(nodes=(root, branch)))
+    assert branch_offset(ctl) == 6
+    assert branch_offset(SimpleNamespace(run_id=1, compare=ctl.compare)) == 0
 
 
 def test_waiting_for_a_core_is_said_to_be_the_machines_load():
@@ -134,3 +138,24 @@ def test_waiting_for_a_core_is_said_to_be_the_machines_load():
     assert "not the model's work" in waiting_note(busy)
     quiet = {"total_ms": total, "queued": np.array([200.0, 10.0, 5.0])}
     assert waiting_note(quiet) == ""
+
+
+@pytest.mark.slow
+def test_a_branch_in_the_window_names_its_own_steps(qtbot, loaded_window):
+    from llm_lens.core.sampling import GREEDY
+
+    win = loaded_window
+    ctl, pane = win.controller, win.panes["Timing"]
+    with qtbot.waitSignals([ctl.sig_run_finished, ctl.compare.sig_tree_changed], timeout=120_000):
+        ctl.request_run("Explain transformers like I am 12", True, GREEDY, 6)
+    pane.render(ctl.current_step())
+    assert "a branch" not in pane.stats_label.text()
+    second = int(ctl.steps[3].top_ids[1])  # step 3 takes its second choice
+    with qtbot.waitSignals([ctl.sig_run_finished, ctl.compare.sig_tree_changed], timeout=120_000):
+        ctl.compare.request_branch(3, second, 3)
+    pane.render(ctl.current_step())
+    n = len(ctl.steps)
+    assert (
+        f"a branch: steps 0–3 were timed in the run it branched from, steps 4–{n - 1} in the "
+        "branch itself"
+    ) in pane.stats_label.text()
