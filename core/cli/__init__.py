@@ -1,7 +1,8 @@
 """The headless commands (no Qt is imported here): ``trace`` runs the loop and writes a JSON
 trace, ``compare`` runs several samplers from one prefill, ``inspect`` summarises a session
 file, ``kv`` computes KV-cache sizes from a config, ``explain`` says why a step chose its
-token, ``patch`` maps where a clean prompt's answer lives (activation patching).
+token, ``patch`` maps where a clean prompt's answer lives (activation patching), ``steer``
+writes a steering vector from two sets of prompts.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-COMMANDS = ("trace", "kv", "inspect", "compare", "explain", "patch")
+COMMANDS = ("trace", "kv", "inspect", "compare", "explain", "patch", "steer")
 
 
 def main(argv: list[str] | None = None) -> int:

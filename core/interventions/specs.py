@@ -7,6 +7,7 @@
     attn:12=0           layer 12's attention block off  mlp:12*0.5   its MLP scaled
     resid:10@3-5+=v.npy the vector in v.npy added to the residual entering layer 10 at 3, 4, 5
     resid:10+=v.npy     … at every position
+    resid:10+=v.npy*4   … times 4 (a steering vector with its strength; llm-lens steer)
     resid:10@3=p.npy    the residual there replaced by p.npy's row(s) (activation patching)
     expert:5.2=off      expert 2 of layer 5 forbidden  expert:5.1,3=force  only 1 and 3 routed
     forget:12           the token at position 12 hidden from every later query
@@ -31,11 +32,12 @@ from llm_lens.core.interventions.spec import (
     InterventionError,
     ResidualAdd,
     ResidualPatch,
+    _finite,
 )
 
 _HEAD = re.compile(r"head:(\d+)\.(\d+)(=0|=mean|\*(.+))$")
 _BLOCK = re.compile(r"(attn|mlp):(\d+)(=0|\*(.+))$")
-_RESID = re.compile(r"resid:(\d+)(?:@([\d,\-]+))?(\+?=)(.+)$")
+_RESID = re.compile(r"resid:(\d+)(?:@([\d,\-]+))?(\+?=)(.+?)(?:\*([^*/]+))?$")
 _EXPERT = re.compile(r"expert:(\d+)\.([\d,]+)=(off|force)$")
 _FORGET = re.compile(r"forget:(\d+)$")
 Loader = Callable[[str], Any]
@@ -61,14 +63,17 @@ def _parse(spec: str, load: Loader) -> Intervention:
     if m := _BLOCK.match(spec):
         return BlockEdit(int(m[2]), m[1], 0.0 if m[3] == "=0" else _number(m[4]))
     if m := _RESID.match(spec):
-        return _residual(int(m[1]), m[2], m[3] == "+=", m[4], load)
+        if m[5] is not None and m[3] != "+=":
+            raise InterventionError("only an added vector takes a strength: resid:L+=FILE*S")
+        strength = 1.0 if m[5] is None else _finite(_number(m[5]), "the strength")
+        return _residual(int(m[1]), m[2], m[3] == "+=", m[4], load, strength)
     if m := _EXPERT.match(spec):
         return ExpertEdit(int(m[1]), tuple(int(e) for e in m[2].split(",") if e), m[3])
     if m := _FORGET.match(spec):
         return Forget(int(m[1]))
     raise InterventionError(
         "not a SPEC (head:L.H=0|=mean|*F, attn:L=0|*F, mlp:L=0|*F, resid:L[@P]+=FILE, "
-        "resid:L@P=FILE, expert:L.E=off|force, forget:P)"
+        "resid:L@P=FILE, expert:L.E=off|force, forget:P; resid:L+=FILE*S scales the vector)"
     )
 
 
@@ -95,13 +100,15 @@ def positions(text: str | None) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def _residual(layer: int, where: str | None, add: bool, path: str, load: Loader) -> Intervention:
+def _residual(
+    layer: int, where: str | None, add: bool, path: str, load: Loader, strength: float = 1.0
+) -> Intervention:
     spots = positions(where)
     array = np.asarray(load(path), dtype=np.float64)
     if add:
         if array.ndim != 1:
             raise InterventionError(f"{path} holds shape {array.shape}; a vector is 1-D")
-        return ResidualAdd(layer, spots, tuple(array))
+        return ResidualAdd(layer, spots, tuple(array * strength))
     if not spots:
         raise InterventionError("a patch (=) names its positions: resid:L@P=FILE")
     rows = array.reshape(1, -1) if array.ndim == 1 else array

@@ -13,7 +13,9 @@ tests check it). The sweep gets there for a fraction of the work (:mod:`.resume`
 layer ``l``, position ``p`` runs only layers ``l``… on positions ``p``… from the corrupted run's
 recorded values, and many patches share one batched forward (one row each). Where the prompts
 agree (a shared start, such as a chat template's), the two runs agree too, so a residual cell
-there is the corrupted run's metric without a pass, and the head passes start after it.
+there is the corrupted run's metric without a pass, and the head passes start after it; so is a
+cell whose clean value is the corrupted run's own to the bit (at layer 0, the embedding of a token
+both prompts share).
 """
 
 from __future__ import annotations
@@ -121,19 +123,27 @@ class Sweep:
         self.prepare()
         assert self.clean is not None and self.resumer is not None
         out = np.full((self.layers, self.positions), float(self._corrupt(metric)))
-        start = self.resumer.start(self.differ)
-        each(self.layers * start)
         # starting at 0 (a model whose layers are not all attention), one forward holds them all
         chunk = CHUNK if self.resumer.can_start_late else self.positions
         for layer in range(self.layers):
-            for first in range(start, self.positions, chunk):
-                rows = list(range(first, min(first + chunk, self.positions)))
-                p0 = self.resumer.start(first)
-                edit = partial(_patch_diagonal, self.clean.resid[layer], rows, p0)
-                logits = self.resumer.logits(layer, p0, len(rows), edit)
-                out[layer, rows] = metric.of(logits).double().cpu().numpy()
-                each(len(rows))
+            rows = self._changed(layer)
+            each(self.positions - len(rows))  # the others patch in what is already there
+            for i in range(0, len(rows), chunk):
+                part = rows[i : i + chunk]
+                p0 = self.resumer.start(part[0])
+                edit = partial(_patch_diagonal, self.clean.resid[layer], part, p0)
+                logits = self.resumer.logits(layer, p0, len(part), edit)
+                out[layer, part] = metric.of(logits).double().cpu().numpy()
+                each(len(part))
         return out
+
+    def _changed(self, layer: int) -> list[int]:
+        """The positions where the clean residual entering ``layer`` is not the corrupted run's
+        own: from the first differing token on, less those equal to the bit (at layer 0, the
+        embeddings of a token both prompts share); patching any other changes nothing."""
+        assert self.clean is not None and self.resumer is not None
+        clean, base = self.clean.resid[layer], self.resumer.base.resid[layer]
+        return [p for p in range(self.differ, self.positions) if not torch.equal(clean[p], base[p])]
 
     def heads(self, metric: Metric, each: Callable[[int], None]) -> np.ndarray:
         """The head map; ``each(cells)`` as for :meth:`residual`."""

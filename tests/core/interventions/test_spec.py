@@ -40,6 +40,8 @@ def _load(path: str) -> Any:
         ("mlp:12*0.5", BlockEdit(12, "mlp", 0.5)),
         ("resid:10@3-5+=vec.npy", ResidualAdd(10, (3, 4, 5), tuple(VEC))),
         ("resid:10+=vec.npy", ResidualAdd(10, (), tuple(VEC))),
+        ("resid:10+=vec.npy*4", ResidualAdd(10, (), tuple(4 * VEC))),
+        ("resid:10@3+=vec.npy*-0.5", ResidualAdd(10, (3,), tuple(-0.5 * VEC))),
         ("resid:2@4,9=rows.npy", ResidualPatch(2, (4, 9), (tuple(VEC), tuple(2 * VEC)))),
         ("expert:5.2=off", ExpertEdit(5, (2,), "off")),
         ("expert:5.3,1=force", ExpertEdit(5, (1, 3), "force")),
@@ -68,6 +70,9 @@ def test_a_spec_reads_as_its_value_and_round_trips(spec: str, value: Any) -> Non
         ("resid:1@1-3=rows.npy", "needs 3 rows"),
         ("resid:1+=missing.npy", "missing.npy"),
         ("expert:1.2=maybe", "not a SPEC"),
+        ("resid:1+=vec.npy*nan", "finite"),
+        ("resid:1+=vec.npy*big", "not a number"),
+        ("resid:1@2=vec.npy*2", "only an added vector"),
     ],
 )
 def test_a_malformed_spec_is_one_error_naming_it(spec: str, words: str) -> None:
