@@ -153,6 +153,8 @@ def _step_json(s: StepRecord) -> dict[str, Any]:
         d["kv"]["held_tokens"] = [int(n) for n in s.kv.held_tokens]
         d["kv"]["windows"] = list(s.kv.windows)
         d["kv"]["cached_kv_heads"] = s.kv.cached_kv_heads
+    if s.kv.by_device:  # a model spread by a device map: the cache's bytes per device
+        d["kv"]["by_device"] = [[str(w), int(b)] for w, b in s.kv.by_device]
     timing = (*TIMING_FIELDS, *TIMING_WAITS, *TIMING_FLAGS)
     d["timing"] = {k: getattr(s.timing, k) for k in timing}
     d["finish_reason"] = s.finish_reason
