@@ -259,6 +259,11 @@ def _from_pretrained(
     except Exception as exc:
         if "out of memory" in str(exc).lower():
             raise ModelLoadError(f"{spec}: ran out of memory while loading") from exc
+        if "quanto" in str(exc) and "device_map" in extra:
+            raise ModelLoadError(
+                f"{spec}: quanto's quantized weights cannot be offloaded to the CPU or disk: "
+                "give the GPUs room for the whole model (--max-memory), or leave out --quantize"
+            ) from exc
         raise ModelLoadError(f"{spec}: not a loadable causal LM ({_short(exc)})") from exc
     try:
         if "device_map" not in extra:  # accelerate placed a split model's layers already

@@ -76,3 +76,13 @@ def assert_saved_files_say(engine, run, note, folder):
     assert load_session(path).model["quantization"] == note
     summary = RunSummary.of(run.run_id, run.prompt, run.steps, run.finish_reason)
     assert note in html_report(engine.info.as_dict(), run.prompt, run.steps, summary)
+
+
+def test_quantized_weights_offloaded_to_disk_are_refused_in_one_line(folder):
+    from llm_lens.core.loading import load_model
+    from llm_lens.core.placement import parse_placement
+
+    place = parse_placement(max_memory="cpu=1KiB", quantize="int8")
+    with pytest.raises(ModelLoadError, match="cannot be offloaded to the CPU or disk") as info:
+        load_model(str(folder), device="cpu", placement=place)
+    assert "\n" not in str(info.value)
