@@ -13,13 +13,13 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from llm_lens.core.errors import ModelLoadError
-from llm_lens.core.placement import Placement
+from llm_lens.core.placement import Placement, from_pretrained_kwargs, quiet_offload
 from llm_lens.core.records import ModelInfo
 
 DEFAULT_MODEL = "bundled:smollm2-135m-instruct"
@@ -109,41 +109,13 @@ def load_model(
     spec = spec or DEFAULT_MODEL
     folder, name, weights_id, local_only = _resolve(spec, report)
     place = placement or Placement()
-    report(
-        0.7,
-        f"loading {name}"
-        + (f" ({_placement_words(place)})" if place.split or place.quantize else ""),
-    )
-    extra = placed_kwargs(place, dev, weights_id)
+    words = place.words()
+    report(0.7, f"loading {name}" + (f" ({words})" if words else ""))
+    offload = cache_root() / "offload"  # beside the converted models
+    extra = from_pretrained_kwargs(place, dev.type, offload, weights_id)
     model, tokenizer = _from_pretrained(folder, spec, torch_dtype, dev, local_only, extra)
     report(1.0, f"loaded {name}")
     return LoadedModel(model, tokenizer, describe(model, name, str(spec), weights_id))
-
-
-def _placement_words(place: Placement) -> str:
-    words = [f"device map {place.device_map}"] if place.split else []
-    return ", ".join(words + ([f"{place.quantize} weights"] if place.quantize else []))
-
-
-def placed_kwargs(place: Placement, dev: Any, weights_id: str) -> dict[str, Any]:
-    """``from_pretrained``'s arguments for a placement: accelerate's device map and caps, disk
-    offload into the user cache (one folder per weights and caps, reused), quantization."""
-    from llm_lens.core.quantize import quantization_config
-
-    kwargs: dict[str, Any] = {}
-    if place.quantize:
-        kwargs["quantization_config"] = quantization_config(place.quantize, dev.type)
-    if place.split:
-        caps = "-".join(f"{k}{v}" for k, v in place.max_memory) or "all"
-        key = hashlib.sha256(f"{weights_id}:{place.device_map}:{caps}".encode()).hexdigest()[:16]
-        offload = cache_root() / "offload" / key
-        offload.mkdir(parents=True, exist_ok=True)
-        kwargs.update(
-            device_map=place.device_map,
-            max_memory=place.accelerate_memory(),
-            offload_folder=str(offload),
-        )
-    return kwargs
 
 
 def _resolve(spec: str, report: Progress) -> tuple[str, str, str, bool]:
@@ -241,7 +213,7 @@ def _from_pretrained(
         # use_kernels=False: transformers (5.2x) otherwise "kernelizes" the model on load,
         # swapping modules' forwards for kernels fetched from the Hub on CUDA (code from
         # outside, numbers other than the model's own modules')
-        with _quiet_offload() if "device_map" in extra else contextlib.nullcontext():
+        with quiet_offload() if "device_map" in extra else contextlib.nullcontext():
             model = AutoModelForCausalLM.from_pretrained(
                 folder,
                 dtype=dtype,
@@ -276,21 +248,6 @@ def _from_pretrained(
 
         fit_inference_mode(model)
     return model, tokenizer
-
-
-@contextlib.contextmanager
-def _quiet_offload() -> Iterator[None]:
-    """transformers warns on stderr that an offloaded model has ``meta`` parameters: that is the
-    point of offloading (the model record says where each layer sits), so not while loading."""
-    import logging
-
-    accelerate_log = logging.getLogger("accelerate.big_modeling")  # where the warning comes from
-    level = accelerate_log.level
-    accelerate_log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        accelerate_log.setLevel(level)
 
 
 def _refuse_custom_code(folder: str, spec: str) -> None:
