@@ -7,20 +7,19 @@ the file's identity) because dequantizing on every launch costs tens of seconds.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from llm_lens.core.anatomy import model_wide
 from llm_lens.core.errors import ModelLoadError
-from llm_lens.core.placement import Placement
+from llm_lens.core.placement import Placement, from_pretrained_kwargs, quiet_offload
 from llm_lens.core.records import ModelInfo
 
 DEFAULT_MODEL = "bundled:smollm2-135m-instruct"
@@ -112,44 +111,16 @@ def load_model(
     with quiet_transformers():  # its warnings would add lines to a one-line error
         folder, name, weights_id, local_only = _resolve(spec, report)
         place = placement or Placement()
-        report(
-            0.7,
-            f"loading {name}"
-            + (f" ({_placement_words(place)})" if place.split or place.quantize else ""),
-        )
-        extra = placed_kwargs(place, dev, weights_id)
+        words = place.words()
+        report(0.7, f"loading {name}" + (f" ({words})" if words else ""))
+        offload = cache_root() / "offload"  # beside the converted models
+        extra = from_pretrained_kwargs(place, dev.type, offload, weights_id)
         model, tokenizer, random = _from_pretrained(
             folder, spec, torch_dtype, dev, local_only, extra, allow_partly_random
         )
     report(1.0, f"loaded {name}")
     info = describe(model, name, str(spec), weights_id)
     return LoadedModel(model, tokenizer, replace(info, partly_random=random))
-
-
-def _placement_words(place: Placement) -> str:
-    words = [f"device map {place.device_map}"] if place.split else []
-    return ", ".join(words + ([f"{place.quantize} weights"] if place.quantize else []))
-
-
-def placed_kwargs(place: Placement, dev: Any, weights_id: str) -> dict[str, Any]:
-    """``from_pretrained``'s arguments for a placement: accelerate's device map and caps, disk
-    offload into the user cache (one folder per weights and caps, reused), quantization."""
-    from llm_lens.core.quantize import quantization_config
-
-    kwargs: dict[str, Any] = {}
-    if place.quantize:
-        kwargs["quantization_config"] = quantization_config(place.quantize, dev.type)
-    if place.split:
-        caps = "-".join(f"{k}{v}" for k, v in place.max_memory) or "all"
-        key = hashlib.sha256(f"{weights_id}:{place.device_map}:{caps}".encode()).hexdigest()[:16]
-        offload = cache_root() / "offload" / key
-        offload.mkdir(parents=True, exist_ok=True)
-        kwargs.update(
-            device_map=place.device_map,
-            max_memory=place.accelerate_memory(),
-            offload_folder=str(offload),
-        )
-    return kwargs
 
 
 def _resolve(spec: str, report: Progress) -> tuple[str, str, str, bool]:
@@ -266,7 +237,7 @@ def _from_pretrained(
         # use_kernels=False: transformers (5.2x) otherwise "kernelizes" the model on load,
         # swapping modules' forwards for kernels fetched from the Hub on CUDA (code from
         # outside, numbers other than the model's own modules')
-        with _quiet_offload() if "device_map" in extra else contextlib.nullcontext():
+        with quiet_offload() if "device_map" in extra else contextlib.nullcontext():
             loaded: Any = AutoModelForCausalLM.from_pretrained(
                 folder, dtype=dtype, attn_implementation="eager", use_kernels=False, **no_code,
                 output_loading_info=True, ignore_mismatched_sizes=True,  # refused below, by name
@@ -283,6 +254,11 @@ def _from_pretrained(
     except Exception as exc:
         if "out of memory" in str(exc).lower():
             raise ModelLoadError(f"{spec}: ran out of memory while loading") from exc
+        if "quanto" in str(exc) and "device_map" in extra:
+            raise ModelLoadError(
+                f"{spec}: quanto's quantized weights cannot be offloaded to the CPU or disk: "
+                "give the GPUs room for the whole model (--max-memory), or leave out --quantize"
+            ) from exc
         raise ModelLoadError(f"{spec}: not a loadable causal LM ({_short(exc)})") from exc
     try:
         if "device_map" not in extra:  # accelerate placed a split model's layers already
@@ -295,21 +271,6 @@ def _from_pretrained(
 
         fit_inference_mode(model)
     return model, tokenizer, random
-
-
-@contextlib.contextmanager
-def _quiet_offload() -> Iterator[None]:
-    """transformers warns on stderr that an offloaded model has ``meta`` parameters: that is the
-    point of offloading (the model record says where each layer sits), so not while loading."""
-    import logging
-
-    accelerate_log = logging.getLogger("accelerate.big_modeling")  # where the warning comes from
-    level = accelerate_log.level
-    accelerate_log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        accelerate_log.setLevel(level)
 
 
 def _refuse_custom_code(folder: str, spec: str) -> None:

@@ -18,9 +18,11 @@ read goes through :func:`weights_of`, which asks the hook to load them (accelera
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from llm_lens.core.errors import LensError
@@ -75,11 +77,55 @@ class Placement:
         """Does accelerate place the layers (rather than one ``.to(device)``)?"""
         return self.device_map is not None
 
+    def words(self) -> str:
+        """What the loader's progress line adds: ``device map auto, int8 weights``."""
+        words = [f"device map {self.device_map}"] if self.split else []
+        return ", ".join(words + ([f"{self.quantize} weights"] if self.quantize else []))
+
     def accelerate_memory(self) -> dict[int | str, int] | None:
         """``max_memory`` as accelerate reads it: GPU indices as ints, ``cpu``/``mps``/``disk``."""
         if not self.max_memory:
             return None
         return {(int(k.split(":")[-1]) if k[-1].isdigit() else k): v for k, v in self.max_memory}
+
+
+def from_pretrained_kwargs(
+    place: Placement, device_type: str, offload_root: Path, weights_id: str
+) -> dict[str, Any]:
+    """``from_pretrained``'s arguments for ``place``: accelerate's device map and caps, disk
+    offload under ``offload_root`` (one folder per weights and caps, reused; a safetensors
+    checkpoint is read where it is, so it stays small), the quantization config."""
+    from llm_lens.core.quantize import quantization_config
+
+    kwargs: dict[str, Any] = {}
+    if place.quantize:
+        kwargs["quantization_config"] = quantization_config(place.quantize, device_type)
+    if place.split:
+        caps = "-".join(f"{k}{v}" for k, v in place.max_memory) or "all"
+        key = hashlib.sha256(f"{weights_id}:{place.device_map}:{caps}".encode()).hexdigest()
+        offload = offload_root / key[:16]
+        offload.mkdir(parents=True, exist_ok=True)
+        kwargs.update(
+            device_map=place.device_map,
+            max_memory=place.accelerate_memory(),
+            offload_folder=str(offload),
+        )
+    return kwargs
+
+
+@contextlib.contextmanager
+def quiet_offload() -> Iterator[None]:
+    """accelerate warns on stderr that an offloaded model has ``meta`` parameters: that is the
+    point of offloading (the model record says where each piece sits), so not while loading."""
+    import logging
+
+    accelerate_log = logging.getLogger("accelerate.big_modeling")  # where the warning comes from
+    level = accelerate_log.level
+    accelerate_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        accelerate_log.setLevel(level)
 
 
 def parse_size(text: str, where: str = "--max-memory") -> int:

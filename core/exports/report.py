@@ -33,7 +33,8 @@ def _figures(
     return [
         ("model", f"{model.get('name')} ({model.get('num_layers')} layers, "
                   f"{model.get('num_heads')}/{model.get('num_kv_heads')} heads, "
-                  f"{model.get('dtype')} on {model.get('device')})"),
+                  f"{model.get('dtype')} on {model.get('device')})"
+                  + (f"; {model['quantization']}" if model.get("quantization") else "")),
         ("tokens generated", f"{len(steps)} (stopped: {summary.finish_reason})"),
         ("time to first token", f"{summary.ttft_ms:.0f} ms"),
         ("inter-token latency", f"{summary.mean_itl_ms:.1f} ms mean"),

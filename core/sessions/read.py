@@ -128,6 +128,17 @@ def _ints(value: Any, what: str) -> list[int]:
     return list(value)
 
 
+def _by_device(value: Any) -> tuple[tuple[str, int], ...]:
+    """The cache's bytes per device, [[device, bytes], ...]; absent in older files."""
+    ok = isinstance(value, list) and all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and type(p[1]) is int
+        and p[1] >= 0
+        for p in value
+    )  # fmt: skip
+    _need(ok, "malformed kv by_device")
+    return tuple((str(w), int(b)) for w, b in value)
+
+
 def _kv_layers(kv: dict[str, Any]) -> dict[str, Any]:
     """Per-layer KV fields (tokens held, windows, heads held); absent in older files."""
     if "held_tokens" not in kv:
@@ -159,6 +170,7 @@ def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRec
     kv = KVCacheStats(
         **{k: d["kv"][k] for k in KV_SCALARS}, per_layer=arr["kv_per_layer"],
         **_kv_layers(d["kv"]), **_kv_state(d["kv"]),
+        by_device=_by_device(d["kv"].get("by_device", [])),
     )  # fmt: skip
     summaries = tuple(
         StageSummary(g["name"], g["removed_mass"], g["kept"], g["entropy"], *next(stages))

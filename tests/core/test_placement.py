@@ -120,3 +120,18 @@ def test_status_bar_and_kv_pane_lines():
     two = SimpleNamespace(by_device=(("cuda:0", 1_200_000), ("cuda:1", 900_000)))
     assert kv_device_line(two) == "KV cache: cuda:0 1.2 MB · cuda:1 0.9 MB"
     assert kv_device_line(SimpleNamespace(by_device=(("cpu", 5),))) == ""
+
+
+def test_from_pretrained_kwargs_offload_into_the_given_folder(tmp_path):
+    from llm_lens.core.placement import from_pretrained_kwargs
+
+    assert from_pretrained_kwargs(Placement(), "cpu", tmp_path, "w") == {}
+    place = parse_placement("sequential", "cpu=1GiB,disk=4GiB")
+    kwargs = from_pretrained_kwargs(place, "cpu", tmp_path, "w")
+    assert kwargs["device_map"] == "sequential"
+    assert kwargs["max_memory"] == {"cpu": 2**30, "disk": 4 * 2**30}
+    folder = kwargs["offload_folder"]
+    assert folder.startswith(str(tmp_path)) and (tmp_path / folder).is_dir()
+    assert from_pretrained_kwargs(place, "cpu", tmp_path, "w")["offload_folder"] == folder
+    assert from_pretrained_kwargs(place, "cpu", tmp_path, "v")["offload_folder"] != folder
+    assert place.words() == "device map sequential"
