@@ -166,7 +166,8 @@ class WhatIfList(QObject):
         step is past the first :data:`CLEAN_STEPS`)."""
         if step is None:
             return None
-        index, context = step.index, context_key(step.context_ids)
+        index: int = step.index
+        context = context_key(step.context_ids)
         for steps in reversed(self._clean.values()):
             if index < len(steps) and steps[index].context == context:
                 return steps[index]
