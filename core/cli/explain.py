@@ -38,22 +38,26 @@ def vs_token(engine: Any, text: str | None) -> int | None:
 
 def run_explain(args: argparse.Namespace) -> dict[str, Any]:
     from llm_lens.core.explain.attribution import explain, explanation_dict
+    from llm_lens.core.exports.trace import intervention_rows
+    from llm_lens.core.interventions import hooked_for
 
     if args.step < 0:
         raise LensError(f"--step must be ≥ 0; got {args.step}")
     if not 0 < args.threshold <= 1:
         raise LensError(f"--threshold must be in (0, 1]; got {args.threshold}")
-    if args.intervene:  # the attribution re-reads the model without them: it would not match
-        raise LensError("explain does not take --intervene yet")
     engine, run, _cancel = start_run(args, max_new_tokens=args.step + 1)
     if args.step >= len(run.steps):
         raise LensError(f"--step {args.step}: the run ended after {len(run.steps)} steps")
     vs = vs_token(engine, args.vs)
     try:
-        x = explain(engine, run.steps[args.step], vs, floor=min(0.01, args.threshold))
+        with hooked_for(run):  # the attribution reads the model the run's --intervene made
+            x = explain(engine, run.steps[args.step], vs, floor=min(0.01, args.threshold))
     except ValueError as exc:
         raise LensError(str(exc)) from exc
-    return explanation_dict(x, args.threshold)
+    data = explanation_dict(x, args.threshold)
+    if run.interventions:
+        data["interventions"] = intervention_rows(run.interventions)
+    return data
 
 
 def summary(data: dict[str, Any], top: int = 8) -> str:

@@ -42,7 +42,15 @@ def _figures(
         ("mean log-probability", f"{mean_logprob:.3f} (perplexity {math.exp(-mean_logprob):.2f})"),
         ("KV cache at the end", "—" if kv is None else
          f"{kv.bytes_total:,} bytes for {kv.tokens} tokens (full MHA: {kv.mha_bytes:,})"),
-    ]  # fmt: skip
+    ] + _changes(summary)  # fmt: skip
+
+
+def _changes(summary: RunSummary) -> list[tuple[str, str]]:
+    """An intervened run's changes (its summary's ``extra["interventions"]``) as SPECs."""
+    from llm_lens.core.interventions import from_dict, to_spec
+
+    rows = summary.extra.get("interventions") or []
+    return [("interventions", ", ".join(to_spec(from_dict(d)) for d in rows))] if rows else []
 
 
 def _sparkline(values: Sequence[float], width: int = 600, height: int = 60) -> str:

@@ -260,10 +260,13 @@ class Controller(QObject):
             self.sig_model_loaded.emit(info)
         run = recorded.run
         summary = RunSummary.of(run_id, run.prompt, run.steps, run.finish_reason)
+        changes = tuple(getattr(run, "interventions", ()))
+        if changes:  # the HTML report and the window say what the recorded run changed
+            summary.extra["interventions"] = [i.to_dict() for i in changes]
         self._shown = self._shown.cleared(
             session=session, session_path=path, dirty=False, recorded=recorded,
             prompt=run.prompt, prefill=run.prefill, steps=tuple(run.steps), summary=summary,
-            follow_live=True, interventions=tuple(getattr(run, "interventions", ())),
+            follow_live=True, interventions=changes,
         )  # fmt: skip
 
     def replace_session(self, session: Any) -> None:

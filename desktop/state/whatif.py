@@ -12,9 +12,11 @@ beside the clean step that read the same context (the Logits pane's before/after
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from llm_lens.core.interventions import (
@@ -27,7 +29,32 @@ from llm_lens.core.interventions import (
     ResidualPatch,
 )
 
-CLEAN_RUNS = 4  # clean runs remembered for comparison (their records are already held)
+CLEAN_RUNS = 2  # clean runs remembered for comparison, by prompt
+CLEAN_STEPS = 64  # of each, the first steps: a copy of their logits (12 MB for SmolLM2), so
+# the run's own records are still let go (and freed on the model thread) with its history
+
+
+@dataclass(frozen=True)
+class CleanStep:
+    """What a clean run's step is compared by: the context it read (a digest), the token it
+    chose with its probability, and its full logits (a copy)."""
+
+    index: int
+    context: bytes
+    token: Any  # TokenInfo
+    prob: float
+    logits: np.ndarray
+
+    @classmethod
+    def of(cls, step: Any) -> CleanStep:
+        logits = np.array(step.logits, np.float32)
+        logits.flags.writeable = False
+        return cls(step.index, context_key(step.context_ids), step.token, step.prob, logits)
+
+
+def context_key(ids: Any) -> bytes:
+    """A digest of a step's context ids: two steps read the same context when they agree."""
+    return hashlib.blake2b(np.asarray(ids, np.int64).tobytes(), digest_size=16).digest()
 
 
 @dataclass(frozen=True)
@@ -83,7 +110,7 @@ class WhatIfList(QObject):
         super().__init__(controller)
         self.controller = controller
         self.entries: list[WhatIfEntry] = []
-        self._clean: dict[tuple[int, ...], tuple[Any, ...]] = {}  # prompt ids → clean steps
+        self._clean: dict[tuple[int, ...], tuple[CleanStep, ...]] = {}  # prompt ids → steps
         controller.sig_run_finished.connect(self._on_finished)
 
     # ----------------------------------------------------------------- the list
@@ -125,7 +152,7 @@ class WhatIfList(QObject):
             return
         key = tuple(ctl.prompt.ids)
         self._clean.pop(key, None)
-        self._clean[key] = tuple(ctl.steps)
+        self._clean[key] = tuple(CleanStep.of(s) for s in ctl.steps[:CLEAN_STEPS])
         while len(self._clean) > CLEAN_RUNS:
             self._clean.pop(next(iter(self._clean)))
 
@@ -133,15 +160,16 @@ class WhatIfList(QObject):
         """Whether a clean run of ``prompt`` (``PromptTokens``) is remembered."""
         return prompt is not None and tuple(prompt.ids) in self._clean
 
-    def clean_step(self, step: Any) -> Any:
+    def clean_step(self, step: Any) -> CleanStep | None:
         """The step of a clean run that read exactly the context ``step`` read (None when no
-        clean run of that prompt is remembered, or it chose other tokens before there)."""
+        clean run of that prompt is remembered, it chose other tokens before there, or the
+        step is past the first :data:`CLEAN_STEPS`)."""
         if step is None:
             return None
-        context = tuple(int(i) for i in step.context_ids)
+        index: int = step.index
+        context = context_key(step.context_ids)
         for steps in reversed(self._clean.values()):
-            index = step.index
-            if index < len(steps) and tuple(int(i) for i in steps[index].context_ids) == context:
+            if index < len(steps) and steps[index].context == context:
                 return steps[index]
         return None
 

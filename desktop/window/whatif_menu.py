@@ -32,6 +32,8 @@ class WhatIfMenus(QObject):
         for pane in window.panes.values():
             for target in pane.context_targets():
                 watched = _watched(target)
+                if watched is None:  # a plot in no scene yet: nothing to click
+                    continue
                 self._targets.setdefault(watched, []).append(target)
                 watched.installEventFilter(self)
         self.mark = QLabel(visible=False)
@@ -56,7 +58,10 @@ class WhatIfMenus(QObject):
             plot = target.plot
             if isinstance(plot, QWidget):
                 return target.changes_of(pos.x(), pos.y())
-            view = plot.scene().views()[0]
+            scene = plot.scene()
+            if scene is None or not scene.views():
+                continue
+            view = scene.views()[0]
             scene_pos = view.mapToScene(pos.toPoint())
             box = plot.getViewBox()
             if box.sceneBoundingRect().contains(scene_pos):
@@ -99,9 +104,12 @@ def _right() -> Any:
     return Qt.MouseButton.RightButton
 
 
-def _watched(target: ContextTarget) -> QObject:
-    """The widget whose mouse events carry a right-click on ``target``."""
+def _watched(target: ContextTarget) -> QObject | None:
+    """The widget whose mouse events carry a right-click on ``target`` (None: none yet)."""
     if isinstance(target.plot, QWidget):
         return target.plot
-    viewport: QObject = target.plot.scene().views()[0].viewport()
+    scene = target.plot.scene()
+    if scene is None or not scene.views():
+        return None
+    viewport: QObject = scene.views()[0].viewport()
     return viewport

@@ -70,8 +70,22 @@ def test_a_malformed_spec_fails_before_the_model_loads(tmp_path: Any, capsys: An
     assert code == 2 and "finite" in err and "/no/such/model" not in err
 
 
-def test_explain_and_branch_refuse_interventions(capsys: Any) -> None:
+def test_branch_refuses_interventions(capsys: Any) -> None:
     code = main(["trace", PROMPT, "--intervene", "forget:1", "--branch", "1:x"])
     assert code == 2 and "--branch and --intervene" in capsys.readouterr().err
-    code = main(["explain", PROMPT, "--step", "0", "--intervene", "forget:1"])
-    assert code == 2 and "explain does not take --intervene" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_explain_reads_the_model_the_interventions_made(tmp_path: Any, loaded: Any) -> None:
+    """The attribution's logit is the intervened run's own, and the head turned off wrote 0."""
+    out = tmp_path / "why.json"
+    args = ["--raw", "--greedy", "--step", "1", "--intervene", "head:7.4=0",
+            "--intervene", "forget:1", "--json", "--out", str(out), "--quiet"]  # fmt: skip
+    assert main(["explain", PROMPT, *args]) == 0
+    why = json.loads(out.read_text(encoding="utf-8"))
+    trace = _trace(tmp_path, "--intervene", "head:7.4=0", "--intervene", "forget:1")
+    step = trace["steps"][1]
+    assert why["logit"] == pytest.approx(step["top"][0]["logit"], abs=1e-3)
+    head = [c for c in why["components"] if c["kind"] == "head" and c["layer"] == 7]
+    assert head and head[4]["head"] == 4 and head[4]["value"] == 0.0
+    assert [r["spec"] for r in why["interventions"]] == ["head:7.4=0", "forget:1"]

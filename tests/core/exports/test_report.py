@@ -51,3 +51,19 @@ def test_write_report_replaces_the_file_atomically(tiny_run, tmp_path):
     write_report(path, text)
     assert path.read_text(encoding="utf-8") == text
     assert os.listdir(tmp_path) == ["report.html"]
+
+
+def test_an_intervened_run_lists_its_changes(tiny_engine):
+    from llm_lens.core.interventions import Forget, HeadEdit
+    from llm_lens.core.loop.engine import RunConfig
+    from llm_lens.core.sampling import GREEDY
+
+    run = tiny_engine.start(tiny_engine.tokenize("the cat sat", chat=False), GREEDY,
+                            RunConfig(max_new_tokens=2),
+                            interventions=(HeadEdit(1, 2), Forget(1)))  # fmt: skip
+    run.run_all()
+    text = html_report(tiny_engine.info.as_dict(), run.prompt, run.steps, run.summary())
+    assert "<th>interventions</th><td>head:1.2=0, forget:1</td>" in text
+    plain = RunSummary.of(run.run_id, run.prompt, run.steps, run.finish_reason)
+    assert "interventions" not in html_report(tiny_engine.info.as_dict(), run.prompt, run.steps,
+                                              plain)  # fmt: skip

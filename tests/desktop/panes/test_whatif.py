@@ -15,10 +15,11 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
 from llm_lens.core.cli import main
-from llm_lens.core.interventions import Forget, HeadEdit, to_spec
+from llm_lens.core.interventions import BlockEdit, ExpertEdit, Forget, HeadEdit, to_spec
 from llm_lens.core.sampling import GREEDY
 from llm_lens.desktop.state.whatif import describe, mark_text
-from tests.desktop.conftest import open_window
+from tests.desktop.conftest import open_window, wait_result
+from tests.desktop.panes.test_experts import mixtral_folder as mixtral_folder  # a fixture
 
 # a menu popped up offscreen: the plugin cannot raise it nor grab the keyboard
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support")
@@ -154,3 +155,55 @@ def test_a_continuation_keeps_the_interventions_and_remove_and_specs(qtbot, wind
     assert tokens == _trace_tokens(tmp_path, ["head:2.0*0.5"], 2 * TOKENS)
     assert ctl.interventions == (head,)  # the continuation is made under its run's changes
     assert win.whatif_menus.mark.text() == mark_text((head,))
+
+
+def _plot_point(plot: Any, x: float, y: float) -> QPoint:
+    """Where view point (x, y) of ``plot`` is on its view's viewport."""
+    scene = plot.getViewBox().mapViewToScene(QPointF(x, y))
+    return plot.scene().views()[0].mapFromScene(scene)
+
+
+def test_a_layer_and_a_head_of_why_this_token_offer_changes(qtbot, window):
+    win, ctl = window, window.controller
+    _run(qtbot, win, win.prompt_panel.run)
+    ctl.request_select(0)  # the heatmap is the prefill's: the prompt lens
+    wait_result(qtbot, ctl, "prompt_lens")
+    layers = _front(qtbot, win, "Layer stack")
+    layers.tabs.setCurrentIndex(1)
+    layers.render_and_paint()
+    assert layers._prompt_lens is not None
+    viewport = layers.heat_plot.scene().views()[0].viewport()
+    # row 3 of the heatmap is the stream after block 2: its MLP is offered
+    _right_click(qtbot, win, viewport, _plot_point(layers.heat_plot, 1.5, 3.5), "MLP 2 = 0")
+    why = _front(qtbot, win, "Why this token?")
+    why.explain_step(len(ctl.steps) - 1)
+    qtbot.waitUntil(lambda: why.result is not None, timeout=60_000)
+    viewport = why.heads_plot.scene().views()[0].viewport()
+    _right_click(qtbot, win, viewport, _plot_point(why.heads_plot, 4.5, 7.5), "head 7.4 × 0.5")
+    assert ctl.whatif.active() == (BlockEdit(2, "mlp", 0.0), HeadEdit(7, 4, "scale", 0.5))
+    assert win.panes["What if?"].rows()[0] == ("MLP 2 = 0", True)
+
+
+def test_an_expert_offers_forbid_and_force(qtbot, tmp_path, monkeypatch, request):
+    folder = request.getfixturevalue("mixtral_folder")
+    win = open_window(qtbot, tmp_path, monkeypatch, str(folder))
+    try:
+        ctl = win.controller
+        with qtbot.waitSignal(ctl.sig_run_finished, timeout=120_000):
+            ctl.request_run(PROMPT, False, GREEDY, 3)
+        experts = _front(qtbot, win, "Experts")
+        layer = int(experts.routing.layers[1])
+        clean = np.asarray(ctl.steps[0].routing.experts[1]).ravel()  # the prompt's, that layer
+        expert = int(np.bincount(clean).argmax())  # the one it routed to most
+        viewport = experts.layer_plot.scene().views()[0].viewport()
+        point = _plot_point(experts.layer_plot, expert + 0.5, 1.5)  # the second MoE layer
+        _right_click(qtbot, win, viewport, point, f"expert {layer}.{expert} off")
+        assert ctl.whatif.active() == (ExpertEdit(layer, (expert,), "off"),)
+        with qtbot.waitSignal(ctl.sig_run_finished, timeout=120_000):
+            ctl.request_run(PROMPT, False, GREEDY, 3)
+        assert ctl.interventions == (ExpertEdit(layer, (expert,), "off"),)
+        routing = ctl.steps[0].routing  # the router never picks the forbidden expert there
+        row = list(np.asarray(routing.layers)).index(layer)
+        assert expert not in np.asarray(routing.experts[row]).ravel()
+    finally:
+        win.close()

@@ -56,7 +56,12 @@ def test_the_run_carries_them_and_equals_cores_intervened_run(qtbot, tiny_ctl, t
     ref.run_all()
     assert [s.token.id for s in ctl.steps] == [s.token.id for s in ref.steps]
     np.testing.assert_allclose(ctl.steps[0].logits, ref.steps[0].logits, atol=1e-5)
-    assert ctl.whatif.clean_step(ctl.steps[0]) is clean[0]  # the same context, read clean
+    kept = ctl.whatif.clean_step(ctl.steps[0])  # the same context, read clean
+    assert kept.token == clean[0].token and kept.logits is not clean[0].logits
+    np.testing.assert_array_equal(kept.logits, clean[0].logits)
+    assert ctl.whatif.clean_step(ctl.steps[-1]) is None or ctl.steps[-1].context_ids.tolist() == (
+        clean[-1].context_ids.tolist()
+    )  # a later step only where the clean run read the same tokens
     assert np.abs(clean[0].logits - ctl.steps[0].logits).max() > 1e-3
 
 
