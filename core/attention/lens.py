@@ -62,6 +62,8 @@ def lens_attention(
         additive = _block_mask(
             attention_mask, 0, q_len, keys - q_len, keys, query.dtype, query.device
         )
+        if additive is None:  # nothing masked; ModernBERT's eager function adds it regardless
+            additive = query.new_zeros((1, 1, q_len, keys))
         output, weights = eager(module, query, key, value, additive, **kwargs)
     if tap is not None and id(module) in tap.layer_of:
         tap.observe(module, eager, (query, key, value, attention_mask), weights, kwargs)

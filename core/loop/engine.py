@@ -34,7 +34,7 @@ from llm_lens.core.attention import (
 from llm_lens.core.errors import PromptError
 from llm_lens.core.experts import RouterCapture, routing_of
 from llm_lens.core.interventions import Intervention, Patcher
-from llm_lens.core.kvcache.state import own_cache
+from llm_lens.core.kvcache.state import check_kept, own_cache
 from llm_lens.core.loading import LoadedModel
 from llm_lens.core.loop.capture import Capture
 from llm_lens.core.loop.clock import SOUND_SHARE, StepClock, measures_waits, off_cpu_share
@@ -329,6 +329,7 @@ class Run:
         token_id = sampling.choose(stages[-1], self.params, generator)
         m2 = clock.mark()
         if prefill:
+            check_kept(self.cache, self.engine.info.num_layers, type(self.engine.model).__name__)
             self._keep_prefill(cap)
         record = self._record(cap, logits, stages, token_id, position, context, kv_before)
         m3 = clock.mark()
