@@ -155,6 +155,10 @@ def test_a_session_keeps_the_constant_state_and_an_unsplit_explanation(
     x = explain(engine, run.steps[1])
     assert x.logits.unsplit.startswith("layer 0 is a short convolution layer")
     assert x.inputs.values.any() and not x.graph.weight.size
+    from llm_lens.core.cards.attribution import attribution_card
+
+    card = attribution_card(x).headline
+    assert "not split: layer 0 is a short convolution layer" in card and "MLPs" not in card
     saved = with_explanations(session_from_run(run, engine.info), {(1, None): x})
     path = tmp_path / "hybrid.llmlens"
     save_session(path, Session(engine.info.as_dict(), (saved,)))
