@@ -15,7 +15,7 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,7 @@ from llm_lens.core.attention import (
     tapping,
     use_lens_attention,
 )
+from llm_lens.core.attention.lens import differs_note
 from llm_lens.core.errors import PromptError
 from llm_lens.core.experts import RouterCapture, routing_of
 from llm_lens.core.interventions import Intervention, Patcher
@@ -80,7 +81,10 @@ class Engine:
         self.anatomy = Anatomy.of(self.model)
         # attention through transformers' interface, recorded by our function: False for a
         # family whose attention bypasses it (no maps; every other pane still works)
-        self.attention_maps = use_lens_attention(self.model)
+        self.attention_maps = use_lens_attention(self.model, check=True)
+        if not self.attention_maps and not self.info.attention_note:
+            self.info = replace(self.info, attention_note=differs_note(self.model))
+            loaded.info = self.info
         # the last layer's prompt maps (attention.prompt_maps.layer_maps)
         self.map_memo: dict[str, Any] = {}
         self.texts = TokenText(self.tokenizer)
