@@ -46,17 +46,3 @@ def own_cache(model: Any) -> Any | None:
         if own and value is not DynamicCache and value.__module__ == module.__name__:
             return value()
     return None
-
-
-def check_kept(cache: Any, num_layers: int, model_name: str) -> None:
-    """After a prefill, refuse in one line a model whose forward kept nothing in the cache
-    (transformers' GPT-1 has no K/V cache): its next tokens would be computed from the new
-    token alone, not what ``generate()`` computes, and no number may silently differ."""
-    from llm_lens.core.errors import ModelLoadError
-    from llm_lens.core.kvcache.measure import seen_tokens
-
-    if seen_tokens(cache) == 0 and not any(cache_state_bytes(cache, num_layers)):
-        raise ModelLoadError(
-            f"{model_name}: its forward keeps nothing in the KV cache, so LLM Lens cannot "
-            "generate with it step by step"
-        )

@@ -35,7 +35,8 @@ from llm_lens.core.attention.lens import differs_note
 from llm_lens.core.errors import PromptError
 from llm_lens.core.experts import RouterCapture, routing_of
 from llm_lens.core.interventions import Intervention, Patcher
-from llm_lens.core.kvcache.state import check_kept, own_cache
+from llm_lens.core.kvcache.measure import check_kept
+from llm_lens.core.kvcache.state import own_cache
 from llm_lens.core.loading import LoadedModel
 from llm_lens.core.loop.capture import Capture
 from llm_lens.core.loop.clock import SOUND_SHARE, StepClock, measures_waits, off_cpu_share
