@@ -111,8 +111,11 @@ def check_run(engine: Any, run: Any, want: list[int], want_logits: list[Any]) ->
         if not np.allclose(step.logits, ref, atol=1e-3 * scale):
             return f"tokens: step {step.index} logits differ from generate()'s"
     for step in run.steps:
-        with torch.inference_mode():
-            lens = layers.lens_logits(engine, torch.from_numpy(np.array(step.hidden)))
+        try:
+            with torch.inference_mode():
+                lens = layers.lens_logits(engine, torch.from_numpy(np.array(step.hidden)))
+        except Exception as exc:
+            return "lens: " + one_line(exc)
         scale = float(np.abs(step.logits).max()) or 1.0
         if not np.allclose(lens[-1].numpy(), step.logits, atol=1e-4 * scale):
             return f"lens: last row ≠ the output (step {step.index})"

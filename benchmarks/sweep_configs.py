@@ -48,6 +48,7 @@ SIZES: dict[str, int] = {
     **dict.fromkeys(("linear_key_head_dim", "linear_value_head_dim", "linear_head_dim"), HEAD_DIM),
     "linear_num_heads": HEADS,
     "rotary_dim": HEAD_DIM // 2,
+    "hidden_size_per_layer_input": 8,  # Gemma 3n/4's per-layer inputs (a table per token)
     "index_n_heads": 2,
     "index_head_dim": HEAD_DIM,
     "index_topk": 4,
@@ -165,8 +166,9 @@ def shrink(d: dict[str, Any], vocab: int) -> dict[str, Any]:
             out["num_key_value_heads"] = HEADS
         if "qk_head_dim" in out:  # derived, but kept by to_dict()
             out["qk_head_dim"] = out["qk_rope_head_dim"] + out.get("qk_nope_head_dim", 0)
-    if "vocab_size" in out:
-        out["vocab_size"] = vocab
+    for key in ("vocab_size", "vocab_size_per_layer_input"):
+        if key in out:
+            out[key] = vocab
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         if isinstance(out.get(key), int) and out[key] >= vocab:
             out[key] = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}[key]

@@ -29,6 +29,7 @@ POSITION_TABLE_NAMES = ("wpe", "embed_positions", "position_embeddings")
 ATTENTION = "attention"
 LATENT_ATTENTION = "latent attention"  # caches a compressed latent, not per-head K/V (MLA)
 SPARSE = "sparse "  # before an attention kind whose keys an indexer selects (DeepSeek's DSA)
+SHARED_KV = "shared-K/V attention"  # reads the K/V another layer keeps, keeps none (Gemma 3n)
 STATE_SPACE = "state-space"
 LINEAR_ATTENTION = "linear attention"
 SHORT_CONV = "short convolution"
@@ -103,18 +104,20 @@ class Anatomy:
 
 
 def _decoder(model: Any) -> Any:
+    """The decoder stack: ``get_decoder()``, else ``base_model``, else the child holding the
+    input embeddings (Llama 4 names a prefix it does not use); a candidate that does not hold
+    the input embeddings is passed over (ModernBERT's decoder is its head)."""
+    get = getattr(model, "get_input_embeddings", None)
+    embed = get() if callable(get) else None
     get = getattr(model, "get_decoder", None)
-    decoder = get() if callable(get) else None
-    if decoder is None or decoder is model:
-        decoder = getattr(model, "base_model", None)
-    if decoder is None or decoder is model:  # Llama 4 names a prefix it does not use
-        get = getattr(model, "get_input_embeddings", None)
-        embed = get() if callable(get) else None
-        holds = [c for c in model.children() if any(m is embed for m in c.modules())]
-        decoder = holds[0] if embed is not None and holds else None
-    if decoder is None or decoder is model:
-        raise ModelLoadError(f"{type(model).__name__}: cannot find the decoder stack")
-    return decoder
+    candidates = [get() if callable(get) else None, getattr(model, "base_model", None)]
+    candidates += [c for c in model.children() if any(m is embed for m in c.modules())]
+    for decoder in candidates:
+        if decoder is None or decoder is model or not isinstance(decoder, torch.nn.Module):
+            continue
+        if embed is None or any(m is embed for m in decoder.modules()):
+            return decoder
+    raise ModelLoadError(f"{type(model).__name__}: cannot find the decoder stack")
 
 
 def _layers(model: Any, decoder: Any) -> Any | None:
@@ -175,6 +178,7 @@ def _kind(attention: Any | None, other: tuple[str, Any] | None) -> str:
     kinds = []
     if attention is not None:
         base = LATENT_ATTENTION if latent_elements(attention) else ATTENTION
+        base = SHARED_KV if shares_kv(attention) else base
         sparse = isinstance(getattr(attention, "indexer", None), torch.nn.Module)
         kinds.append(SPARSE + base if sparse else base)
     if other is not None:
@@ -262,11 +266,18 @@ def model_wide(cfg: Any, name: str) -> Any:
             cfg.__dict__[flag] = before
 
 
+def shares_kv(attention: Any | None) -> bool:
+    """Does this attention read the keys and values another layer computed and kept (Gemma 3n's
+    and Gemma 4's last layers: ``is_kv_shared_layer``), keeping none of its own?"""
+    return getattr(attention, "is_kv_shared_layer", False) is True
+
+
 def kv_heads_of(attention: Any | None, heads: int, default: int) -> int:
     """The K/V heads one attention module caches: its own ``num_key_value_heads`` (JetMoE's
     mixture of attention heads), else its ``heads // num_key_value_groups`` (MiMo's full and
-    sliding layers differ), else ``default``; 0 for a layer without attention."""
-    if attention is None:
+    sliding layers differ), else ``default``; 0 for a layer without attention or one that
+    reads another layer's K/V."""
+    if attention is None or shares_kv(attention):
         return 0
     own = getattr(attention, "num_key_value_heads", None)
     if isinstance(own, int) and own > 0:

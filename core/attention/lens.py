@@ -62,6 +62,8 @@ def lens_attention(
         additive = _block_mask(
             attention_mask, 0, q_len, keys - q_len, keys, query.dtype, query.device
         )
+        if additive is None:  # nothing masked; ModernBERT's eager function adds it regardless
+            additive = query.new_zeros((1, 1, q_len, keys))
         output, weights = eager(module, query, key, value, additive, **kwargs)
     if tap is not None and id(module) in tap.layer_of:
         tap.observe(module, eager, (query, key, value, attention_mask), weights, kwargs)
@@ -100,13 +102,50 @@ def register() -> None:
     AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
 
 
-def use_lens_attention(model: Any) -> bool:
+def use_lens_attention(model: Any, check: bool = False) -> bool:
     """Route the model's attention through :func:`lens_attention`; False for a family whose
-    attention does not go through transformers' interface (no maps for it, nothing else lost)."""
+    attention does not go through transformers' interface (no maps for it, nothing else lost).
+    ``check``: first make sure the model computes the same logits through it as through its
+    own eager attention (:func:`reproduces`); where not, it keeps its own, and False."""
     can_set = getattr(type(model), "_can_set_attn_implementation", None)
     if not (callable(can_set) and can_set()):
         return False
     register()
+    if check and not reproduces(model):
+        model.set_attn_implementation("eager")
+        return False
     if model.config._attn_implementation != ATTN_IMPLEMENTATION:
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
     return bool(model.config._attn_implementation == ATTN_IMPLEMENTATION)
+
+
+def differs_note(model: Any) -> str:
+    """The Attention pane's one line for a model :func:`reproduces` refused."""
+    return (
+        f"{type(model).__name__}'s attention does something LLM Lens' attention function does "
+        "not reproduce (its logits differ through it), so the model runs its own attention and "
+        "its maps are not recorded"
+    )
+
+
+def reproduces(model: Any, tolerance: float = 1e-3) -> bool:
+    """Are the model's logits over a short sequence the same through :func:`lens_attention` as
+    through its own eager attention? A family whose attention module does something else when
+    the implementation is not named "eager" (a sparse selection it folds in only then, say)
+    would otherwise compute different tokens, silently. True where eager cannot run alone."""
+    import torch
+
+    vocab = int(model.get_input_embeddings().num_embeddings)
+    device = next(model.parameters()).device
+    ids = ((torch.arange(8, device=device) * 7 + 3) % vocab)[None]  # (1, 8)
+    logits = []
+    try:
+        with torch.inference_mode():
+            for impl in ("eager", ATTN_IMPLEMENTATION):
+                model.set_attn_implementation(impl)
+                logits.append(model(input_ids=ids, use_cache=False).logits.float())
+    except Exception:  # noqa: BLE001 - a family whose eager path cannot run: nothing to compare
+        return True
+    want, got = logits
+    scale = float(want.abs().max()) or 1.0
+    return float((got - want).abs().max()) <= tolerance * scale

@@ -22,6 +22,9 @@ def attribution_card(result: Any) -> Explainer:
     if result is None:
         return Explainer("Explain a token: its logit, piece by piece.", shows, (), (), try_this)
     a = result.logits
+    if getattr(a, "unsplit", ""):  # a hybrid, latent attention, blocks not added as they are
+        headline = f"{q(result.token_text)}: logit {a.logit:.2f}, not split: {a.unsplit}."
+        return Explainer(headline, shows, (), (), "Open Input tokens: gradient × input.")
     attn, mlp = float(np.sum(a.heads)), float(np.sum(a.mlp))
     top = np.unravel_index(int(np.argmax(a.heads)), a.heads.shape)
     headline = (

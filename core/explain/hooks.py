@@ -119,7 +119,8 @@ class PassHooks:
 
     def _on_attn_in(self, module: Any, args: Any, kwargs: Any) -> None:
         detach = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-        self.calls.append((module, tuple(a.detach() for a in args), detach))
+        kept = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)  # BERT: None
+        self.calls.append((module, kept, detach))
 
     def _on_attn(self, _m: Any, _i: Any, output: Any) -> None:
         self.attn.put(output[0] if isinstance(output, tuple) else output)

@@ -256,6 +256,9 @@ def _values(cache: Any, seen: dict[int, torch.Tensor], layers: list[int]) -> lis
     them in the pass (every position, a windowed layer's too; :func:`.hooks.attended`); from
     the cache itself for a block that did not go through ``cache.update``."""
     pairs = kvcache.cache_tensors(cache)
+    missing = [i for i in layers if i not in seen and pairs[i][1] is None]
+    if missing:  # Gemma 3n: a layer reading the K/V another layer computed keeps none
+        raise NoSplit(f"layer {missing[0]} reads another layer's keys and values")
     return [(seen[i] if i in seen else pairs[i][1][0].detach()).float() for i in layers]
 
 

@@ -148,10 +148,14 @@ def _kv_free(section: Mapping[str, Any], layers: int) -> tuple[bool, ...]:
     """Per layer, True where it keeps no K/V: a type that is not softmax attention (transformers'
     ``linear_attention``, Mamba, convolution, an MLP-only layer); Zamba2's "hybrid" has one."""
     types, _config = _layer_types(section)
+    shared = section.get("num_kv_shared_layers") or 0  # Gemma 3n's last layers read earlier K/V
+    shared = shared if isinstance(shared, int) and 0 < shared <= layers else 0
+    last = [i >= layers - shared for i in range(layers)]
     if types is None or len(types) != layers:
-        return (False,) * layers
+        return tuple(last)
     return tuple(
-        not (t == "hybrid" or ("attention" in str(t) and "linear" not in str(t))) for t in types
+        s or not (t == "hybrid" or ("attention" in str(t) and "linear" not in str(t)))
+        for t, s in zip(types, last, strict=True)
     )
 
 

@@ -96,3 +96,16 @@ def measure(cache: Any, info: ModelInfo, previous_total: int) -> KVCacheStats:
         state_per_layer=frozen(state) if state.any() else None,
         by_device=bytes_by_device(cache),
     )
+
+
+def check_kept(cache: Any, num_layers: int, model_name: str) -> None:
+    """After a prefill, refuse in one line a model whose forward kept nothing in the cache
+    (transformers' GPT-1 has no K/V cache): its next tokens would be computed from the new
+    token alone, not what ``generate()`` computes, and no number may silently differ."""
+    from llm_lens.core.errors import ModelLoadError
+
+    if seen_tokens(cache) == 0 and not any(cache_state_bytes(cache, num_layers)):
+        raise ModelLoadError(
+            f"{model_name}: its forward keeps nothing in the KV cache, so LLM Lens cannot "
+            "generate with it step by step"
+        )

@@ -39,7 +39,7 @@ def state_elements_from_config(config: Any) -> tuple[int, ...] | None:
     try:
         with warnings.catch_warnings(), torch.device("meta"):
             warnings.simplefilter("ignore")
-            model = AutoModelForCausalLM.from_config(config)
+            model = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
         anatomy = Anatomy.of(model)
     except (ModelLoadError, Exception):  # noqa: BLE001 - any family transformers cannot build
         return None

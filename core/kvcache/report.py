@@ -137,8 +137,9 @@ def _kept_lines(r: Mapping[str, Any]) -> tuple[int, list[str]]:
     if kv_layers == layers:
         return kv_layers, []
     return kv_layers, [
-        f"K/V layers   {kv_layers} of {layers} keep K/V; the others (state-space, linear "
-        "attention, convolution) keep a state that does not grow"
+        f"K/V layers   {kv_layers} of {layers} keep K/V; the others keep none that grows (a "
+        "state-space, linear-attention or convolution layer's state is constant; a shared-K/V "
+        "layer reads another layer's)"
     ]
 
 

@@ -39,7 +39,9 @@ def own_cache(model: Any) -> Any | None:
     from transformers import DynamicCache
 
     module = sys.modules.get(type(model).__module__)
-    for value in vars(module).values() if module is not None else ():
+    if module is None:
+        return None
+    for value in vars(module).values():
         own = isinstance(value, type) and issubclass(value, DynamicCache)
         if own and value is not DynamicCache and value.__module__ == module.__name__:
             return value()

@@ -160,7 +160,7 @@ class Capture:
         self.hidden.append(h)
 
     def _on_attn(self, _module: Any, _inputs: Any, output: Any) -> None:
-        out = output[0] if isinstance(output, tuple) else output
+        out = output[0] if isinstance(output, tuple | list) else output  # GPT-1: a list
         self.attn_out.append(out[0, -1].clone())  # (hidden,)
 
     def last_position(self) -> tuple[Any, Any]:

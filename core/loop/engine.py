@@ -15,7 +15,7 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -31,9 +31,11 @@ from llm_lens.core.attention import (
     tapping,
     use_lens_attention,
 )
+from llm_lens.core.attention.lens import differs_note
 from llm_lens.core.errors import PromptError
 from llm_lens.core.experts import RouterCapture, routing_of
 from llm_lens.core.interventions import Intervention, Patcher
+from llm_lens.core.kvcache.measure import check_kept
 from llm_lens.core.kvcache.state import own_cache
 from llm_lens.core.loading import LoadedModel
 from llm_lens.core.loop.capture import Capture
@@ -81,7 +83,10 @@ class Engine:
         self.anatomy = Anatomy.of(self.model)
         # attention through transformers' interface, recorded by our function: False for a
         # family whose attention bypasses it (no maps; every other pane still works)
-        self.attention_maps = use_lens_attention(self.model)
+        self.attention_maps = use_lens_attention(self.model, check=True)
+        if not self.attention_maps and not self.info.attention_note:
+            self.info = replace(self.info, attention_note=differs_note(self.model))
+            loaded.info = self.info
         # the last layer's prompt maps (attention.prompt_maps.layer_maps)
         self.map_memo: dict[str, Any] = {}
         self.texts = TokenText(self.tokenizer)
@@ -336,6 +341,7 @@ class Run:
         token_id = sampling.choose(stages[-1], self.params, generator)
         m2 = clock.mark()
         if prefill:
+            check_kept(self.cache, self.engine.info.num_layers, type(self.engine.model).__name__)
             self._keep_prefill(cap)
         record = self._record(cap, logits, stages, token_id, position, context, kv_before)
         m3 = clock.mark()

@@ -56,7 +56,7 @@ def split_text(lg: Any) -> str:
     Only the terms the model has are named: its biases, its final soft-cap (Gemma), which do
     not split over the pieces. What is left on a model with neither is float32 rounding."""
     if getattr(lg, "unsplit", ""):
-        return f"not split: {lg.unsplit}"
+        return f"the whole logit (not split: {lg.unsplit})"
     capped = bool(getattr(lg, "has_softcap", abs(getattr(lg, "after_unembed", 0.0)) > 0))
     rest = lg.residual - lg.after_unembed if capped else lg.residual
     text = f"embedding + heads + MLPs ({lg.sum:.3f})"

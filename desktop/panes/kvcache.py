@@ -236,10 +236,14 @@ class KVCachePane(Pane):
         measured = f"(measured: {kv.bytes_total:,} bytes{verdict}"
         windows = [w for w in kv.windows if w > 0]
         if not windows:
+            layers, state = info.num_layers, ""
+            if kv.state_per_layer is not None:  # a hybrid: K/V layers only, plus the state
+                layers = int((np.asarray(kv.per_layer).sum(axis=1) > 0).sum())
+                state = f" + state({kv.state_formula_bytes:,})"
             return (
-                f"step {step.index}: 2 × layers({info.num_layers}) × kv_heads({info.num_kv_heads})"
+                f"step {step.index}: 2 × layers({layers}) × kv_heads({info.num_kv_heads})"
                 f" × head_dim({info.head_dim}) × bytes({info.dtype_bytes}) × tokens({kv.tokens})"
-                f" = {kv.formula_bytes:,} bytes = {human_bytes(kv.formula_bytes)} {measured}"
+                f"{state} = {kv.formula_bytes:,} bytes = {human_bytes(kv.formula_bytes)} {measured}"
             )
         full = len(kv.windows) - len(windows)
         held = ", ".join(

@@ -155,6 +155,10 @@ def test_a_session_keeps_the_constant_state_and_an_unsplit_explanation(
     x = explain(engine, run.steps[1])
     assert x.logits.unsplit.startswith("layer 0 is a short convolution layer")
     assert x.inputs.values.any() and not x.graph.weight.size
+    from llm_lens.core.cards.attribution import attribution_card
+
+    card = attribution_card(x).headline
+    assert "not split: layer 0 is a short convolution layer" in card and "MLPs" not in card
     saved = with_explanations(session_from_run(run, engine.info), {(1, None): x})
     path = tmp_path / "hybrid.llmlens"
     save_session(path, Session(engine.info.as_dict(), (saved,)))
@@ -185,3 +189,31 @@ def test_why_this_token_gradient_is_the_same_pass_split_or_not(tokenizer: Any, n
     assert bool(x.logits.unsplit) == (name == "deepseek_v3")
     if name == "deepseek_v3":
         assert "latent attention" in x.logits.unsplit and "\n" not in x.logits.unsplit
+
+
+def test_an_attention_the_app_cannot_reproduce_runs_as_the_models_own(
+    tokenizer: Any, monkeypatch: Any
+) -> None:
+    """Without the indexer's selection folded in, the app's attention function would read every
+    key of DeepSeek-V3.2's sparse attention: the load-time check sees the logits differ, the
+    model keeps its own attention (its tokens still generate()'s) and the Attention pane gets
+    one line instead of maps; with the selection folded in, the maps are the model's."""
+    import llm_lens.core.attention.lens as lens
+    from llm_lens.core.loading import LoadedModel
+
+    loaded = hybrid_model("deepseek_v32", tokenizer)
+    assert Engine(LoadedModel(loaded.model, tokenizer, loaded.info)).attention_maps
+    monkeypatch.setattr(lens, "selected_keys_mask", lambda mask, _i, _q, _k: mask)
+    fresh = LoadedModel(loaded.model, tokenizer, loaded.info)
+    engine = Engine(fresh)
+    assert not engine.attention_maps and engine.model.config._attn_implementation == "eager"
+    assert "does not reproduce" in engine.info.attention_note == fresh.info.attention_note
+    run = engine.start(engine.tokenize(PROMPT, chat=False), GREEDY, RunConfig(max_new_tokens=NEW))
+    run.run_all()
+    prompt = torch.tensor([run.prompt.ids])
+    with torch.inference_mode():
+        ref = engine.model.generate(prompt, attention_mask=torch.ones_like(prompt),
+                                    max_new_tokens=NEW, do_sample=False)  # fmt: skip
+    assert run.generated_ids == ref[0, len(run.prompt) :].tolist()
+    monkeypatch.undo()
+    assert Engine(LoadedModel(loaded.model, tokenizer, loaded.info)).attention_maps

@@ -506,3 +506,40 @@ def test_windowed_heads_read_only_the_keys_their_window_shows_them(loaded, name,
     far = attn & (g.dst_pos - g.src_pos >= WINDOW)
     assert far.any() and (g.weight[far] == 0).all() and (g.head_shares[far] == 0).all()
     assert (g.weight[attn & ~far] > 0).any()
+
+
+UNSPLIT = {  # families whose blocks are not added to the residual as they are
+    "bloom": ("bloom", dict(n_layer=2, n_head=4, hidden_size=32)),
+    "glm4": ("glm4", dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                          hidden_size=32, intermediate_size=64, head_dim=8, pad_token_id=0,
+                          eos_token_id=2, bos_token_id=1)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(UNSPLIT))
+def test_blocks_not_added_as_they_are_get_gradient_times_input_and_the_reason(tokenizer, name):
+    """Bloom and GLM-4: "Why this token?" never raises; it names the layer in one line, keeps
+    the model's logit and gives gradient × input (the same as a hand-written backward)."""
+    from transformers import CONFIG_MAPPING
+
+    from tests.families import seeded_model
+
+    def config(_name: str, vocab: int):
+        model_type, fields = UNSPLIT[name]
+        return CONFIG_MAPPING[model_type](vocab_size=vocab, **fields)
+
+    engine = Engine(seeded_model({}, name, config, tokenizer))
+    run = engine.start(engine.tokenize("The cat sat on", chat=False), GREEDY, RunConfig(2))
+    step = run.run_all()[-1]
+    x = explain(engine, step)
+    assert "does not add its attention and MLP outputs" in x.logits.unsplit
+    assert "\n" not in x.logits.unsplit and not x.logits.heads.any()
+    assert x.logits.logit == pytest.approx(float(step.logits[step.token.id]), rel=1e-4)
+    ids = torch.tensor([list(step.context_ids)])
+    with torch.enable_grad():
+        embeds = engine.anatomy.embed(ids).detach().requires_grad_(True)
+        logits = engine.model(inputs_embeds=embeds.clone(), use_cache=False).logits[0, -1]
+        torch.log_softmax(logits.float(), -1)[step.token.id].backward()
+    want = (embeds.grad * embeds).sum(-1)[0].detach().numpy()
+    np.testing.assert_allclose(x.inputs.values, want, rtol=1e-4, atol=1e-6)
+    assert explanation_dict(x)["unsplit"] == x.logits.unsplit

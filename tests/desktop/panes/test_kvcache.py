@@ -183,6 +183,12 @@ def test_kv_pane_draws_a_hybrids_growing_and_constant_parts_apart(kv_pane, bare,
     text = kv_pane.formula_label.text()
     assert "grows: K/V" in text and "in 1 layers; constant: conv/recurrent state" in text
     assert "with every layer attention like these" in text
+    kv = steps[-1].kv
+    assert (
+        f"2 × layers(1) × kv_heads(2) × head_dim(8) × bytes(4) × tokens({kv.tokens}) + "
+        f"state({kv.state_formula_bytes:,}) = {kv.formula_bytes:,} bytes" in text
+    )
+    assert kv.formula_bytes == 2 * 2 * 8 * 4 * kv.tokens + kv.state_formula_bytes
     names = [i[1].text for i in kv_pane.growth_plot.legend.items]
     assert "state (constant)" in names and "K/V (grow)" in names
     info, plain = _kv_records("mistral")
