@@ -150,6 +150,7 @@ TAILS = {
     "gemma2": ("gemma2", dict(final_logit_softcapping=0.5)),
     "opt": ("opt", dict(word_embed_proj_dim=16)),  # project_out (and project_in) around the layers
     "cohere": ("cohere", {}),  # logit_scale 0.25
+    "falcon_h1": ("falcon_h1", {}),  # lm_head_multiplier 0.5
 }
 _tails: dict[str, object] = {}
 
