@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from llm_lens.core.anatomy import Anatomy
-from llm_lens.core.engines.ndif.program import CaptureSpec, Targets, load_nnsight
+from llm_lens.core.engines.ndif.program import HEAD_SCALES, CaptureSpec, Targets, load_nnsight
 from llm_lens.core.engines.ndif.run import NdifRun
 from llm_lens.core.engines.ndif.status import (
     StatusCallback,
@@ -51,6 +51,7 @@ class NdifEngine:
         self.routers = find_routers(hf_model)
         self.eos_ids = _eos_ids(hf_model, tokenizer)
         self.spec: CaptureSpec = how.get("spec") or CaptureSpec()  # what a run asks for
+        self.head_scale = head_scale(hf_model)  # what the forward does after the head
         self.lenses: dict[tuple[int, int], LensResult] = {}  # (run_id, step) -> the server's
 
     @classmethod
@@ -98,9 +99,8 @@ class NdifEngine:
         from llm_lens.core.engines.base import Provides  # type: ignore[import-not-found,unused-ignore]
 
         fills, missing = provided(self.spec, bool(self.routers))
-        return Provides(
-            frozenset(fills), missing, top_n=-1 if self.spec.full_logits else self.spec.top_n
-        )
+        top_n = -1 if self.spec.full_logits else self.spec.top_n
+        return Provides(frozenset(fills), missing, top_n, approximate=not self.spec.full_logits)
 
     def logit_lens(self, step: StepRecord, k: int = 5) -> LensResult | None:
         """The lens the server computed for ``step`` (its top ``k`` ≤ the run's), or None."""
@@ -127,6 +127,7 @@ class NdifEngine:
             mixers=tuple(envoys[id(m)] for m in a.mixers),
             final_norm=envoys[id(a.final_norm)],
             lm_head=envoys[id(a.lm_head)],
+            project_out=_project_out(self.hf_model, envoys),
             routers=tuple((n, envoys[id(r)]) for n, r in self.routers),
             attention_calls={n: c for n, c in calls.items() if c is not None},
             groups=max(1, self.info.num_heads // max(1, self.info.num_kv_heads)),
@@ -145,6 +146,8 @@ class NdifEngine:
         before then sends none; a job under way runs to its end, then stops the records)."""
         config = config or RunConfig()
         spec = spec or replace(self.spec, top_n=config.top_n)
+        seed = None if params.is_greedy else params.seed
+        spec = replace(spec, head_scale=self.head_scale, seed=seed)
         return NdifRun(self, prompt, params, config, spec, on_status, cancel or threading.Event())
 
     def backend(self, on_status: StatusCallback | None) -> Any:
@@ -158,7 +161,6 @@ MISSING = {
     "model locally for them",
     "attention": "NDIF runs bring back the attention rows of the heads you open only: open "
     "the model locally for whole maps",
-    "timing": "an NDIF run is one job: its whole time is the first step's (queue included)",
     "prompt_logprobs": "NDIF runs read the prompt's last position only: open the model locally",
     "prefix_cache": "NDIF keeps no cache between jobs",
     "interventions": "not sent to NDIF yet: open the model locally to change it",
@@ -168,19 +170,36 @@ MISSING = {
 
 def provided(spec: CaptureSpec, moe: bool) -> tuple[set[str], dict[str, str]]:
     """The capabilities runs made with ``spec`` fill, and a line for each they do not."""
-    fills = {"tokens", "token_ids", "logprobs", "alternatives", "lens", "kv_cache"}
+    fills = {"tokens", "token_ids", "logprobs", "alternatives", "lens", "kv_cache", "timing"}
     missing = dict(MISSING)
     if spec.full_logits:
         fills |= {"distribution", "sampling"}
     else:
-        why = "NDIF runs bring back the top-N and a histogram of the rest: ask for the whole "
-        missing["distribution"] = why + "distribution (full logits) for exact sampling stages"
+        why = "NDIF runs bring back the top-N and a histogram of the rest, so the sampling "
+        why += "stages are approximate: ask for the whole distribution (full logits) for exact ones"
+        missing["distribution"] = why
         missing["sampling"] = missing["distribution"]
     if moe:
         fills.add("routing")
     else:
         missing["routing"] = "this model has no mixture-of-experts routers"
     return fills, missing
+
+
+def head_scale(model: Any) -> tuple[tuple[str, float], ...]:
+    """The numbers the model's forward applies to the head's logits (see
+    :data:`~llm_lens.core.engines.ndif.program.HEAD_SCALES`), from its config, or none."""
+    config = getattr(model, "config", None)
+    config = getattr(config, "get_text_config", lambda: config)()
+    found = ((name, getattr(config, name, None)) for name in HEAD_SCALES)
+    return tuple((name, float(value)) for name, value in found if value is not None)
+
+
+def _project_out(model: Any, envoys: dict[int, Any]) -> Any | None:
+    """The envoy of OPT's ``project_out`` (the decoder's projection after its final norm)."""
+    base = getattr(model, "base_model", model)
+    module = getattr(getattr(base, "decoder", base), "project_out", None)
+    return envoys.get(id(module)) if module is not None else None
 
 
 def _default_host() -> str:

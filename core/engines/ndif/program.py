@@ -6,7 +6,10 @@ returns only what the panes draw, computed where the activations are:
 
 - the residual norms per layer (residual, attention update, MLP update, layer update), never the
   vectors;
-- the logit lens top-k, through the model's own final norm and ``lm_head``;
+- the logit lens top-k, through the model's own final norm, its ``project_out`` (OPT) and
+  ``lm_head``, then the scaling its forward applies after the head (:data:`HEAD_SCALES`, read
+  from the config by the client and sent as plain numbers), checked each step against the
+  model's own logits (``lens_gap``: the last lens row less the output, 0 where they agree);
 - the final layer's top-N logits, the log-sum-exp and entropy of the whole distribution, the
   chosen token's logit and rank, and a 64-bin histogram of the rest (the session format's tail,
   :mod:`llm_lens.core.sessions.compact`); the whole ``(vocab,)`` logits only when asked;
@@ -16,7 +19,15 @@ returns only what the panes draw, computed where the activations are:
 
 A step's token is chosen by the server's ``generate()``; nnsight hands it over through the
 generation streamer at the start of the next step, so a step's reading of its logits is finished
-then (the last step's at the streamer's final put, after which the loop stops by design).
+then (the last step's at the streamer's final put, after which the loop stops by design). A
+seeded sampled run seeds the server's torch generator at the top of the trace, before the first
+draw: ``generate()`` then draws what the local sampler draws from the same seed wherever the
+server samples on the CPU (the local simulation); a GPU server draws from its CUDA generator,
+reproducible for a seed there but not the local engine's tokens.
+
+Each step carries the server's clock (``clock``: the step's start, when the streamer handed
+over the previous token, the end of its forward and capture, and the hand-over of its own
+token), so the Timing pane has the server's time per step rather than the job's.
 
 The trace body and its helpers use torch and the model's modules only, and this module imports
 nothing of llm_lens: it is registered with nnsight to travel by value (its source), since NDIF
@@ -26,6 +37,7 @@ has no llm_lens installed; ``remote="local"`` checks the request as the server w
 from __future__ import annotations
 
 import sys
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +49,14 @@ import torch
 TAIL_BINS = 64
 TAIL_WIDTH = 0.5
 
+# what a family's forward does to the head's logits, in the order it does it, as the config
+# names the number (the value is sent in CaptureSpec.head_scale):
+# Falcon-H1 ``logits * config.lm_head_multiplier`` (FalconH1ForCausalLM.forward), Cohere and
+# Cohere 2 ``logits * config.logit_scale`` (CohereForCausalLM.forward), the Granite families
+# ``logits / config.logits_scaling`` (GraniteForCausalLM.forward), Gemma 2 and 3
+# ``tanh(logits / cap) * cap`` with ``config.final_logit_softcapping`` (Gemma2ForCausalLM)
+HEAD_SCALES = ("lm_head_multiplier", "logit_scale", "logits_scaling", "final_logit_softcapping")
+
 
 @dataclass(frozen=True)
 class CaptureSpec:
@@ -46,6 +66,9 @@ class CaptureSpec:
     lens_k: int = 5
     full_logits: bool = False  # the whole (vocab,) logits per step (the Sampling pane exact)
     heads: tuple[tuple[int, int], ...] = ()  # (layer, head) whose attention rows to bring back
+    # set by the engine from the model and the run, not by the user:
+    head_scale: tuple[tuple[str, float], ...] = ()  # (HEAD_SCALES name, the config's value)
+    seed: int | None = None  # the server's torch seed for a sampled run (None: not seeded)
 
 
 @dataclass(frozen=True)
@@ -56,6 +79,7 @@ class Targets:
     mixers: tuple[Any, ...]  # each layer's attention or token mixer
     final_norm: Any
     lm_head: Any
+    project_out: Any = None  # OPT's projection between the final norm and the head
     routers: tuple[tuple[int, Any], ...] = ()  # (decoder layer, router envoy)
     attention_calls: dict[int, Any] = field(default_factory=dict)  # layer -> its attention call
     groups: int = 1  # query heads per key/value head
@@ -87,10 +111,12 @@ def generate_steps(
 
     # this module's functions and classes travel as source: NDIF has no llm_lens installed
     register(sys.modules[__name__])
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
         # the open loop ends by asking for a step the generation never makes (by design)
         warnings.filterwarnings("ignore", message=".*was never reached.*")
         with model.generate(ids, **gen, **how) as tracer:
+            if spec.seed is not None:
+                torch.manual_seed(spec.seed)  # on the server, before generate()'s first draw
             steps = nnsight.save([])
             held = None
             for _step in tracer.all():
@@ -104,20 +130,44 @@ def _capture_step(
     """One step, on the server: finish the previous step's reading with the token the
     generation chose (the streamer hands it over first), then capture this step's pass."""
     chosen = model.generator.streamer.output.reshape(-1)[-1]
+    start = time.perf_counter()  # the previous token handed over: this step starts
     if previous is not None:
         logits = previous.pop("logits")
         previous["reading"] = _reading(logits, chosen, spec.top_n, TAIL_BINS, TAIL_WIDTH)
         previous["token"] = chosen.cpu()
+        clock = previous.pop("started"), previous.pop("ended"), start
+        previous["clock"] = torch.tensor(clock, dtype=torch.float64)
         steps.append(previous)
     held, residual = _capture_layers(targets, spec)
-    logits = targets.lm_head(targets.final_norm(residual)).float()  # (layers + 1, vocab)
-    lens = torch.softmax(logits, dim=-1).topk(spec.lens_k)
+    lens_logits = _lens_logits(targets, dict(spec.head_scale), residual)  # (layers + 1, vocab)
+    lens = torch.softmax(lens_logits, dim=-1).topk(spec.lens_k)
     held["lens_ids"] = lens.indices.to(torch.int32).cpu()
     held["lens_probs"] = lens.values.cpu()
     held["logits"] = model.output.logits[0, -1].float()  # (vocab,), read at the next step
+    held["lens_gap"] = (lens_logits[-1] - held["logits"]).abs().max().cpu()
     if spec.full_logits:
         held["full"] = held["logits"].cpu()
+    held["started"], held["ended"] = start, time.perf_counter()
     return held
+
+
+def _lens_logits(targets: Targets, scale: dict[str, float], residual: Any) -> Any:
+    """(rows, vocab) float32: the residual through the model's own final norm, projection and
+    head, then the scaling its forward applies after the head, in its order and its dtype."""
+    x = targets.final_norm(residual)
+    if targets.project_out is not None:
+        x = targets.project_out(x)
+    logits = targets.lm_head(x)
+    if "lm_head_multiplier" in scale:
+        logits = logits * scale["lm_head_multiplier"]
+    if "logit_scale" in scale:
+        logits = logits * scale["logit_scale"]
+    if "logits_scaling" in scale:
+        logits = logits / scale["logits_scaling"]
+    if "final_logit_softcapping" in scale:
+        cap = scale["final_logit_softcapping"]
+        logits = torch.tanh(logits / cap) * cap
+    return logits.float()
 
 
 def _capture_layers(targets: Targets, spec: CaptureSpec) -> tuple[dict[str, Any], Any]:

@@ -7,6 +7,8 @@ the server's own where the run asked for the whole distribution, else the top-N 
 token exact and the rest at its histogram bin's level (``tail_levels`` says how many), so the
 probability mass at temperature 1 is exact and the Sampling pane can still re-sample.
 The logit lens comes back computed (a :class:`~llm_lens.core.layers.LensResult` per step).
+A step whose stages were computed from tail levels is marked ``approximate``; its timing is the
+server's clock for that step (:func:`step_timing`).
 """
 
 from __future__ import annotations
@@ -74,6 +76,21 @@ def rebuild_logits(
     out[mask] = np.repeat(levels, counts[filled]).astype(np.float32)
     out[kept] = values
     return out
+
+
+def step_timing(clock: Any, overhead_ms: float = 0.0) -> StepTiming:
+    """A step's timing from the server's clock (start, forward and capture done, the token
+    handed over, in seconds): the forward with the capture that ran inside it, then the
+    server's sampling; ``overhead_ms`` (the job's queue and transfer, on the first step) goes
+    in ``between_ms``. Off-CPU waits are not measured on the server."""
+    start, ended, handed = (float(t) for t in clock)
+    return StepTiming(
+        forward_ms=(ended - start) * 1e3,
+        sample_ms=(handed - ended) * 1e3,
+        capture_ms=0.0,
+        between_ms=overhead_ms,
+        waits_measured=False,
+    )
 
 
 def formula_kv(info: ModelInfo, tokens: int, previous: int) -> KVCacheStats:
@@ -170,4 +187,5 @@ def step_record(
         norms=frozen(payload["norms"].numpy()),
         routing=routing(payload, how.get("routers", ()), position, how.get("scoring", "softmax")),
         tail_levels=tail,
+        approximate=tail > 0,
     )

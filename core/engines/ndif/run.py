@@ -21,7 +21,7 @@ from llm_lens.core.engines.ndif.status import (
 from llm_lens.core.experts import _scoring
 from llm_lens.core.layers import LensResult
 from llm_lens.core.loop.engine import RunConfig
-from llm_lens.core.records import PromptTokens, RunSummary, StepRecord, StepTiming
+from llm_lens.core.records import PromptTokens, RunSummary, StepRecord
 from llm_lens.core.sampling import SamplingParams
 
 if TYPE_CHECKING:
@@ -31,7 +31,8 @@ _run_ids = itertools.count(1)
 
 
 def generate_kwargs(params: SamplingParams, config: RunConfig, pad: int | None) -> dict[str, Any]:
-    """``generate()`` keywords for the server's own sampler (its seed is the server's)."""
+    """``generate()`` keywords for the server's own sampler (seeded by the trace, see
+    :mod:`~llm_lens.core.engines.ndif.program`)."""
     gen: dict[str, Any] = {"max_new_tokens": config.max_new_tokens, "pad_token_id": pad}
     if params.is_greedy:
         return gen | {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
@@ -59,6 +60,7 @@ class NdifRun:
     step_bytes: list[int] = field(default_factory=list)  # of it, each step's
     states: list[str] = field(default_factory=list)  # the job's statuses, in order
     wall_ms: float = 0.0
+    lens_gap: float = 0.0  # the largest |last lens row - the model's logits| over the steps
 
     def __iter__(self) -> Iterator[StepRecord]:
         if not self.steps and self.finish_reason is None:
@@ -108,8 +110,11 @@ class NdifRun:
         """Records from the payloads, stopping where the local loop would stop."""
         eng, context = self.engine, list(self.prompt.ids)
         kv_before = 0
+        self.lens_gap = max((float(p["lens_gap"]) for p in payloads), default=0.0)
+        server_ms = sum(float(p["clock"][2] - p["clock"][0]) for p in payloads) * 1e3
+        overhead = max(0.0, self.wall_ms - server_ms)  # queue, transfer, set-up: before step 0
         for index, payload in enumerate(payloads):
-            timing = StepTiming(self.wall_ms if index == 0 else 0.0, 0.0, 0.0, waits_measured=False)
+            timing = rec.step_timing(payload["clock"], overhead if index == 0 else 0.0)
             how = {
                 "run_id": self.run_id, "index": index, "info": eng.info, "params": self.params,
                 "top_n": self.spec.top_n, "heads": self.spec.heads, "kv_before": kv_before,
@@ -155,6 +160,8 @@ class NdifRun:
             "payload_bytes": self.payload_bytes,
             "payload_bytes_per_step": self.payload_bytes // steps,
             "wall_ms": self.wall_ms,
+            "lens_gap": self.lens_gap,
+            "seed": self.spec.seed,
             "job_states": list(self.states),
         }  # fmt: skip
 

@@ -10,7 +10,7 @@ from llm_lens.core.engines.ndif import CaptureSpec, NdifEngine
 from llm_lens.core.engines.ndif.records import full_activation_bytes
 from llm_lens.core.layers import logit_lens
 from llm_lens.core.loop.engine import Engine, RunConfig
-from llm_lens.core.sampling import GREEDY
+from llm_lens.core.sampling import GREEDY, SamplingParams
 from tests.families import family_model
 
 HEADS = ((3, 1), (20, 5))  # (layer, head) the user opened
@@ -142,3 +142,95 @@ def test_hosted_engine_builds_the_skeleton_without_weights(tmp_path, tokenizer):
     engine.model.to_model_key = lambda: "TransformersModel:org/model"  # a Hub id's key
     backend = engine.backend(None)
     assert (backend.api_key, backend.host) == ("k-123", "https://ndif.invalid")
+
+
+# what each family's forward does after the head, made large enough to move the distribution
+TAILS = {
+    "granite": ("granite", {}),  # logits_scaling 8
+    "gemma2": ("gemma2", dict(final_logit_softcapping=0.5)),
+    "opt": ("opt", dict(word_embed_proj_dim=16)),  # project_out (and project_in) around the layers
+    "cohere": ("cohere", {}),  # logit_scale 0.25
+    "falcon_h1": ("falcon_h1", {}),  # lm_head_multiplier 0.5
+}
+_tails: dict[str, object] = {}
+
+
+def _tail_model(name, tokenizer):
+    from tests.families import FAMILIES, family_config, seeded_model
+    from tests.hybrid_families import hybrid_config
+
+    def config_of(key, vocab):
+        family, extra = TAILS[key]
+        of = family_config if family in FAMILIES else hybrid_config
+        config = of(family, vocab)
+        for field, value in extra.items():
+            setattr(config, field, value)
+        return config
+
+    return seeded_model(_tails, name, config_of, tokenizer)
+
+
+@pytest.mark.parametrize("name", list(TAILS))
+def test_lens_runs_the_model_s_own_tail(tokenizer, name):
+    """The lens goes through OPT's projection and the scaling after the head (Granite's
+    ``logits_scaling``, Gemma 2's soft-capping, Cohere's ``logit_scale``): its last row is the
+    model's output and every row equals the local engine's lens (core.layers)."""
+    loaded = _tail_model(name, tokenizer)
+    local = Engine(loaded)
+    prompt = local.tokenize(PROMPT)
+    want = local.start(prompt, GREEDY, RunConfig(max_new_tokens=3)).run_all()
+    ndif = NdifEngine.local(loaded)
+    run = ndif.start(prompt, GREEDY, RunConfig(max_new_tokens=3))
+    run.run_all()
+    assert (name == "opt") == (ndif.targets(run.spec).project_out is not None)
+    assert run.lens_gap < 1e-5
+    for step, lens, b in zip(run.steps, run.lenses, want, strict=True):
+        k = lens.top_ids.shape[1]
+        assert step.token.id == b.token.id
+        np.testing.assert_array_equal(lens.top_ids[-1], b.top_ids[:k])
+        np.testing.assert_allclose(lens.top_probs[-1], b.top_probs[:k], rtol=1e-5, atol=1e-7)
+        mine = logit_lens(local, b)
+        np.testing.assert_array_equal(lens.top_ids, mine.top_ids)
+        np.testing.assert_allclose(lens.top_probs, mine.top_probs, rtol=1e-5, atol=1e-7)
+
+
+def test_lens_without_the_tail_misses_the_output(tokenizer):
+    """The check can fail: without Granite's ``logits_scaling`` the last row is not the output."""
+    ndif = NdifEngine.local(_tail_model("granite", tokenizer))
+    assert ndif.head_scale == (("logits_scaling", 8.0),)
+    ndif.head_scale = ()
+    run = ndif.start(ndif.tokenize(PROMPT), GREEDY, RunConfig(max_new_tokens=1))
+    run.run_all()
+    assert run.lens_gap > 1e-3
+
+
+def test_seeded_sampling_equals_the_local_engine(tokenizer):
+    """The server's generate() is seeded inside the trace: the same seed draws the local
+    engine's tokens (the server samples on the CPU here), another seed others."""
+    loaded = family_model("qwen2", tokenizer)
+    local, ndif = Engine(loaded), NdifEngine.local(loaded)
+    prompt = local.tokenize(PROMPT)
+    config = RunConfig(max_new_tokens=8)
+    ids = {}
+    for seed in (7, 8):
+        params = SamplingParams(temperature=1.5, top_k=50, seed=seed)
+        want = [s.token.id for s in local.start(prompt, params, config).run_all()]
+        got = ndif.start(prompt, params, config).run_all()
+        assert [s.token.id for s in got] == want
+        assert all(s.approximate for s in got)  # stages from the tail levels
+        ids[seed] = want
+    assert ids[7] != ids[8]
+    full = ndif.start(prompt, params, config, spec=CaptureSpec(full_logits=True)).run_all()
+    assert not any(s.approximate for s in full)
+
+
+def test_each_step_has_the_server_s_time(ndif_run):
+    """Per-step time from the server's clock; the job's queue and transfer before step 0."""
+    run, _ = ndif_run
+    for step in run.steps:
+        assert step.timing.forward_ms > 0 and step.timing.sample_ms > 0
+        assert not step.timing.waits_measured
+    assert all(s.timing.between_ms == 0 for s in run.steps[1:])
+    total = sum(s.timing.total_ms for s in run.steps) + run.steps[0].timing.between_ms
+    assert total == pytest.approx(run.wall_ms, rel=1e-6)
+    assert run.engine.provides.has("timing") and run.engine.provides.approximate

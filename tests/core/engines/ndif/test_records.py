@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from llm_lens.core.engines.ndif import records
@@ -38,3 +39,12 @@ def test_full_activations_grow_with_the_positions(engine):
     one = records.full_activation_bytes(info, 1)
     assert one == 4 * ((2 * info.num_layers + 1) * info.hidden_size + info.vocab_size)
     assert records.full_activation_bytes(info, 10) - one == 9 * (one - 4 * info.vocab_size)
+
+
+def test_step_timing_from_the_server_s_clock():
+    """Start, forward and capture done, token handed over (seconds): forward then sampling;
+    the job's overhead before the first step in ``between_ms``; no off-CPU waits measured."""
+    timing = records.step_timing(torch.tensor([10.0, 10.004, 10.0045], dtype=torch.float64), 120.0)
+    assert timing.forward_ms == pytest.approx(4.0) and timing.sample_ms == pytest.approx(0.5)
+    assert timing.total_ms == pytest.approx(4.5) and timing.between_ms == 120.0
+    assert not timing.waits_measured
