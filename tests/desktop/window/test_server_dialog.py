@@ -87,3 +87,18 @@ def test_the_dialog_lists_models_and_saves_no_key(qtbot, tmp_path, monkeypatch):
     dialog.url.setText("ftp://nowhere")
     dialog.accept()
     assert "must start with http://" in dialog.status.text()
+
+
+def test_a_served_run_saved_from_the_window_reopens_without_the_server(qtbot, window, tmp_path):
+    with serving(Fake()) as url:
+        open_and_run(qtbot, window, url)
+    ctl, path = window.controller, str(tmp_path / "served.llmlens")
+    with qtbot.waitSignal(ctl.sig_saved, timeout=20_000):
+        ctl.sessions.request_save(path)
+    with qtbot.waitSignal(ctl.sig_session_changed, timeout=20_000):
+        window.sessions.open(path)  # the server is gone: the window's open-session path
+    qtbot.wait(200)
+    assert ctl.session.engine["name"] == "openai" and ctl.session.served
+    assert [s.token.text for s in ctl.steps] == ["Hello", " world"]
+    assert [s.logprob for s in ctl.steps] == [-0.1, -0.5]
+    assert ctl.why_not("attention") == MISSING["attention"] and ctl.why_not("tokens") is None
