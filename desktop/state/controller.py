@@ -152,11 +152,13 @@ class Controller(QObject):
     def why_not(self, capability: str) -> str | None:
         """None when the shown run's engine fills ``capability``; else the one line a pane
         shows instead (``Provides.why_not``): what this engine lacks and how to get it."""
-        from llm_lens.core.engines.openai.live import recorded_provides
-
         session = self.shown.session
-        live = session is None or self.shown.recorded is None
-        provides = self._provides if live else recorded_provides(getattr(session, "engine", None))
+        engine = None if self.shown.recorded is None else getattr(session, "engine", None)
+        provides = self._provides if self.shown.recorded is None else None
+        if engine:  # a reopened session's run made by another engine
+            from llm_lens.core.engines.openai.live import recorded_provides
+
+            provides = recorded_provides(engine)
         return None if provides is None else provides.why_not(capability)
 
     def request_run(

@@ -218,6 +218,11 @@ class MainWindow(QMainWindow):
 
     def _on_loaded(self, info: Any) -> None:
         self.progress.setVisible(False)
+        if info.architecture == "served":  # shapes a server does not report are 0: not shown
+            from llm_lens.desktop.window.server_dialog import served_label
+
+            self.model_label.setText(served_label(info))
+            return
         params = f"{info.num_parameters / 1e6:.0f}M params"
         self.model_label.setText(
             f"{info.name} · {info.device} · {info.dtype} · {params} · "

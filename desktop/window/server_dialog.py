@@ -132,3 +132,10 @@ def open_server_dialog(window: Any, settings: Any) -> None:
     if not window.sessions.may_switch_model(spec.model or spec.base_url):
         return
     window.controller.request_open_server(spec)
+
+
+def served_label(info: Any) -> str:
+    """The status bar's model line for a served model: its name, where, its context."""
+    context = f"context {info.context_length}" if info.context_length else "context not reported"
+    name = info.name.rstrip("/").rsplit("/", 1)[-1]  # llama.cpp's server names it by its path
+    return f"{name} · served by {info.source} · {context}"
