@@ -102,3 +102,13 @@ def test_a_served_run_saved_from_the_window_reopens_without_the_server(qtbot, wi
     assert [s.token.text for s in ctl.steps] == ["Hello", " world"]
     assert [s.logprob for s in ctl.steps] == [-0.1, -0.5]
     assert ctl.why_not("attention") == MISSING["attention"] and ctl.why_not("tokens") is None
+
+
+def test_compare_on_a_server_is_one_line(qtbot, window):
+    with serving(Fake()) as url:
+        open_and_run(qtbot, window, url)
+    compare = window.controller.compare
+    with qtbot.waitSignal(compare.sig_error, timeout=5_000) as said:
+        compare.request_beam("Hi", True, 2, 4)
+    kind, line = said.args
+    assert kind == "beam" and "needs a model loaded here" in line and "\n" not in line
