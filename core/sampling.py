@@ -217,14 +217,18 @@ STAGED_KEPT = 8  # (step, settings) stagings kept: a pane, its card and the Logi
 
 def staged(step: Any, params: SamplingParams) -> list[StageResult]:
     """:func:`stages_of` a recorded step (``.logits``, ``.context_ids``), computed once for
-    the few latest (step, settings): the Sampling pane, its card and the Logits card each
-    asked for the same 49,152-logit staging after a run (10–16 ms of torch each on the GUI
-    thread). The results are shared: read them, do not change them."""
+    the few latest (step, settings). A served step without logits is staged over the
+    alternatives the server returned (indices into ``top_ids``). The Sampling pane, its card
+    and the Logits card each asked for the same 49,152-logit staging after a run (10–16 ms
+    of torch each on the GUI thread). The results are shared: read them, do not change them."""
     key = (id(step), params)
     hit = _STAGED.get(key)
     if hit is not None and hit[0] is step:
         return hit[1]
-    stages = stages_of(step.logits, step.context_ids, params)
+    logits, context = step.logits, step.context_ids
+    if logits.size == 0:  # a served step: its alternatives alone, in their order (approximate)
+        logits, context = step.top_logits, context[:0]
+    stages = stages_of(logits, context, params)
     _STAGED[key] = (step, stages)
     while len(_STAGED) > STAGED_KEPT:
         _STAGED.pop(next(iter(_STAGED)))

@@ -21,8 +21,11 @@ def sampling_card(
     name = _name_of(step, draw.token_id)
     how = "greedy picks the largest" if draw.greedy else f"seed {draw.seed} draws"
     trail = " → ".join(f"{s.stage} {pct(s.prob)}" for s in draw.stages)
-    same = "the token the run chose" if draw.token_id == step.token.id else "not the run's token"
-    headline = f"At step {step.index} {how} {name} (id {draw.token_id}, {same}): {trail}."
+    served = step.logits.size == 0  # staged over the alternatives: a draw is their place
+    chosen = step.rank if served else step.token.id
+    same = "the token the run chose" if draw.token_id == chosen else "not the run's token"
+    which = f"alternative {draw.token_id + 1}" if served else f"id {draw.token_id}"
+    headline = f"At step {step.index} {how} {name} ({which}, {same}): {trail}."
     shows = (
         "The selected step's recorded logits run again through each active stage (repetition "
         "penalty, temperature, top-k, top-p, min-p) with the settings above, without the model."
@@ -41,6 +44,9 @@ def sampling_card(
 def _name_of(step: StepRecord, token_id: int) -> str:
     """The drawn token's text quoted, as the step recorded it; a draw from the tail beyond the
     step's recorded top tokens has no text there, and is said to be one (not '#21661')."""
+    if step.logits.size == 0:  # a served step, staged over its alternatives: their place
+        known = 0 <= token_id < len(step.top_texts)
+        return q(step.top_texts[token_id]) if known else "an alternative not returned"
     if token_id == step.token.id:
         return q(step.token.text)
     hits = np.flatnonzero(np.asarray(step.top_ids) == token_id)

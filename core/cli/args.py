@@ -83,7 +83,7 @@ def cap_new_tokens(asked: int, prompt_tokens: int, context: int) -> int:
     one line on stderr saying so, even with ``--quiet`` (a run past its context cannot be
     computed, and memory grows with every step)."""
     room = max(1, context - prompt_tokens)
-    if asked <= room:
+    if context <= 0 or asked <= room:  # 0: the context is unknown (a server that does not say)
         return asked
     print(  # a warning, not progress: --quiet keeps it
         f"llm-lens: --max-new-tokens {asked} is past the model's context of {context} "

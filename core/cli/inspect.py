@@ -47,6 +47,10 @@ def describe(session: Session, file_size: int | None = None) -> str:
         f" vocab {m.get('vocab_size')}, {m.get('dtype')})",
         f"runs      {len(session.runs)}",
     ]
+    if session.engine is not None:  # a run made by a server (or another engine)
+        e = session.engine
+        where = f" at {e['url']}" if e.get("url") else ""
+        lines.insert(2, f"engine    {e.get('name')}: {e.get('model')}{where}")
     for run in session.runs:
         lines += _describe_run(run)
     for c in session.comparisons:

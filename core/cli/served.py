@@ -31,7 +31,6 @@ TIMEOUT_HELP = "--engine openai: seconds to wait for the server to answer or sen
 NOT_SERVED = {
     "intervene": "--intervene changes the model's computation; a server runs its model as is",
     "branch": "--branch is not available with --engine openai yet",
-    "session": "--session is not available with --engine openai yet; --out writes the trace",
 }
 
 
@@ -94,3 +93,23 @@ def stopped_early(trace: dict[str, Any]) -> int:
     kept = f"the {count} tokens received are in the trace"
     print(f"llm-lens trace: error: {line} ({kept})", file=sys.stderr)
     return 1
+
+
+def write_served_session(run: Any, engine: Any, path: str) -> int:
+    """Save a served run as a one-run session that reopens without the server: its tokens,
+    log-probabilities, alternatives and timing, and the engine's identity (its URL without
+    credentials; the key is never in it). Bytes written."""
+    from dataclasses import replace
+
+    from llm_lens.core.sessions.format import Session, session_from_run
+    from llm_lens.core.sessions.write import save_session
+
+    saved = session_from_run(run, engine.info)
+    if run.stop_error:  # the run stopped on an error: the file says which
+        saved = replace(saved, extras_json={**saved.extras_json, "stop_error": run.stop_error})
+    session = Session(
+        model=engine.info.as_dict(),
+        runs=(saved,),
+        engine=engine.identity.as_dict(),
+    )
+    return save_session(path, session)

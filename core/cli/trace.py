@@ -194,7 +194,10 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
             doing(f"writing the session {args.session}")
             save_tree(args.session, engine, history, store, run.run_id)
         return run_dict(engine, run) | {"branches": [run_dict(engine, p) for p in paths]}
-    if args.session:
+    if args.session and served.is_served(args):
+        doing(f"writing the session {args.session}")
+        served.write_served_session(run, engine, args.session)
+    elif args.session:
         doing(f"writing the session {args.session}")
         from llm_lens.core.cli.inspect import write_trace_session
 

@@ -44,6 +44,8 @@ DTYPES = frozenset(
 )
 PARTS = ("attention", "logits", "hidden", "other")
 INTERVENTIONS = "interventions"  # the extras_json key of an intervened run's interventions
+# a model behind a server (core.engines.openai): no shapes, ids -1 where it names tokens by text
+SERVED = "served"
 _HALF_MAX = float(np.finfo(np.float16).max)
 
 
@@ -120,11 +122,24 @@ class Session:
     app_version: str = field(default_factory=app_version)
     shown: int = -1  # index of the run the app shows when the file is opened
     comparisons: tuple[SessionComparison, ...] = ()
+    # which engine made the runs (EngineIdentity.as_dict(): name, model, url without
+    # credentials); None for the local engine's files, which predate it
+    engine: dict[str, Any] | None = None
+
+    @property
+    def served(self) -> bool:
+        """The runs came from a server: the panes show only what it reported."""
+        return is_served(self.model)
 
     @property
     def shown_index(self) -> int:
         """``shown`` as an index in ``range(len(runs))`` (the last run if out of range)."""
         return self.shown if 0 <= self.shown < len(self.runs) else len(self.runs) - 1
+
+
+def is_served(model: dict[str, Any]) -> bool:
+    """A manifest's model is one behind a server (its shapes 0, its arrays empty)."""
+    return model.get("architecture") == SERVED
 
 
 def session_from_run(

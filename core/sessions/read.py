@@ -41,6 +41,7 @@ from llm_lens.core.sessions.format import (
     SessionComparison,
     SessionError,
     SessionRun,
+    is_served,
 )
 from llm_lens.core.sessions.routing import unpack as unpack_routing
 from llm_lens.core.sessions.validate import check_manifest, check_session
@@ -194,6 +195,7 @@ def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRec
         finish_reason=d["finish_reason"],
         norms=None if "norms" not in arr or arr["hidden"].size else arr["norms"],
         tail_levels=int(arr.get("tail_levels", 0)),
+        approximate=bool(d.get("approximate", False)),
     )
 
 
@@ -202,6 +204,8 @@ def _exact_top(logits: np.ndarray, top_ids: np.ndarray, top_logits: np.ndarray) 
     so sampling from a saved step reads the same numbers where the probability mass is."""
     _need(logits.ndim == 1 and top_ids.shape == top_logits.shape and top_ids.ndim == 1,
           "logits: shapes do not match the top ids")  # fmt: skip
+    if logits.size == 0:  # a served run: only the top N the server returned (check_session)
+        return frozen(logits)
     _need(top_ids.size == 0 or 0 <= int(top_ids.min()) <= int(top_ids.max()) < logits.size,
           "logits: top ids out of range")  # fmt: skip
     out = np.array(logits, np.float32)
@@ -339,13 +343,17 @@ def _comparisons(value: Any, n_runs: int) -> tuple[SessionComparison, ...]:
 def _session(m: dict[str, Any], arrays: dict[str, np.ndarray]) -> Session:
     _need(isinstance(m.get("runs"), list), "the manifest lists no runs")
     version = int(str(m["format"]).partition("/")[2])
+    model = dict(m["model"])
+    vocab = 0 if is_served(model) else int(model["vocab_size"])  # served: no logits stored
+    engine = m.get("engine")
     return Session(
-        model=dict(m["model"]),
-        runs=tuple(_run(r, arrays, version, int(m["model"]["vocab_size"])) for r in m["runs"]),
+        model=model,
+        runs=tuple(_run(r, arrays, version, vocab) for r in m["runs"]),
         created=str(m["created"]),
         app_version=str(m["app_version"]),
         shown=int(m.get("shown", -1)),  # added within version 1
         comparisons=_comparisons(m.get("comparisons", []), len(m["runs"])),  # added within 1
+        engine=dict(engine) if isinstance(engine, dict) else None,  # added within 3
     )
 
 

@@ -11,24 +11,45 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from llm_lens.core.sessions.format import (
     KV_SCALARS,
+    SERVED,
     TIMING_FIELDS,
     TIMING_FLAGS,
     TIMING_WAITS,
     Session,
     SessionError,
     SessionRun,
+    is_served,
 )
 
 MODEL_INTS = ("num_layers", "num_heads", "num_kv_heads", "head_dim", "hidden_size", "vocab_size",
               "context_length", "num_parameters")  # fmt: skip
 MODEL_STRS = ("name", "source", "architecture", "dtype", "device", "position_kind", "weights_id")
 MAX_COUNT = 1 << 40  # no layer count, id or byte count of a real model comes near this
+ENGINE_STRS = ("name", "model")
+
+
+@dataclass(frozen=True)
+class _Vocab:
+    """The ids a file may hold: 0..size-1 for a local model; for a served one (its vocabulary
+    size perhaps unknown, 0) also -1, a token the server named by text alone."""
+
+    size: int
+    served: bool = False
+
+    @property
+    def low(self) -> int:
+        return -1 if self.served else 0
+
+    @property
+    def high(self) -> int:  # the largest id (and rank)
+        return MAX_COUNT if self.served and self.size == 0 else self.size - 1
 
 
 def _fail(where: str, what: str) -> SessionError:
@@ -97,8 +118,13 @@ def check_manifest(m: dict[str, Any]) -> None:
     _str(_field(m, "app_version", "manifest"), "app_version")
     _str(_field(m, "created", "manifest"), "created")
     model = _dict(_field(m, "model", "manifest"), "model")
+    served = is_served(model)  # a server's model: shapes it cannot report are 0
     for key in MODEL_INTS:
-        _int(_field(model, key, "model"), f"model.{key}", 1 if key != "num_parameters" else 0)
+        _int(
+            _field(model, key, "model"),
+            f"model.{key}",
+            0 if served or key == "num_parameters" else 1,
+        )
     for key in MODEL_STRS:
         _str(_field(model, key, "model"), f"model.{key}")
     _opt(_field(model, "rope_theta", "model"), lambda v, w: _num(v, w, 0.0), "model.rope_theta")
@@ -106,7 +132,8 @@ def check_manifest(m: dict[str, Any]) -> None:
     runs = _list(_field(m, "runs", "manifest"), "runs")
     if not runs:
         raise SessionError("the manifest is invalid: the file holds no runs")
-    vocab = model["vocab_size"]
+    _check_engine(m.get("engine"), served)
+    vocab = _Vocab(model["vocab_size"], served)
     for i, run in enumerate(runs):
         _check_run(_dict(run, f"runs[{i}]"), f"runs[{i}]", vocab)
     _int(m.get("shown", -1), "shown", -1, len(runs) - 1)
@@ -118,9 +145,25 @@ def check_manifest(m: dict[str, Any]) -> None:
         _num(_field(c, "shared_prefill_ms", f"comparisons[{i}]"), "shared_prefill_ms", 0.0)
 
 
-def _check_token(t: Any, where: str, vocab: int) -> None:
+def _check_engine(engine: Any, served: bool) -> None:
+    """The engine record: strings (the url without credentials); a served model needs one."""
+    if engine is None:
+        if served:
+            raise _fail("engine", f"is missing (the model is {SERVED!r})")
+        return
+    engine = _dict(engine, "engine")
+    for key in ENGINE_STRS:
+        _str(_field(engine, key, "engine"), f"engine.{key}")
+    url = _opt(engine.get("url"), _str, "engine.url")
+    if url is not None and ("@" in url.partition("//")[2].partition("/")[0] or "?" in url):
+        raise _fail("engine.url", "must not hold credentials")
+    for key, value in engine.items():
+        _opt(value, _str, f"engine.{key}")
+
+
+def _check_token(t: Any, where: str, vocab: _Vocab) -> None:
     t = _dict(t, where)
-    _int(_field(t, "id", where), f"{where}.id", 0, vocab - 1)
+    _int(_field(t, "id", where), f"{where}.id", vocab.low, vocab.high)
     _str(_field(t, "text", where), f"{where}.text")
     raw = _str(_field(t, "raw", where), f"{where}.raw")
     try:
@@ -132,19 +175,19 @@ def _check_token(t: Any, where: str, vocab: int) -> None:
         _int(_field(t, key, where), f"{where}.{key}", -1)
 
 
-def _check_prompt(p: Any, where: str, vocab: int) -> None:
+def _check_prompt(p: Any, where: str, vocab: _Vocab) -> None:
     p = _dict(p, where)
     _str(_field(p, "text", where), f"{where}.text")
     _str(_field(p, "rendered", where), f"{where}.rendered")
     _type(_field(p, "chat", where), bool, f"{where}.chat", "true or false")
     tokens = _list(_field(p, "tokens", where), f"{where}.tokens")
-    if not tokens:
+    if not tokens and not vocab.served:  # a server that applied its template: unknown
         raise _fail(f"{where}.tokens", "is empty")
     for i, t in enumerate(tokens):
         _check_token(t, f"{where}.tokens[{i}]", vocab)
 
 
-def _check_run(r: dict[str, Any], where: str, vocab: int) -> None:
+def _check_run(r: dict[str, Any], where: str, vocab: _Vocab) -> None:
     _int(_field(r, "run_id", where), f"{where}.run_id")
     _str(_field(r, "label", where), f"{where}.label")
     parent = _field(r, "parent", where)
@@ -198,16 +241,17 @@ def _check_texts(texts: dict[str, Any], where: str) -> None:
             strings(texts[key], f"{where}.extras_json.{key}", depth)
 
 
-def _check_step(s: dict[str, Any], where: str, index: int, vocab: int) -> None:
+def _check_step(s: dict[str, Any], where: str, index: int, vocab: _Vocab) -> None:
     _int(_field(s, "run_id", where), f"{where}.run_id")
     _int(_field(s, "index", where), f"{where}.index", index, index)
-    _int(_field(s, "position", where), f"{where}.position")
+    # a served step before the prompt's length is known (a stream cut before its usage): -1
+    _int(_field(s, "position", where), f"{where}.position", vocab.low)
     _check_token(_field(s, "token", where), f"{where}.token", vocab)
     _num(_field(s, "prob", where), f"{where}.prob", 0.0, 1.0)
     logprob = _field(s, "logprob", where)
     if logprob != -math.inf:  # a chosen token whose probability underflowed float32
         _num(logprob, f"{where}.logprob", high=0.0)
-    _int(_field(s, "rank", where), f"{where}.rank", 0, vocab - 1)
+    _int(_field(s, "rank", where), f"{where}.rank", 0, vocab.high)
     _num(_field(s, "entropy", where), f"{where}.entropy", 0.0)
     for i, text in enumerate(_list(_field(s, "top_texts", where), f"{where}.top_texts")):
         _str(text, f"{where}.top_texts[{i}]")
@@ -216,7 +260,7 @@ def _check_step(s: dict[str, Any], where: str, index: int, vocab: int) -> None:
         g = _dict(g, at)
         _str(_field(g, "name", at), f"{at}.name")
         _num(_field(g, "removed_mass", at), f"{at}.removed_mass", -1e-3, 1 + 1e-3)
-        _int(_field(g, "kept", at), f"{at}.kept", 0, vocab)
+        _int(_field(g, "kept", at), f"{at}.kept", 0, vocab.high + 1)
         _num(_field(g, "entropy", at), f"{at}.entropy", 0.0)
     kv = _dict(_field(s, "kv", where), f"{where}.kv")
     for key in KV_SCALARS:
@@ -231,6 +275,8 @@ def _check_step(s: dict[str, Any], where: str, index: int, vocab: int) -> None:
         flag = timing.get(key)
         _opt(flag, lambda v, w: _type(v, bool, w, "true or false"), f"{where}.timing.{key}")
     _opt(_field(s, "finish_reason", where), _str, f"{where}.finish_reason")
+    flag = s.get("approximate")  # served steps only
+    _opt(flag, lambda v, w: _type(v, bool, w, "true or false"), f"{where}.approximate")
 
 
 # ---- the built session against its model ---------------------------------------------------
@@ -256,9 +302,12 @@ def _shape(array: np.ndarray, want: tuple[int | None, ...], what: str) -> None:
 
 def _check_run_arrays(run: SessionRun, where: str, m: dict[str, Any]) -> None:
     layers, heads, hidden = m["num_layers"], m["num_heads"], m["hidden_size"]
+    served = is_served(m)
+    vocab = 0 if served else m["vocab_size"]  # a server returns no whole distribution
+    low = -1 if served else 0  # a token a server named by text alone has id -1
     for s in run.steps:
         at = f"{where} step {s.index}"
-        _shape(s.logits, (m["vocab_size"],), f"{at} logits")
+        _shape(s.logits, (vocab,), f"{at} logits")
         n = len(s.top_texts)
         for name in ("top_ids", "top_logits", "top_probs"):
             _shape(getattr(s, name), (n,), f"{at} {name}")
@@ -269,10 +318,10 @@ def _check_run_arrays(run: SessionRun, where: str, m: dict[str, Any]) -> None:
         if s.norms is not None:
             _shape(s.norms, (4, layers + 1), f"{at} norms")
         _shape(s.kv.per_layer, (layers, 2), f"{at} kv_per_layer")
-        _shape(s.context_ids, (s.position + 1,), f"{at} context_ids")
-        if s.top_ids.size and not (
-            0 <= int(s.top_ids.min()) and int(s.top_ids.max()) < m["vocab_size"]
-        ):
+        # a served chat prompt's tokens are unknown: its context holds the generated ones only
+        _shape(s.context_ids, (None if served else s.position + 1,), f"{at} context_ids")
+        high = MAX_COUNT if served and not m["vocab_size"] else m["vocab_size"] - 1
+        if s.top_ids.size and not (low <= int(s.top_ids.min()) and int(s.top_ids.max()) <= high):
             raise SessionError(f"the arrays disagree with the model: {at} top_ids out of range")
         for g in s.stages:
             _shape(g.top_ids, (g.top_probs.shape[0],), f"{at} stage {g.name} top_ids")

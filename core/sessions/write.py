@@ -162,6 +162,8 @@ def _step_json(s: StepRecord) -> dict[str, Any]:
     timing = (*TIMING_FIELDS, *TIMING_WAITS, *TIMING_FLAGS)
     d["timing"] = {k: getattr(s.timing, k) for k in timing}
     d["finish_reason"] = s.finish_reason
+    if s.approximate:  # a served step's numbers come from the top alternatives alone
+        d["approximate"] = True
     return d
 
 
@@ -286,6 +288,8 @@ def _plan(session: Session, vectors: bool = False) -> tuple[bytes, list[_Member]
             m.name: {"dtype": m.dtype, "shape": list(m.shape), "part": m.part} for m in members
         },
     }  # fmt: skip
+    if session.engine is not None:  # which engine made the runs (never a key: see base.py)
+        manifest["engine"] = session.engine
     return manifest_json(manifest), members
 
 

@@ -30,6 +30,7 @@ TRIM_AFTER_ANSWER_MS = 200  # ... and after long analyses once the window has dr
 TRIM_IDLE_MS = 2000  # ... and after work ahead once nothing was asked for this long
 AHEAD_DELAY_MS = 250  # guesses start this long after the last answer left: the window has drawn
 # it, and a person stepping by holding a key down (a request every ~30-100 ms) is not guessed for
+FILE_JOBS = ("save_session", "open_session", "export", "let_go")  # not analyses: run on a server
 RUN_TAGS = ("run_started", "prefill", "step", "run_finished")  # items that leave as a run's
 
 
@@ -51,6 +52,8 @@ class Worker(QObject):
             cache, and the TTFT saved (ms, estimated from the last full prefill).
         sig_history(object): (``ShownRun``, every ``BranchNode``) after a live run joined
             the history.
+        sig_provides(object): before ``sig_loaded``, what the new engine fills (a
+            ``Provides``; None: everything, a model loaded here).
 
     ``workbench`` owns the engine and the runs; ``queue`` the analyses asked for. Both are
     touched only on this thread, except ``submit``.
@@ -67,6 +70,7 @@ class Worker(QObject):
     sig_stream_item = Signal(int, str, object)
     sig_prefix_reused = Signal(int, int, float)
     sig_history = Signal(object)
+    sig_provides = Signal(object)
 
     def __init__(self, flags: WorkerFlags | None = None) -> None:
         super().__init__()
@@ -75,6 +79,28 @@ class Worker(QObject):
         self.queue = AnalysisQueue()
         self._ahead_later = AfterDelays(self.work_ahead, self)  # guesses once nothing is asked
         self._trim = HeapTrim(lambda: self._release_memory(), self.queue.waiting, self)
+        self.served: Any = None  # an OpenAIEngine while a server's model is open
+
+    @Slot(object)
+    def open_server(self, spec: Any) -> None:
+        """Open a model behind an OpenAI-compatible server (a ``ServerSpec``): runs go to it
+        from now on; the runs of the model before go."""
+        from llm_lens.core.engines.openai.live import open_server
+
+        self.flags.nothing_wanted()
+        self.queue.new_job()
+        try:
+            engine = open_server(spec)
+        except LensError as exc:
+            self.sig_error.emit("load", str(exc))
+            return
+        except Exception as exc:  # a bug: one line, the traceback in a log
+            self.sig_error.emit("load", _crash(f"opening the server {spec.base_url}", exc))
+            return
+        self.workbench.use(engine)  # type: ignore[arg-type]  # runs go through served_live
+        self.served = engine
+        self.sig_provides.emit(engine.provides)
+        self.sig_loaded.emit(engine.info)
 
     @Slot(object, str, str)
     def load(self, spec: object, device: str, dtype: str) -> None:
@@ -83,6 +109,7 @@ class Worker(QObject):
         try:
             name = spec if isinstance(spec, str) else None
             info = self.workbench.load(name, device, dtype, self.sig_loading.emit)
+            self.served = None
             _import_run_end()
         except LensError as exc:
             self.sig_error.emit("load", str(exc))
@@ -90,13 +117,22 @@ class Worker(QObject):
         except Exception as exc:  # a bug, not a user mistake: one line here, the traceback in a log
             self.sig_error.emit("load", _crash(f"loading the model {spec or 'bundled'}", exc))
             return
+        self.sig_provides.emit(None)
         self.sig_loaded.emit(info)
 
     @Slot(object)
     def run(self, request: RunRequest) -> None:
-        """A live run (:meth:`Workbench.live`): streamed like any job, then it joins the
-        history; analyses between its steps take at most ``ANALYSIS_SHARE`` of its time."""
-        self._drive(request.run_id, lambda bench: bench.live(request), "run")
+        """A live run (:meth:`Workbench.live`, or on a server ``served_live``): streamed like
+        any job, then it joins the history; analyses between its steps take at most
+        ``ANALYSIS_SHARE`` of its time."""
+        served = self.served
+        if served is not None:
+            from llm_lens.core.engines.openai.live import served_live
+
+            job: Any = lambda bench: served_live(served, request, bench.cancel, bench.store)  # noqa: E731
+        else:
+            job = lambda bench: bench.live(request)  # noqa: E731
+        self._drive(request.run_id, job, "run")
 
     @Slot(int, object)
     def stream(self, job_id: int, job: Any) -> None:
@@ -259,6 +295,8 @@ class Worker(QObject):
         """(True, the job's result), or (False, None) after reporting its failure."""
         import torch
 
+        if self.served is not None and kind not in FILE_JOBS:  # a server computes none:
+            return True, None  # the panes say so (Pane.missing_line)
         try:
             with torch.inference_mode():
                 return True, job(self.workbench)
@@ -279,6 +317,7 @@ def _import_run_end() -> None:
 
     for name in ("assemble", "format", "views", "write"):  # SessionController.request_save's
         importlib.import_module(f"llm_lens.core.sessions.{name}")
+    importlib.import_module("llm_lens.core.engines.openai.live")  # a save asks if it was served
 
     cache_root()  # platformdirs
 

@@ -102,6 +102,7 @@ class AttentionLinesPane(Pane):
     """One head's (or one layer's mean) attention as lines from queries to keys."""
 
     title = "Attention lines"
+    capability = "attention"  # a served run has none: the note says so (Pane.missing_line)
     empty_text = (
         "One head as lines from each token to the tokens it reads. Run a prompt "
         "(Ctrl+Enter) to see it."

@@ -90,6 +90,7 @@ class AttributionPane(Pane):
     input, and the flow graph pruned by a movable threshold."""
 
     title = "Why this token?"
+    capability = "residual"  # a served run has none: the note says so (Pane.missing_line)
     empty_text = (
         "Why the chosen token won: its logit split over layers and heads. Run a prompt "
         "(Ctrl+Enter) to see it."

@@ -52,6 +52,7 @@ class ExpertsPane(Pane):
     """Router probabilities and chosen experts per layer, and the experts of every token."""
 
     title = "Experts"
+    capability = "routing"  # a served run has none: the note says so (Pane.missing_line)
     empty_text = (
         "Which experts each token's router picks (mixture-of-experts models). Run a "
         "prompt (Ctrl+Enter) to see it."

@@ -77,6 +77,7 @@ class KVCachePane(Pane):
     """Bytes held by the KV cache over the run, per layer for the selected step, and the formula."""
 
     title = "KV cache"
+    capability = "kv_cache"  # a served run has none: the note says so (Pane.missing_line)
     empty_text = (
         "The bytes the KV cache holds at each step, beside the formula. Run a prompt "
         "(Ctrl+Enter) to see it."

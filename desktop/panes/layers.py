@@ -62,6 +62,7 @@ class LayerStackPane(Pane):
     """Residual norm and per-layer update norms of the selected step, with the logit lens."""
 
     title = "Layer stack"
+    capability = "residual"  # a served run has none: the note says so (Pane.missing_line)
     empty_text = (
         "What each layer would predict if it were the last (the logit lens). Run a prompt "
         "(Ctrl+Enter) to see it."

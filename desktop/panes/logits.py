@@ -99,8 +99,12 @@ class LogitsPane(Pane):
         if step is None:
             self.clear()
             return
-        self._step = step
         n = min(TOP, len(step.top_probs))
+        if n == 0:  # a server that returned no alternatives
+            self.clear()
+            self.info.setText("this server returned no alternatives for this step")
+            return
+        self._step = step
         probs = np.asarray(step.top_probs[:n])
         log = self.log_scale.isChecked()
         ends, base = bar_values(probs, log)
@@ -109,14 +113,16 @@ class LogitsPane(Pane):
             ends = np.asarray(step.top_logits[:n], np.float64)
             base = float(math.floor(ends.min()) - 1.0)
         hits = np.flatnonzero(step.top_ids[:n] == step.token.id)
+        if step.token.id < 0:  # a server that names tokens by text: its rank places it
+            hits = np.array([step.rank] if step.rank < n else [], np.int64)
         self.chosen_row = int(hits[0]) if hits.size else None
         brushes = [CHOSEN_BRUSH if i == self.chosen_row else BAR_BRUSH for i in range(n)]
         self.bars.setOpts(
             x0=np.full(n, base), y=np.arange(n), width=ends - base, height=0.75, brushes=brushes
         )
         for i, item in enumerate(self.values):
-            shown = f"{ends[i]:.2f}" if as_logits else f"{probs[i]:.2%}"
-            item.setText(shown if i < n else "")
+            shown = "" if i >= n else f"{ends[i]:.2f}" if as_logits else f"{probs[i]:.2%}"
+            item.setText(shown)
             item.setPos(float(ends[i]) if i < n else 0.0, i)
         ticks = [(i, tick_label(i + 1, step.top_texts[i])) for i in range(n)]
         self.plot.getAxis("left").setTicks([ticks, []])
@@ -168,7 +174,9 @@ class LogitsPane(Pane):
             f"{kind}: chose {piece_label(tok.text, tok.raw, tok.special)} (id {tok.id}) · "
             f"rank {step.rank + 1}{where} · p = {step.prob:.4f} · logprob = {step.logprob:.3f} · "
             f"entropy = {step.entropy:.3f} nats = {bits:.3f} bits"
-        )
+            + (f" (≥: from the {len(step.top_probs)} alternatives the server returned)"
+               if step.approximate else "")
+        )  # fmt: skip
 
     def clear(self) -> None:
         self._step, self.chosen_row = None, None

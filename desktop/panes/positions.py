@@ -42,6 +42,7 @@ class PositionsPane(Pane):
     """RoPE angles and frequencies, a learned table and its similarity, or ALiBi slopes."""
 
     title = "Positions"
+    capability = "residual"  # a served run has none: the note says so (Pane.missing_line)
     empty_text = (
         "How the model tells positions apart (RoPE turns, or a learned table). Run a "
         "prompt (Ctrl+Enter) to see it."

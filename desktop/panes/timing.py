@@ -277,6 +277,8 @@ class TimingPane(Pane):
         inter-token latency as the line above and the card)."""
         pre = steps[0]
         n, first = pre.kv.tokens, pre.timing.total_ms
+        if pre.logits.size == 0 and pre.approximate:  # a served run: the stream's waits only
+            return served_explanation(steps)
         text = (
             f"The prefill read {n} prompt tokens in {first:.1f} ms "
             f"({n / first if first > 0 else float('nan'):.2f} tokens/ms, all positions in "
@@ -357,3 +359,18 @@ class TimingPane(Pane):
             for s in self.controller.steps
         ]
         return header, rows
+
+
+def served_explanation(steps: Sequence[Any]) -> str:
+    """What a served run's bars are: the stream's waits, not the model's stages."""
+    first = steps[0].timing.total_ms
+    text = (
+        f"Served: step 0's bar is the time to first token ({first:.1f} ms: the request, the "
+        "server's queue and its prefill); each later bar is the wait for that token's chunk "
+        "(the server's decode and the network). The server does not say how its time splits "
+        "into prefill, forward or sampling."
+    )
+    if len(steps) > 1:
+        step_ms = float(np.mean([s.timing.total_ms for s in steps[1:]]))
+        text += f" Mean inter-token latency {step_ms:.1f} ms."
+    return text

@@ -46,6 +46,7 @@ class WhatIfPane(Pane):
     """The What-if list with switches, and the shown run's change against the clean run."""
 
     title = "What if?"
+    capability = "interventions"  # a served run has none: the note says so (Pane.missing_line)
     empty_text = (
         "What if a head, a layer, an expert or a token were changed? Run a prompt (Ctrl+Enter), "
         "then right-click one in another pane."

@@ -25,6 +25,12 @@ from llm_lens.core.runs.jobs import (
 MIN_SAMPLES = 2  # the view compares runs: one sample has nothing to compare with
 GROWING = ("branch", "continue")  # jobs that stream into the panes as the shown run
 
+# Compare, beam search, branch and continue fork the model's cache: a server keeps none to fork
+SERVED_LINE = (
+    "{kind} needs a model loaded here (File → Open model): a server keeps no cache to fork; "
+    "from a script, core.engines.openai.jobs compares samplers as parallel requests"
+)
+
 
 class CompareController(QObject):
     """State of the comparison, beam and branch views, and their requests.
@@ -174,6 +180,9 @@ class CompareController(QObject):
     def _run(self, kind: str, job: Any) -> None:
         if self.ctl.model_info is None:
             self.sig_error.emit(kind, "no model is loaded yet")
+            return
+        if getattr(self.ctl.model_info, "architecture", "") == "served":
+            self.sig_error.emit(kind, SERVED_LINE.format(kind=kind))
             return
         self.ctl.request_stop()  # a running generation ends first; the job queues behind it
         job_id = self.ctl.new_run_id()

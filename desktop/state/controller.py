@@ -95,6 +95,7 @@ class Controller(QObject):
         from llm_lens.core.sampling import SamplingParams
 
         self._model_info: Any = None  # the model loaded on the worker
+        self._provides: Any = None  # what its engine fills (None: everything, a local model)
         self._params = SamplingParams()  # the sampler settings of the next run
         self.__shown = Shown(run_params=self._params)  # replaced by this class's methods only
         self._busy = False
@@ -134,6 +135,7 @@ class Controller(QObject):
         w.sig_run_finished.connect(self._on_finished)
         w.sig_result.connect(self._on_result)
         w.sig_error.connect(self._on_error)
+        w.sig_provides.connect(self._on_provides)
 
     # ----------------------------------------------------------------- requests
     def request_load(
@@ -141,6 +143,23 @@ class Controller(QObject):
     ) -> None:
         self._set_busy(True)
         self.link.load(spec, device, dtype)  # a running generation ends first
+
+    def request_open_server(self, spec: Any) -> None:
+        """Open a model behind an OpenAI-compatible server (a ``ServerSpec``): like a load."""
+        self._set_busy(True)
+        self.link.open_server(spec)
+
+    def why_not(self, capability: str) -> str | None:
+        """None when the shown run's engine fills ``capability``; else the one line a pane
+        shows instead (``Provides.why_not``): what this engine lacks and how to get it."""
+        session = self.shown.session
+        engine = None if self.shown.recorded is None else getattr(session, "engine", None)
+        provides = self._provides if self.shown.recorded is None else None
+        if engine:  # a reopened session's run made by another engine
+            from llm_lens.core.engines.openai.live import recorded_provides
+
+            provides = recorded_provides(engine)
+        return None if provides is None else provides.why_not(capability)
 
     def request_run(
         self,
@@ -375,6 +394,9 @@ class Controller(QObject):
         self.sig_run_finished.emit(summary)
 
     # ----------------------------------------------------------------- worker events
+    def _on_provides(self, provides: Any) -> None:
+        self._provides = provides
+
     def _on_loaded(self, info: Any) -> None:
         from llm_lens.core.runtime import configure_threads
 
@@ -452,6 +474,9 @@ class Controller(QObject):
         self.emit_steps()
         self._replace(summary=summary, dirty=True)
         self._set_busy(False)
+        stopped = getattr(summary, "extra", {}).get("stop_error")
+        if stopped:  # a server failed mid-run: one line; the tokens received stay shown
+            self.sig_error.emit(f"{stopped} ({len(self.steps)} tokens received)")
         self.sig_run_finished.emit(summary)
 
     def _on_result(self, kind: str, key: Any, result: Any) -> None:

@@ -124,19 +124,23 @@ class SessionController(QObject):
                                                         explained[ctl.run_id])  # fmt: skip
             recorded = dataclasses.replace(recorded, runs=tuple(runs))
 
+        served = getattr(info, "architecture", "") == "served"  # no views to record
+
         def make(run: Any, label: str | None = None, parent: Any = None) -> Any:
             if cancel.is_set():  # Cancel pressed while the views are recorded
                 raise SaveCancelled("the save was cancelled")
-            if with_views:
+            if with_views and not served:
                 made = recorded_run(run, label, parent, memo)
             else:
                 made = session_from_run(run, info, label, parent)
             return with_explanations(made, explained.get(made.run_id, {}))
 
         def job(bench: Any) -> Any:  # on the model thread: core objects only
-            session = recorded or assemble_session(
+            from llm_lens.core.engines.openai.live import served_session
+
+            session = recorded or served_session(assemble_session(
                 info, bench.history, bench.store, run_id, make, compared, only, origin
-            )
+            ), bench.engine)  # fmt: skip
             # without the recorded lens (autosave), keep the residual vectors to recompute it
             size = save_session(path, session, progress, not with_views,
                                 lambda sizes: estimate(path, sizes))  # fmt: skip

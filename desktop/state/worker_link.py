@@ -29,6 +29,7 @@ class WorkerLink(QObject):
     _load_requested = Signal(object, str, str)
     _run_requested = Signal(object)  # a RunRequest
     _serve_requested = Signal()
+    _server_requested = Signal(object)  # a ServerSpec
     _stream_requested = Signal(int, object)
 
     def __init__(self, parent: QObject | None = None) -> None:
@@ -41,6 +42,7 @@ class WorkerLink(QObject):
         self._run_requested.connect(self.worker.run)
         self._serve_requested.connect(self.worker.serve)
         self._stream_requested.connect(self.worker.stream)
+        self._server_requested.connect(self.worker.open_server)
 
     @property
     def flags(self) -> WorkerFlags:
@@ -55,6 +57,12 @@ class WorkerLink(QObject):
         self.flags.cancel_run()
         self.flags.want()
         self._load_requested.emit(spec, device, dtype)
+
+    def open_server(self, spec: Any) -> None:
+        """Open a served model (see ``Worker.open_server``), behind any running generation."""
+        self.flags.cancel_run()
+        self.flags.want()
+        self._server_requested.emit(spec)
 
     def run(self, request: RunRequest) -> None:
         """Start a live run (see ``Worker.run``)."""

@@ -19,7 +19,10 @@ __all__ = ["BODY_MAX", "Card", "explainer_of", "install_cards"]
 
 
 def explainer_of(pane: Pane) -> ex.Explainer | None:
-    """The card text of ``pane`` now (None when it has nothing to explain yet)."""
+    """The card text of ``pane`` now (None when it has nothing to explain yet, or the shown
+    run's engine does not provide what it draws: its note says so)."""
+    if pane.missing_line():
+        return None
     try:
         return pane.explainer()
     except (IndexError, ValueError, KeyError):  # a new run is arriving: the next render fixes it

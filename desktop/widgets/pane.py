@@ -102,6 +102,8 @@ class Pane(QWidget):
     card_follows_params = False  # ... or about the sampling settings
     empty_text = ""  # one line, centred in the pane until it has a step to show: what it
     # will show and how to get there ('': no line, as for a pane made in a test)
+    capability: str | None = None  # the record it draws (core.engines.base.CAPABILITIES): where
+    # the shown run's engine lacks it, the note says why and how to get it, and nothing is drawn
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -156,10 +158,23 @@ class Pane(QWidget):
         super().resizeEvent(event)
         self._place_empty_note()
 
-    def show_empty_note(self, shown: bool) -> None:
+    def missing_line(self) -> str | None:
+        """The line saying the shown run's engine does not provide :attr:`capability` (a
+        server reports no attention…), or None when it does."""
+        why_not = getattr(self.controller, "why_not", None)
+        if self.capability is None or why_not is None:
+            return None
+        line: str | None = why_not(self.capability)
+        return line
+
+    def show_empty_note(self, shown: bool, text: str | None = None) -> None:
         """Show the note while the pane has no step to show (before a run, after a model
-        switch), hide it once it has one."""
+        switch), hide it once it has one. ``text``: a line in place of :attr:`empty_text`
+        (what the engine does not provide)."""
         note = self.empty_note
+        if note is not None and note.text() != (text or self.empty_text):
+            note.setText(text or self.empty_text)
+            self._place_empty_note()
         if note is not None and shown != note.isVisibleTo(self):
             note.setVisible(shown)
             if shown:
@@ -188,9 +203,10 @@ class Pane(QWidget):
         if self._stale:
             self._stale = False
             self.clear()
-        step = self.controller.current_step()
+        missing = self.missing_line()
+        step = None if missing else self.controller.current_step()
         self.render(step)
-        self.show_empty_note(step is None)
+        self.show_empty_note(step is None, missing)
         for hook in self.after_render:
             hook()
         t1 = time.perf_counter()

@@ -128,6 +128,7 @@ class MainWindow(QMainWindow):
         file_menu.addAction(self._action("Open &GGUF file…", self._open_gguf))
         file_menu.addAction(self._action("Open &hub model id…", self._open_hub))
         file_menu.addAction(self._action("Load the &bundled model", lambda: self.load(None)))
+        file_menu.addAction(self._action("Open &server…", self._open_server))  # server_dialog
         file_menu.addSeparator()
         file_menu.addAction(self._action("&Export pane…", self._export_pane, "Ctrl+E"))
         file_menu.addSeparator()
@@ -190,6 +191,11 @@ class MainWindow(QMainWindow):
         self.progress.setVisible(True)
         self.controller.request_load(spec, self.device, self.dtype)
 
+    def _open_server(self) -> None:
+        from llm_lens.desktop.window.server_dialog import open_server_dialog
+
+        open_server_dialog(self, settings())
+
     def _open_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Open a Hugging Face model folder")
         if folder:
@@ -212,6 +218,11 @@ class MainWindow(QMainWindow):
 
     def _on_loaded(self, info: Any) -> None:
         self.progress.setVisible(False)
+        if info.architecture == "served":  # shapes a server does not report are 0: not shown
+            from llm_lens.desktop.window.server_dialog import served_label
+
+            self.model_label.setText(served_label(info))
+            return
         params = f"{info.num_parameters / 1e6:.0f}M params"
         self.model_label.setText(
             f"{info.name} · {info.device} · {info.dtype} · {params} · "
@@ -232,6 +243,8 @@ class MainWindow(QMainWindow):
 
     def _on_finished(self, summary: Any) -> None:
         note, self._revived_note = self._revived_note, ""
+        stopped = summary.extra.get("stop_error")  # a server failed mid-run
+        note += f" · {stopped} ({len(summary.generated_ids)} tokens received)" if stopped else ""
         self.statusBar().showMessage(
             f"{len(summary.generated_ids)} tokens · stopped: {summary.finish_reason} · "
             f"TTFT {summary.ttft_ms:.0f} ms · {summary.tokens_per_s:.1f} tokens/s{note}"

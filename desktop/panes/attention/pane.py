@@ -70,6 +70,7 @@ class AttentionPane(Pane):
     """Heatmap of the selected layer/head (queries × keys) and a clickable grid of all heads."""
 
     title = "Attention"
+    capability = "attention"  # a served run has none: the note says so (Pane.missing_line)
     empty_text = (
         "Which earlier tokens each token reads, per layer and head. Run a prompt "
         "(Ctrl+Enter) to see it."

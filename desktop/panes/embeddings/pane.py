@@ -45,6 +45,7 @@ class EmbeddingsPane(Pane):
     """Vocabulary map with highlighted prompt/response tokens, or per-token layer paths."""
 
     title = "Embeddings"
+    capability = "residual"  # a served run has none: the note says so (Pane.missing_line)
     empty_text = (
         "Each token's vector drawn in 2-D, and its path through the layers. Run a prompt "
         "(Ctrl+Enter) to see it."

@@ -146,9 +146,9 @@ class SamplingPane(Pane):
         self._place(tuple(v.name for v in self.views))
         self._note_tail(step)
         n = min(SHOW, len(step.top_ids))
-        brushes = [
-            CHOSEN_BRUSH if step.top_ids[i] == step.token.id else BAR_BRUSH for i in range(n)
-        ]
+        chosen = [step.rank] if step.token.id < 0 else [  # a server naming tokens by text
+            i for i in range(n) if step.top_ids[i] == step.token.id]  # fmt: skip
+        brushes = [CHOSEN_BRUSH if i in chosen else BAR_BRUSH for i in range(n)]
         for view in self.views:
             self.bars[view.name].setOpts(
                 x0=np.zeros(n), y=np.arange(n), width=view.probs[:n], height=0.75, brushes=brushes
@@ -180,7 +180,13 @@ class SamplingPane(Pane):
             recorded_views(step, params) is not None
         )
         note = NOTE if params == self.params else NOTE_LIVE
-        if step.tail_levels and not recorded:
+        if step.approximate:
+            note = (
+                f"Approximate: staged over the {len(step.top_ids)} alternatives the server "
+                "returned; the rest of its vocabulary is unknown (open the model locally, or "
+                "ask vLLM for every token's log-probability, for exact stages)."
+            )
+        elif step.tail_levels and not recorded:
             note = (
                 f"Re-staged from a session file: the most likely tokens and the context keep "
                 f"their own logits, but {step.tail_levels:,} tail tokens share their bin's "

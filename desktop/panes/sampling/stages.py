@@ -28,7 +28,9 @@ def stage_views(step: StepRecord, params: SamplingParams) -> list[StageView]:
     with the cards)."""
     import torch
 
-    ids = torch.from_numpy(np.array(step.top_ids[:SHOW]))
+    served = step.logits.size == 0  # staged over its alternatives: rows are their places
+    ids = torch.arange(min(SHOW, len(step.top_ids))) if served else (
+        torch.from_numpy(np.array(step.top_ids[:SHOW])))  # fmt: skip
     views = []
     for stage in staged(step, params):
         probs = stage.probs[0]  # (vocab,)

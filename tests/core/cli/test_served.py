@@ -5,7 +5,9 @@ keeping every token received."""
 from __future__ import annotations
 
 import json
+import zipfile
 
+import numpy as np
 import pytest
 
 from llm_lens.core.cli.trace import main
@@ -68,3 +70,81 @@ def test_a_wrong_url_is_one_line(tmp_path, capsys):
 def test_base_url_needs_the_openai_engine(tmp_path, capsys):
     assert main(["Hi", "--base-url", "http://x/v1"]) == 2
     assert "--base-url needs --engine openai" in capsys.readouterr().err
+
+
+def served_session(tmp_path, fake: Fake | None = None) -> tuple[int, dict | None, object]:
+    """A served trace with --session: (status, trace, the session's path)."""
+    path = tmp_path / "served.llmlens"
+    with serving(fake or Fake()) as url:
+        status, data = trace(url, tmp_path, "--session", str(path))
+    return status, data, path
+
+
+def test_a_served_session_reopens_without_the_server(tmp_path, capsys):
+    from llm_lens.core.cli.inspect import main as inspect
+    from llm_lens.core.sessions.read import load_session
+
+    status, data, path = served_session(tmp_path)
+    assert status == 0
+    session = load_session(path)  # the server is gone: the file holds everything
+    (run,) = session.runs
+    assert session.served and session.engine["name"] == "openai"
+    assert session.engine["model"] == "fake-model" and session.engine["url"].startswith("http")
+    assert [s.token.text for s in run.steps] == [s["token_text"] for s in data["steps"]]
+    assert [s.token.id for s in run.steps] == [-1, -1]  # the fake names tokens by text
+    assert [s.logprob for s in run.steps] == [s["logprob"] for s in data["steps"]]
+    assert run.steps[1].top_texts == (" world", " there", "!")
+    assert np.allclose(run.steps[1].top_logits, [-0.5, -1.2, -3.0])
+    assert all(s.approximate and s.logits.size == 0 for s in run.steps)
+    capsys.readouterr()
+    assert inspect([str(path)]) == 0
+    shown = capsys.readouterr().out
+    assert "engine    openai: fake-model at http://127.0.0.1:" in shown and "Hello world" in shown
+
+
+def test_no_key_enters_a_served_session(tmp_path, monkeypatch):
+    monkeypatch.setenv("LENS_TEST_KEY", "sk-secret-123")
+    path = tmp_path / "k.llmlens"
+    with serving(Fake(key="sk-secret-123")) as url:
+        status, _ = trace(url, tmp_path, "--api-key-env", "LENS_TEST_KEY", "--session", str(path))
+    assert status == 0
+    with zipfile.ZipFile(path) as zf:
+        assert all(b"sk-secret-123" not in zf.read(n) for n in zf.namelist())
+
+
+def test_a_served_run_cut_mid_stream_saves_its_tokens(tmp_path):
+    from llm_lens.core.sessions.read import load_session
+
+    status, _, path = served_session(tmp_path, Fake("cut"))
+    (run,) = load_session(path).runs
+    assert status == 1 and [s.token.text for s in run.steps] == ["Hello"]
+    assert run.finish_reason == "error" and "closed the stream" in run.extras_json["stop_error"]
+
+
+@pytest.mark.parametrize(
+    ("change", "line"),
+    [
+        (lambda m: m.pop("engine"), "engine is missing"),
+        (lambda m: m["engine"].update(url="http://u:pw@h/v1"), "must not hold credentials"),
+        (lambda m: m["model"].update(num_layers=-1), "model.num_layers must be between 0"),
+        (lambda m: m["runs"][0]["steps"][0]["token"].update(id=-2), "token.id must be between -1"),
+        (lambda m: m["runs"][0]["steps"][0].update(prob=2.0), "prob must be a finite number"),
+        (lambda m: m["runs"][0]["steps"][0].update(approximate="yes"), "must be true or false"),
+    ],
+)
+def test_a_hostile_served_manifest_is_still_checked(tmp_path, change, line):
+    from llm_lens.core.sessions.format import SessionError
+    from llm_lens.core.sessions.read import load_session
+
+    _, _, path = served_session(tmp_path)
+    with zipfile.ZipFile(path) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    manifest = json.loads(members["manifest.json"])
+    change(manifest)
+    members["manifest.json"] = json.dumps(manifest).encode()
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    with pytest.raises(SessionError, match="invalid") as caught:
+        load_session(path)
+    assert line in str(caught.value) and "\n" not in str(caught.value)
