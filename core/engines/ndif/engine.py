@@ -16,7 +16,7 @@ from typing import Any
 
 from llm_lens.core.anatomy import Anatomy
 from llm_lens.core.engines.ndif.program import HEAD_SCALES, CaptureSpec, Targets, load_nnsight
-from llm_lens.core.engines.ndif.run import NdifRun
+from llm_lens.core.engines.ndif.run import NdifRun, reinstate
 from llm_lens.core.engines.ndif.status import (
     StatusCallback,
     local_backend,
@@ -207,19 +207,6 @@ def _default_host() -> str:
 
     host: str = CONFIG.API.HOST
     return host
-
-
-def reinstate(model: Any) -> None:
-    """Put nnsight's forward back on any module whose instance ``forward`` was replaced and
-    then deleted since nnsight wrapped it (the local lens swaps the last layer's forward,
-    :func:`llm_lens.core.layers.lens_logits`), so a model both engines share still reaches
-    every module in a trace."""
-    from nnsight.intervention.source import STATE, Controller
-
-    for module in model.modules():
-        state = module.__dict__.get(STATE)
-        if state is not None and "forward" not in module.__dict__:
-            module.__dict__["forward"] = Controller(module, state)
 
 
 def _attention_call(mixer: Any) -> Any | None:

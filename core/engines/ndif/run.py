@@ -83,8 +83,6 @@ class NdifRun:
         gen_mask = {"attention_mask": torch.ones_like(ids)}  # one sequence, nothing padded
         pad = eng.tokenizer.pad_token_id
         gen = generate_kwargs(self.params, self.config, pad if pad is not None else -1) | gen_mask
-        from llm_lens.core.engines.ndif.engine import reinstate
-
         reinstate(eng.hf_model)
         t0 = time.perf_counter()
         backend = eng.backend(self._status)
@@ -171,3 +169,16 @@ class NdifRun:
 
     def summary(self) -> RunSummary:
         return RunSummary.of(self.run_id, self.prompt, self.steps, self.finish_reason)
+
+
+def reinstate(model: Any) -> None:
+    """Put nnsight's forward back on any module whose instance ``forward`` was replaced and
+    then deleted since nnsight wrapped it (the local lens swaps the last layer's forward,
+    :func:`llm_lens.core.layers.lens_logits`), so a model both engines share still reaches
+    every module in a trace."""
+    from nnsight.intervention.source import STATE, Controller
+
+    for module in model.modules():
+        state = module.__dict__.get(STATE)
+        if state is not None and "forward" not in module.__dict__:
+            module.__dict__["forward"] = Controller(module, state)
