@@ -76,13 +76,21 @@ class Worker(QObject):
         self._ahead_later = AfterDelays(self.work_ahead, self)  # guesses once nothing is asked
         self._trim = HeapTrim(lambda: self._release_memory(), self.queue.waiting, self)
 
-    @Slot(object, str, str)
-    def load(self, spec: object, device: str, dtype: str) -> None:
+    @Slot(object, str, str, object, bool)
+    def load(
+        self,
+        spec: object,
+        device: str,
+        dtype: str,
+        placement: object = None,
+        allow_partly_random: bool = False,
+    ) -> None:
         self.flags.nothing_wanted()
         self.queue.new_job()
         try:
             name = spec if isinstance(spec, str) else None
-            info = self.workbench.load(name, device, dtype, self.sig_loading.emit)
+            more = (placement, allow_partly_random)  # a core Placement (or None), the flag
+            info = self.workbench.load(name, device, dtype, self.sig_loading.emit, *more)
             _import_run_end()
         except LensError as exc:
             self.sig_error.emit("load", str(exc))
