@@ -136,7 +136,8 @@ def _caps_text(place: Placement) -> str:
 
 def partly_random_mark(parent: QWidget | None = None) -> QLabel:
     """The status bar's warning, hidden until a partly random model is loaded."""
-    label = QLabel(visible=False, parent=parent)
+    label = QLabel(parent)
+    label.setVisible(False)
     label.setStyleSheet(WARNING_STYLE)
     label.setToolTip(PARTLY_RANDOM_TIP)
     return label
