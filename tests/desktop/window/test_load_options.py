@@ -98,7 +98,9 @@ def renamed(tokenizer, tmp_path_factory) -> str:
     return str(b.with_renamed_tensor(base, tmp / "r", "model.norm.weight", "model.final.weight"))
 
 
-def test_a_partly_random_model_loads_only_when_allowed_and_is_marked(qtbot, window, renamed):
+def test_a_partly_random_model_loads_only_when_allowed_and_is_marked(
+    qtbot, window, renamed, tmp_path
+):
     _open(qtbot, window, model=renamed, signal="sig_error")
     error = window.prompt_panel.error.text()
     assert "model.norm.weight" in error and "--allow-partly-random" in error
@@ -107,9 +109,32 @@ def test_a_partly_random_model_loads_only_when_allowed_and_is_marked(qtbot, wind
     mark = window.partly_random_label
     assert mark.isVisible() and mark.text().strip().startswith("partly random: 1 weights missing")
     assert "model.norm.weight" in mark.toolTip() and "#b3261e" in mark.styleSheet()
+    _saved_files_say_so(qtbot, window, tmp_path, mark.toolTip().split("\n")[0])
     with qtbot.waitSignal(window.controller.sig_model_loaded, timeout=120_000):
         window.load(None)  # the choice holds for later loads; the bundled model lacks nothing
     assert window.allow_partly_random and not mark.isVisible()
+
+
+def _saved_files_say_so(qtbot, win, tmp_path, mark: str) -> None:
+    """A run of the partly random model, saved as a session and exported as a trace: both
+    files' model records carry the mark, exactly."""
+    import json
+
+    from llm_lens.core.sessions.read import read_session
+
+    ctl = win.controller
+    assert mark.startswith("partly random: ")
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=120_000):
+        ctl.request_run("Hi", True, GREEDY, 2)
+    session, trace = tmp_path / "p.llmlens", tmp_path / "p.json"
+    with qtbot.waitSignal(
+        ctl.sig_saved, timeout=60_000, check_params_cb=lambda p, _s: p == str(session)
+    ):
+        ctl.sessions.request_save(str(session))
+    assert read_session(session).model["partly_random"] == mark
+    ctl.sessions.request_export("trace", str(trace))
+    qtbot.waitUntil(trace.exists, timeout=60_000)
+    assert json.loads(trace.read_text(encoding="utf-8"))["model"]["partly_random"] == mark
 
 
 @pytest.mark.parametrize(
