@@ -253,7 +253,8 @@ def placement_line(parts: tuple[PlacedPart, ...]) -> str:
     for where, nbytes in totals.items():
         here = [p.name for p in parts if p.where == where]
         layers = sorted(i for i in map(_layer_index, here) if i is not None)
-        others = [n.rsplit(".", 1)[-1] for n in here if _layer_index(n) is None]
+        others = [n.rsplit(".", 1)[-1] or "the whole model" for n in here
+                  if _layer_index(n) is None]  # fmt: skip
         names = ([_ranges(layers)] if layers else []) + others
         bits.append(f"{where}: {', '.join(names)} ({nbytes / 1e6:.0f} MB)")
     return " · ".join(bits)

@@ -77,6 +77,8 @@ def test_placement_line_groups_each_place():
         "cuda:0: layer 0, embed_tokens (3 MB) · cpu: layer 1 (1 MB) · disk: layers 2–3, norm (2 MB)"
     )
     assert placement_line(()) == ""
+    whole = (PlacedPart("", "disk", 3_000_000),)  # a 1 KiB cap: accelerate maps "" to disk
+    assert placement_line(whole) == "disk: the whole model (3 MB)"
 
 
 @pytest.mark.parametrize(

@@ -51,3 +51,13 @@ def test_runs_with_the_flag_and_says_partly_random(command, renamed, tmp_path, c
     assert mark.startswith("partly random: 1 weights missing") and "model.norm.weight" in mark
     warning = capsys.readouterr().err.strip()
     assert warning.startswith("llm-lens: warning: ") and "partly random" in warning
+
+
+def test_a_partly_random_model_is_refused_on_disk_in_one_line(renamed, capsys):
+    """accelerate reads disk-offloaded weights back from the checkpoint, where the random ones
+    are not: refused at load, not a KeyError at the first forward."""
+    argv = ["trace", "Hi", "--model", str(renamed), "--device", "cpu", "--greedy", "--quiet",
+            "--allow-partly-random", "--max-memory", "cpu=1KiB", "--out", "-"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("llm-lens trace: error: ") and "cannot have layers on disk" in err
