@@ -36,6 +36,7 @@ PARTLY_RANDOM_TIP = (
     "This model's files lack weights its config needs (or hold others): those were initialised "
     "at random, so its numbers are not the trained model's. Every saved file says so."
 )
+ERROR_CHARS = 110  # the dialog's width; the whole line is the tooltip
 MARK_CHARS = 64  # the status bar's share; the whole list is the tooltip
 QUANTIZE_TIP = "int8, int4: optimum-quanto (CPU, CUDA, MPS); nf4: bitsandbytes (CUDA only)"
 
@@ -79,8 +80,9 @@ class PlacementDialog(QDialog):
         form.addRow("Device map:", self.device_map)
         form.addRow("Max memory:", self.max_memory)
         form.addRow("Weights:", self.quantize)
-        note = QLabel("Used for every model opened from now on, as --device-map, --max-memory, "
-                      "--quantize and --allow-partly-random are.", wordWrap=True)  # fmt: skip
+        note = QLabel("Used for every model opened from now on.")
+        note.setToolTip("as the command line's --device-map, --max-memory, --quantize and "
+                        "--allow-partly-random are")  # fmt: skip
         note.setEnabled(False)  # the palette's quieter text
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Open | QDialogButtonBox.StandardButton.Cancel
@@ -112,8 +114,10 @@ class PlacementDialog(QDialog):
         try:
             placement = self.read()
         except LensError as exc:
-            self.error.setText(str(exc).replace("\n", " ").replace("--max-memory", "Max memory"))
-            self.error.setToolTip(self.error.text())
+            line = str(exc).replace("\n", " ").replace("--max-memory", "Max memory")
+            cut = line if len(line) <= ERROR_CHARS else line[: ERROR_CHARS - 1] + "\u2026"
+            self.error.setText(cut)  # a pasted page of text must not widen the dialog
+            self.error.setToolTip(line)
             self.error.setVisible(True)
             return
         self.error.setVisible(False)

@@ -40,6 +40,8 @@ def test_max_memory_reads_devices_and_sizes(text, caps):
         ("cpu=0MiB", "more than 0 bytes"),
         ("cpu=1GiB,cpu=2GiB", "named twice"),
         ("cpu=1GiB,", "not DEVICE=SIZE"),
+        ("cpu=" + "9" * 400 + "GiB", "too large"),  # inf as a float: once an OverflowError
+        ("cpu=9999999999TiB", "too large"),
     ],
 )
 def test_a_malformed_max_memory_is_one_line(text, words):

@@ -71,6 +71,8 @@ def test_the_dialog_opens_the_bundled_model_split_and_it_generates_the_same(qtbo
         ("gpu=2GiB", "Max memory: unknown device 'gpu'"),
         ("cpu=2GiB,cpu=1GiB", "Max memory: cpu is named twice"),
         ("cpu", "is not DEVICE=SIZE"),
+        ("cpu=" + "9" * 5000, "Max memory: '99999"),  # cut to the dialog, whole in the tip
+        ("cpu=" + "9" * 400 + "GiB", "is too large"),
     ],
 )
 def test_a_malformed_max_memory_is_one_red_line_in_the_dialog(qtbot, window, text, words):
@@ -82,6 +84,7 @@ def test_a_malformed_max_memory_is_one_red_line_in_the_dialog(qtbot, window, tex
     assert dialog.isVisible() and not loads  # nothing loaded, the dialog waits for a fix
     line = dialog.error.text()
     assert dialog.error.isVisible() and words in line and "\n" not in line
+    assert len(line) <= 110 and dialog.width() < 1000
     dialog.max_memory.setText("cpu=2GiB")
     dialog.accept()
     assert not dialog.isVisible() and not dialog.error.isVisible() and len(loads) == 1
