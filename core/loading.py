@@ -225,7 +225,7 @@ def _from_pretrained(
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from llm_lens.core.guards.weights import check_loading_info
+    from llm_lens.core.guards.weights import check_loading_info, refuse_random_on_disk
 
     _refuse_custom_code(folder, spec)
     no_code: dict[str, Any] = {"local_files_only": local, "trust_remote_code": False}
@@ -245,6 +245,7 @@ def _from_pretrained(
             )  # fmt: skip
         model, loading = loaded
         random = check_loading_info(loading, spec, allow_random)
+        refuse_random_on_disk(model, random, spec)
     except ModelLoadError:
         raise
     except (torch.OutOfMemoryError, MemoryError) as exc:

@@ -134,7 +134,10 @@ def parse_size(text: str, where: str = "--max-memory") -> int:
     unit = _UNITS.get(match.group(2).lower()) if match else None
     if match is None or unit is None:
         raise LensError(f"{where}: {text!r} is not a size (e.g. 150MiB, 20GiB, 1.5GB)")
-    size = int(float(match.group(1)) * unit)
+    value = float(match.group(1)) * unit  # 400 digits are inf, not an error, as a float
+    if not value < 2**63:
+        raise LensError(f"{where}: {text[:40]!r} is too large (at most 8 EiB)")
+    size = int(value)
     if size <= 0:
         raise LensError(f"{where}: {text!r} must be more than 0 bytes")
     return size
@@ -253,7 +256,8 @@ def placement_line(parts: tuple[PlacedPart, ...]) -> str:
     for where, nbytes in totals.items():
         here = [p.name for p in parts if p.where == where]
         layers = sorted(i for i in map(_layer_index, here) if i is not None)
-        others = [n.rsplit(".", 1)[-1] for n in here if _layer_index(n) is None]
+        others = [n.rsplit(".", 1)[-1] or "the whole model" for n in here
+                  if _layer_index(n) is None]  # fmt: skip
         names = ([_ranges(layers)] if layers else []) + others
         bits.append(f"{where}: {', '.join(names)} ({nbytes / 1e6:.0f} MB)")
     return " · ".join(bits)

@@ -60,6 +60,11 @@ def gui_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--window-size", type=window_size, default=None, metavar="WxH", help="e.g. 1920x1080"
     )
+    from llm_lens.core.cli.args import add_placement
+    from llm_lens.core.cli.trace import PARTLY_RANDOM_HELP
+
+    add_placement(p)  # --device-map, --max-memory, --quantize: as the headless commands read them
+    p.add_argument("--allow-partly-random", action="store_true", help=PARTLY_RANDOM_HELP)
     return p
 
 

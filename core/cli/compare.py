@@ -26,6 +26,7 @@ from llm_lens.core.cli.args import (
 from llm_lens.core.cli.trace import (
     OUT_HELP,
     PARSE_SPECIAL_HELP,
+    PARTLY_RANDOM_HELP,
     RAW_HELP,
     check_inputs,
     load_engine,
@@ -112,6 +113,7 @@ def compare_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--out", default=None, help=OUT_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--allow-partly-random", action="store_true", help=PARTLY_RANDOM_HELP)
     return p
 
 

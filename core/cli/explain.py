@@ -57,6 +57,8 @@ def run_explain(args: argparse.Namespace) -> dict[str, Any]:
     data = explanation_dict(x, args.threshold)
     if run.interventions:
         data["interventions"] = intervention_rows(run.interventions)
+    if engine.info.partly_random:  # explained on a model with random weights: say so
+        data["partly_random"] = engine.info.partly_random
     return data
 
 

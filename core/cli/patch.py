@@ -13,7 +13,8 @@ import sys
 import threading
 from typing import Any
 
-from llm_lens.core.cli.args import Parser, add_placement, cancellable, doing, guarded, placement
+from llm_lens.core.cli.args import Parser, add_placement, cancellable, doing, guarded
+from llm_lens.core.cli.trace import PARTLY_RANDOM_HELP, local_engine
 from llm_lens.core.errors import LensError
 
 METRIC_HELP = "one-token texts: logit(A) - logit(B), or A's probability when B is left out"
@@ -31,6 +32,7 @@ def patch_parser() -> argparse.ArgumentParser:
     add_placement(p)
     p.add_argument("--out", default=None, help="write the JSON here ('-' or default: stdout)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--allow-partly-random", action="store_true", help=PARTLY_RANDOM_HELP)
     return p
 
 
@@ -45,14 +47,10 @@ def one_token(engine: Any, text: str) -> int:
 
 def run_patch(args: argparse.Namespace) -> dict[str, Any]:
     from llm_lens.core.interventions.sweep import Metric, SweepResult, patching_sweep
-    from llm_lens.core.loading import load_model
-    from llm_lens.core.loop.engine import Engine
 
     if len(args.metric) > 2:
         raise LensError(f"--metric takes one or two tokens; got {len(args.metric)}")
-    say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
-    doing(f"loading the model {args.model or 'bundled'}")
-    engine = Engine(load_model(args.model, args.device, args.dtype, say, placement(args)))
+    engine = local_engine(args)
     clean, corrupt = (engine.tokenize(t, chat=not args.raw) for t in (args.clean, args.corrupt))
     ids = [one_token(engine, t) for t in args.metric]
     metric = Metric(ids[0], ids[1] if len(ids) > 1 else None)
@@ -72,7 +70,10 @@ def run_patch(args: argparse.Namespace) -> dict[str, Any]:
     if not args.quiet:
         print(file=sys.stderr)
     tokens = {"clean_tokens": [t.text for t in clean.tokens]}
-    return result.to_dict() | tokens | {"corrupt_tokens": [t.text for t in corrupt.tokens]}
+    data = result.to_dict() | tokens | {"corrupt_tokens": [t.text for t in corrupt.tokens]}
+    if engine.info.partly_random:  # the maps are of a model with random weights: say so
+        data["partly_random"] = engine.info.partly_random
+    return data
 
 
 def main(argv: list[str]) -> int:

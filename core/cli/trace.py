@@ -113,21 +113,29 @@ def check_inputs(args: argparse.Namespace, session: str | None = None) -> None:
 
 def load_engine(args: argparse.Namespace) -> tuple[Any, Any]:
     """Load the model the options name and tokenize the prompt as they say: (engine, prompt)."""
-    from llm_lens.core.loading import load_model
-    from llm_lens.core.loop.engine import Engine
-
     if served.is_served(args):
         doing(f"asking {args.base_url} for its models")
         engine = served.open_served(args)
         return engine, engine.tokenize(args.prompt, not args.raw, parse_special=args.parse_special)
+    engine = local_engine(args)
+    prompt = engine.tokenize(args.prompt, chat=not args.raw, parse_special=args.parse_special)
+    return engine, prompt
+
+
+def local_engine(args: argparse.Namespace) -> Any:
+    """The model ``--model`` names, loaded here as ``--device``, ``--dtype``, the placement
+    options and ``--allow-partly-random`` say (a partly random one: a warning line on stderr);
+    trace, compare, explain and patch load through this."""
+    from llm_lens.core.loading import load_model
+    from llm_lens.core.loop.engine import Engine
+
     say = (lambda _f, _m: None) if args.quiet else (lambda _f, m: print(m, file=sys.stderr))
     doing(f"loading the model {args.model or 'bundled'}")
     allow = bool(getattr(args, "allow_partly_random", False))
     engine = Engine(load_model(args.model, args.device, args.dtype, say, placement(args), allow))
     if engine.info.partly_random:
         print(f"llm-lens: warning: {args.model}: {engine.info.partly_random}", file=sys.stderr)
-    prompt = engine.tokenize(args.prompt, chat=not args.raw, parse_special=args.parse_special)
-    return engine, prompt
+    return engine
 
 
 def start_run(

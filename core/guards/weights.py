@@ -57,6 +57,19 @@ def check_loading_info(info: dict[str, Any], spec: str, allow_partly_random: boo
     return "partly random: " + "; ".join(parts)
 
 
+def refuse_random_on_disk(model: Any, random: str, spec: str) -> None:
+    """A partly random model whose device map put layers on disk is refused in one line:
+    accelerate reads a disk-offloaded weight back from the checkpoint's own files, where a
+    random one (missing, or of another shape) is not, so its first forward would fail (a
+    ``KeyError`` on the missing name) or read the file's tensor of the wrong shape."""
+    device_map = getattr(model, "hf_device_map", None) or {}
+    if random and "disk" in {str(where) for where in device_map.values()}:
+        raise ModelLoadError(
+            f"{spec}: a partly random model cannot have layers on disk (its random weights are "
+            "in no file to read them back from): give the devices room for it (--max-memory)"
+        )
+
+
 def _shapes(item: Any) -> tuple[str, str, str]:
     """(name, shape in the file, shape the config implies) from one mismatched-keys entry."""
     name, held, wanted = (

@@ -95,10 +95,13 @@ class Workbench:
         dtype: str,
         progress: Callable[[float, str], None],
         placement: Any = None,
+        allow_partly_random: bool = False,
     ) -> Any:
         """Load a model (``spec`` None: the bundled one) and make it this workbench's engine;
         every run kept belongs to the old model and goes; ``placement`` (a
-        :class:`~llm_lens.core.placement.Placement`) spreads or quantizes it. Between stages a set
+        :class:`~llm_lens.core.placement.Placement`) spreads or quantizes it;
+        ``allow_partly_random`` loads one whose files lack weights (marked in its ``ModelInfo``)
+        rather than refusing it. Between stages a set
         ``flags.load_cancel`` stops it (:class:`Cancelled`; the previous model stays).
         Returns the new model's ``ModelInfo``."""
         from llm_lens.core.loading import load_model
@@ -111,7 +114,7 @@ class Workbench:
                 raise Cancelled("loading cancelled: the previous model is still loaded")
             progress(fraction, message)
 
-        loaded = load_model(spec, device, dtype, report, placement)
+        loaded = load_model(spec, device, dtype, report, placement, allow_partly_random)
         report(1.0, "ready")
         self.use(Engine(loaded))
         cl100k("warm-up")  # load the cl100k_base table here, not on a window's first render

@@ -102,13 +102,21 @@ class Worker(QObject):
         self.sig_provides.emit(engine.provides)
         self.sig_loaded.emit(engine.info)
 
-    @Slot(object, str, str)
-    def load(self, spec: object, device: str, dtype: str) -> None:
+    @Slot(object, str, str, object, bool)
+    def load(
+        self,
+        spec: object,
+        device: str,
+        dtype: str,
+        placement: object = None,
+        allow_partly_random: bool = False,
+    ) -> None:
         self.flags.nothing_wanted()
         self.queue.new_job()
         try:
             name = spec if isinstance(spec, str) else None
-            info = self.workbench.load(name, device, dtype, self.sig_loading.emit)
+            more = (placement, allow_partly_random)  # a core Placement (or None), the flag
+            info = self.workbench.load(name, device, dtype, self.sig_loading.emit, *more)
             self.served = None
             _import_run_end()
         except LensError as exc:

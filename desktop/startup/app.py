@@ -111,9 +111,15 @@ def _make_window(app: Any, args: argparse.Namespace) -> Any:
     app.setDesktopFileName("llm-lens")  # lets Wayland match the window to its menu entry
     set_icon(app)
     apply_theme(app)
+    from llm_lens.core.cli.args import placement
     from llm_lens.desktop.window.main_window import MainWindow
 
-    window = MainWindow(model_spec=args.model, device=args.device, dtype=args.dtype)
+    place = placement(args)  # --device-map, --max-memory, --quantize (checked by the parser)
+    window = MainWindow(
+        model_spec=args.model, device=args.device, dtype=args.dtype,
+        placement=place if place.split or place.quantize else None,
+        allow_partly_random=bool(getattr(args, "allow_partly_random", False)),
+    )  # fmt: skip
     if args.prompt:
         window.prompt_panel.editor.setPlainText(args.prompt)
     if args.window_size:

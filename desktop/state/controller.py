@@ -139,10 +139,17 @@ class Controller(QObject):
 
     # ----------------------------------------------------------------- requests
     def request_load(
-        self, spec: str | None = None, device: str = "auto", dtype: str = "auto"
+        self,
+        spec: str | None = None,
+        device: str = "auto",
+        dtype: str = "auto",
+        placement: Any = None,
+        allow_partly_random: bool = False,
     ) -> None:
+        """Load ``spec`` (None: the bundled model); ``placement`` (a core ``Placement``) spreads
+        or quantizes it, ``allow_partly_random`` accepts missing weights (marked)."""
         self._set_busy(True)
-        self.link.load(spec, device, dtype)  # a running generation ends first
+        self.link.load(spec, device, dtype, placement, allow_partly_random)  # a run ends first
 
     def request_open_server(self, spec: Any) -> None:
         """Open a model behind an OpenAI-compatible server (a ``ServerSpec``): like a load."""

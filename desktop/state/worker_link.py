@@ -26,7 +26,7 @@ class WorkerLink(QObject):
     they were made.
     """
 
-    _load_requested = Signal(object, str, str)
+    _load_requested = Signal(object, str, str, object, bool)  # … a Placement or None
     _run_requested = Signal(object)  # a RunRequest
     _serve_requested = Signal()
     _server_requested = Signal(object)  # a ServerSpec
@@ -52,11 +52,19 @@ class WorkerLink(QObject):
     def start(self) -> None:
         self.model_thread.start()
 
-    def load(self, spec: str | None, device: str, dtype: str) -> None:
-        """Load a model; a running generation ends first and the load queues behind it."""
+    def load(
+        self,
+        spec: str | None,
+        device: str,
+        dtype: str,
+        placement: Any = None,
+        allow_partly_random: bool = False,
+    ) -> None:
+        """Load a model (``placement``: a core ``Placement`` or None); a running generation
+        ends first and the load queues behind it."""
         self.flags.cancel_run()
         self.flags.want()
-        self._load_requested.emit(spec, device, dtype)
+        self._load_requested.emit(spec, device, dtype, placement, allow_partly_random)
 
     def open_server(self, spec: Any) -> None:
         """Open a served model (see ``Worker.open_server``), behind any running generation."""

@@ -20,6 +20,11 @@ from llm_lens.core.placement import model_placement_line
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.widgets.common import ElidedLabel
 from llm_lens.desktop.window.contents import load_examples, pane_classes, settings
+from llm_lens.desktop.window.load_options import (
+    PlacementDialog,
+    partly_random_mark,
+    show_partly_random,
+)
 from llm_lens.desktop.window.prompt_panel import PromptPanel
 from llm_lens.desktop.window.window_layout import (
     FocusMode,
@@ -44,11 +49,14 @@ class MainWindow(QMainWindow):
         model_spec: str | None = None,
         device: str = "auto",
         dtype: str = "auto",
+        placement: Any = None,
+        allow_partly_random: bool = False,
     ) -> None:
         super().__init__()
         self.setWindowTitle("LLM Lens")
         self.controller = controller or Controller(self)
         self.model_spec, self.device, self.dtype = model_spec, device, dtype
+        self.placement, self.allow_partly_random = placement, allow_partly_random  # every load
         self.prompt_panel = PromptPanel(self.controller, load_examples(), self)
         self.setCentralWidget(self.prompt_panel)
         self.panes: dict[str, Any] = {}
@@ -105,6 +113,8 @@ class MainWindow(QMainWindow):
         self.recorded_label.setToolTip("The run shown was opened from a session file")
         self.recorded_label.setStyleSheet("QLabel { background: #8e5b00; color: white; }")
         self.statusBar().addPermanentWidget(self.recorded_label)
+        self.partly_random_label = partly_random_mark()
+        self.statusBar().addPermanentWidget(self.partly_random_label)
         self.reuse_label = QLabel(visible=False)
         self.reuse_label.setToolTip("Prompt tokens read from the previous run's KV cache")
         self.statusBar().addPermanentWidget(self.reuse_label)
@@ -128,6 +138,7 @@ class MainWindow(QMainWindow):
         file_menu.addAction(self._action("Open &GGUF file…", self._open_gguf))
         file_menu.addAction(self._action("Open &hub model id…", self._open_hub))
         file_menu.addAction(self._action("Load the &bundled model", lambda: self.load(None)))
+        file_menu.addAction(self._action("Open model with &placement…", self.open_with_placement))
         file_menu.addAction(self._action("Open &server…", self._open_server))  # server_dialog
         file_menu.addSeparator()
         file_menu.addAction(self._action("&Export pane…", self._export_pane, "Ctrl+E"))
@@ -189,7 +200,26 @@ class MainWindow(QMainWindow):
         self.model_label.setText(f"loading {spec or 'the bundled model'}…")
         self.progress.setValue(0)
         self.progress.setVisible(True)
-        self.controller.request_load(spec, self.device, self.dtype)
+        self.controller.request_load(
+            spec, self.device, self.dtype, self.placement, self.allow_partly_random
+        )
+
+    def open_with_placement(self) -> PlacementDialog:
+        """File → Open model with placement…: the model, device map, caps, 8/4-bit weights and
+        missing weights allowed; what is accepted holds for later loads too. Returns the
+        dialog (shown, not modal: tests and screenshots drive it)."""
+        dialog = PlacementDialog(self.model_spec, self.placement, self.allow_partly_random, self)
+
+        def accepted() -> None:
+            self.placement, self.allow_partly_random = (
+                dialog.result_placement,
+                dialog.allow_partly_random,
+            )
+            self.load(dialog.spec())
+
+        dialog.accepted.connect(accepted)
+        dialog.open()
+        return dialog
 
     def _open_server(self) -> None:
         from llm_lens.desktop.window.server_dialog import open_server_dialog
@@ -231,6 +261,7 @@ class MainWindow(QMainWindow):
             f"context {info.context_length}"
             + (f" · {where}" if (where := model_placement_line(info)) else "")
         )
+        show_partly_random(self.partly_random_label, info)
         self.statusBar().showMessage("model ready: press Ctrl+Enter to run", 5000)
 
     def _on_error(self, message: str) -> None:

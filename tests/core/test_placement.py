@@ -40,6 +40,8 @@ def test_max_memory_reads_devices_and_sizes(text, caps):
         ("cpu=0MiB", "more than 0 bytes"),
         ("cpu=1GiB,cpu=2GiB", "named twice"),
         ("cpu=1GiB,", "not DEVICE=SIZE"),
+        ("cpu=" + "9" * 400 + "GiB", "too large"),  # inf as a float: once an OverflowError
+        ("cpu=9999999999TiB", "too large"),
     ],
 )
 def test_a_malformed_max_memory_is_one_line(text, words):
@@ -77,6 +79,8 @@ def test_placement_line_groups_each_place():
         "cuda:0: layer 0, embed_tokens (3 MB) · cpu: layer 1 (1 MB) · disk: layers 2–3, norm (2 MB)"
     )
     assert placement_line(()) == ""
+    whole = (PlacedPart("", "disk", 3_000_000),)  # a 1 KiB cap: accelerate maps "" to disk
+    assert placement_line(whole) == "disk: the whole model (3 MB)"
 
 
 @pytest.mark.parametrize(
