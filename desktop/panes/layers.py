@@ -39,6 +39,8 @@ PROMPT_LENS_TOKENS = 1024  # the prompt lens unembeds every layer at every posit
 # many positions it is minutes of the worker (8,192 tokens: 31 × 8,192 unembeddings, ~5 min here)
 WAIT_TEXT = "lens computed when the run ends or when you select a step"
 
+RESID_TITLE = "residual stream norm"
+
 
 def shown(text: str) -> str:
     """A token's text with its whitespace made visible, as every pane shows it
@@ -116,11 +118,12 @@ class LayerStackPane(Pane):
     def _build_norms(self) -> None:
         """Two stacked plots: residual norm per layer; attention vs MLP update norms."""
         self.norm_view = pg.GraphicsLayoutWidget()
-        self.resid_plot = self.norm_view.addPlot(row=0, col=0, title="residual stream norm")
+        self.resid_plot = self.norm_view.addPlot(row=0, col=0, title=RESID_TITLE)
         self.resid_plot.setLabel("left", "‖h‖")
         self.resid_curve = self.resid_plot.plot(
             pen=pg.mkPen("#e0e0e0", width=2), symbol="o", symbolSize=4, symbolBrush="#e0e0e0"
         )
+        self.clean_curve = self.resid_plot.plot(pen=pg.mkPen(255, 255, 255, 90, width=1))
         self.update_plot = self.norm_view.addPlot(row=1, col=0, title="what each layer adds")
         self.update_plot.setLabel("left", "‖update‖")
         self.update_plot.setLabel("bottom", "layer (0 = embeddings)")
@@ -207,6 +210,12 @@ class LayerStackPane(Pane):
         resid = step.residual_norms
         layers = np.arange(resid.shape[0])
         self.resid_curve.setData(layers, resid)
+        clean = self.clean_step(step)  # What if? the clean run's norms as a faint line
+        norms = None if clean is None else clean.residual_norms
+        self.clean_curve.setData([] if norms is None else layers, [] if norms is None else norms)
+        title = RESID_TITLE + (" (faint: the clean run)" if norms is not None else "")
+        if self.resid_plot.titleLabel.text != title:  # a new title re-lays out the plot
+            self.resid_plot.setTitle(title)
         self.attn_curve.setData(layers[1:], step.attn_norms)
         self.mlp_curve.setData(layers[1:], step.mlp_norms)
 

@@ -37,19 +37,25 @@ CLEAN_STEPS = 64  # of each, the first steps: a copy of their logits (12 MB for 
 @dataclass(frozen=True)
 class CleanStep:
     """What a clean run's step is compared by: the context it read (a digest), the token it
-    chose with its probability, and its full logits (a copy)."""
+    chose with its probability, its full logits and its residual norms per layer (copies)."""
 
     index: int
     context: bytes
     token: Any  # TokenInfo
     prob: float
     logits: np.ndarray
+    residual_norms: np.ndarray | None = None  # (layers + 1,) the Layer stack's faint line
 
     @classmethod
     def of(cls, step: Any) -> CleanStep:
         logits = np.array(step.logits, np.float32)
         logits.flags.writeable = False
-        return cls(step.index, context_key(step.context_ids), step.token, step.prob, logits)
+        norms = getattr(step, "residual_norms", None)
+        resid = None if norms is None else np.array(norms, np.float32)
+        if resid is not None:
+            resid.flags.writeable = False
+        return cls(step.index, context_key(step.context_ids), step.token, step.prob, logits,
+                   resid)  # fmt: skip
 
 
 def context_key(ids: Any) -> bytes:
@@ -172,6 +178,22 @@ class WhatIfList(QObject):
             if index < len(steps) and steps[index].context == context:
                 return steps[index]
         return None
+
+
+def forgotten(interventions: Any) -> tuple[int, ...]:
+    """The positions a run's interventions hide from every later query (forgotten tokens)."""
+    return tuple(sorted(i.position for i in interventions or () if isinstance(i, Forget)))
+
+
+def head_change(interventions: Any, layer: int, head: int) -> str:
+    """'intervened: head 7.4 = 0' when a run's interventions change that head (its own edit,
+    or its layer's whole attention block); '' when they leave it alone."""
+    for item in interventions or ():
+        mine = isinstance(item, HeadEdit) and (item.layer, item.head) == (layer, head)
+        block = isinstance(item, BlockEdit) and item.part == "attn" and item.layer == layer
+        if mine or block:
+            return f"intervened: {describe(item)}"
+    return ""
 
 
 def _place(item: Intervention) -> tuple[Any, ...]:
