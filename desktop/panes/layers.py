@@ -31,6 +31,7 @@ from llm_lens.desktop.state.selection import first_position_of
 from llm_lens.desktop.state.whatif import block_changes
 from llm_lens.desktop.widgets.marks import MARK_PEN, rect_xy
 from llm_lens.desktop.widgets.pane import ContextTarget, Pane, steady_axes
+from llm_lens.desktop.widgets.residual_dialog import residual_offers
 from llm_lens.desktop.widgets.token_text import visible
 
 LENS_K = 5
@@ -371,12 +372,25 @@ class LayerStackPane(Pane):
     def context_targets(self) -> list[ContextTarget]:
         """A row of the heatmap: the block that wrote it (row r is the stream after block
         r − 1), its attention or MLP turned off or halved (What if?)."""
-        return [ContextTarget(self.heat_plot, lambda _x, y: self.block_changes(y))]
+        return [ContextTarget(self.heat_plot, lambda x, y: self.block_changes(y)
+                              + self.residual_changes(x, y))]  # fmt: skip
 
     def block_changes(self, y: float) -> list[Any]:
         rows = 0 if self._prompt_lens is None else self._prompt_lens.top1_ids.shape[0]
         row = int(np.floor(y))
         return block_changes(row - 1) if 1 <= row < rows else []
+
+    def residual_changes(self, x: float, y: float) -> list[Any]:
+        """A residual cell (row r: the stream entering layer r, at a position): patched from
+        another prompt or pushed by a steering vector, each through a small dialog."""
+        lens = self._prompt_lens
+        row, col = int(np.floor(y)), int(np.floor(x))
+        if lens is None or not (0 <= row < lens.top1_ids.shape[0] - 1
+                                and 0 <= col < lens.top1_ids.shape[1]):  # fmt: skip
+            return []
+        prompt = self.controller.prompt
+        chat = bool(prompt.chat) if prompt is not None else False
+        return residual_offers(self, self.controller.whatif, lambda: chat, row, col)
 
     def explainer(self) -> ex.Explainer | None:
         step = self.controller.current_step()
