@@ -124,7 +124,9 @@ class LayerStackPane(Pane):
         self.resid_curve = self.resid_plot.plot(
             pen=pg.mkPen("#e0e0e0", width=2), symbol="o", symbolSize=4, symbolBrush="#e0e0e0"
         )
-        self.clean_curve = self.resid_plot.plot(pen=pg.mkPen(255, 255, 255, 90, width=1))
+        self.clean_curve = self.resid_plot.plot(  # What if? the clean run's norms
+            pen=pg.mkPen(255, 255, 255, 130, width=1.5, style=Qt.PenStyle.DotLine)
+        )
         self.update_plot = self.norm_view.addPlot(row=1, col=0, title="what each layer adds")
         self.update_plot.setLabel("left", "‖update‖")
         self.update_plot.setLabel("bottom", "layer (0 = embeddings)")
