@@ -96,7 +96,9 @@ class CompareView(QWidget):
         self.rows_box = QVBoxLayout()
         self.add_button = QPushButton("+ configuration")
         self.error = error_label()
-        self.info = QLabel("Run to compare: the prompt is read once, then each setting samples.")
+        self.info = QLabel(
+            "Run to compare: the prompt is read once, then each setting samples.", wordWrap=True
+        )
         self.step_label = QLabel("click a token to select its step in every column", wordWrap=True)
         self.grid_host = QWidget()
         self.grid = QGridLayout(self.grid_host)

@@ -38,6 +38,7 @@ def test_a_clean_and_an_intervened_column_equal_separate_runs(qtbot, window, eng
     assert view.columns[0].header.text().endswith("· clean")
     assert "intervened: head 3.1 = 0 (own prefill" in view.columns[1].header.text()
     assert "1 column(s) read the prompt under their own changes" in view.info.text()
+    assert view.info.minimumSizeHint().width() < 400  # the long line wraps, never widens the view
     view.columns[1].show_button.click()
     assert ctl.interventions == (HEAD_OFF,)  # the panes mark the shown column's run
 
