@@ -383,16 +383,10 @@ class LayerStackPane(Pane):
         return block_changes(row - 1) if 1 <= row < rows else []
 
     def residual_changes(self, x: float, y: float) -> list[Any]:
-        """A residual cell (row r: the stream entering layer r, at a position): patched from
-        another prompt or pushed by a steering vector, each through a small dialog."""
-        lens = self._prompt_lens
-        row, col = int(np.floor(y)), int(np.floor(x))
-        if lens is None or not (0 <= row < lens.top1_ids.shape[0] - 1
-                                and 0 <= col < lens.top1_ids.shape[1]):  # fmt: skip
-            return []
-        prompt = self.controller.prompt
-        chat = bool(prompt.chat) if prompt is not None else False
-        return residual_offers(self, self.controller.whatif, lambda: chat, row, col)
+        """A residual cell (row r: the stream entering layer r): patched from another prompt or
+        pushed by a steering vector, each through a small dialog."""
+        shape = None if self._prompt_lens is None else self._prompt_lens.top1_ids.shape
+        return residual_offers(self, self.controller, shape, x, y)
 
     def explainer(self) -> ex.Explainer | None:
         step = self.controller.current_step()

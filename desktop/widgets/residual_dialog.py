@@ -8,6 +8,7 @@ the plain changes; each opens a small :class:`ResidualDialog` and, accepted, add
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -126,15 +127,21 @@ class ResidualDialog(QDialog):
     on_accept: Callable[[ResidualDialog], bool] | None = None
 
 
-def residual_offers(parent: QWidget, whatif: Any, chat: Callable[[], bool], layer: int,
-                    position: int) -> list[DialogChange]:  # fmt: skip
-    """The two dialog entries of a residual cell (the stream entering ``layer`` at
-    ``position``); ``chat()`` says whether the other prompt is read with the chat template."""
+def residual_offers(parent: QWidget, controller: Any, shape: Any, x: float, y: float
+                    ) -> list[DialogChange]:  # fmt: skip
+    """The two dialog entries of the residual cell at view point (``x``, ``y``) of a (rows,
+    positions) heatmap whose row r is the stream entering layer r (the last row, the final
+    stream, enters none: no entry); the other prompt is read in the shown prompt's chat mode."""
+    row, position = int(math.floor(y)), int(math.floor(x))
+    if shape is None or not (0 <= row < shape[0] - 1 and 0 <= position < shape[1]):
+        return []
+    prompt = controller.prompt
+    chat = bool(prompt.chat) if prompt is not None else False
 
     def opener(kind: str) -> Callable[[], ResidualDialog]:
         def open_dialog() -> ResidualDialog:
-            dialog = ResidualDialog(kind, layer, position, parent)
-            dialog.on_accept = lambda d: d.apply(whatif, chat())
+            dialog = ResidualDialog(kind, row, position, parent)
+            dialog.on_accept = lambda d: d.apply(controller.whatif, chat)
             dialog.open()
             return dialog
 
