@@ -345,17 +345,26 @@ class CompareController(QObject):
     def _replay_comparison(self, session: Any, saved: Any) -> None:
         """Show a session's comparison in the compare view, its metrics recomputed from the
         recorded steps (every column's full logits are in the file)."""
-        from llm_lens.core.runs.compare import Comparison
+        from llm_lens.core.runs.compare import Comparison, changes_prompt
 
         runs = [session.runs[i] for i in saved.runs]
         comparison = Comparison.recorded(runs, saved.shared_prefill_ms)
         params = tuple(comparison.params)
         samples = len({dataclasses.replace(p, seed=0) for p in params}) == 1
         ids = tuple(r.run_id for r in runs)
-        prefill_saved = comparison.prefill_saved_ms
+        changes = tuple(tuple(r.interventions) for r in runs)  # What-if columns, as saved
+        own = tuple(bool(c) and changes_prompt(c, len(comparison.prompt)) for c in changes)
+        comparison.own_prefill = own
         self._on_compare_started(
             CompareStart(
-                comparison.prompt, params, ids, saved.shared_prefill_ms, prefill_saved, samples
+                comparison.prompt,
+                params,
+                ids,
+                saved.shared_prefill_ms,
+                comparison.prefill_saved_ms,
+                samples,
+                changes,
+                own,
             )  # fmt: skip
         )
         for column, run in enumerate(runs):

@@ -63,3 +63,29 @@ def test_a_ticked_column_with_no_change_is_an_inline_message(qtbot, window):
     view.run()
     assert view.error.isVisible() and "no change switched on" in view.error.text()
     assert not window.controller.compare.running
+
+
+def test_a_saved_what_if_column_reopens_marked(qtbot, window, tmp_path):
+    from llm_lens.desktop.window.main_window import MainWindow
+    from tests.desktop.state.test_compare_controller import _saved
+
+    ctl = window.controller
+    ctl.whatif.add(HEAD_OFF)
+    view = window.open_compare()
+    _greedy_rows(view, [False, True])
+    view.rows[0].set_preset("factual")  # two equal settings would reopen as K samples
+    _finish_compare(qtbot, window, view)
+    path = tmp_path / "whatif-compare.llmlens"
+    with _saved(qtbot, ctl, path):
+        ctl.sessions.request_save(str(path), with_views=False)
+
+    fresh = MainWindow()  # no model loaded here
+    fresh.sessions.confirm_close = False
+    qtbot.addWidget(fresh)
+    with qtbot.waitSignal(fresh.controller.sig_run_finished, timeout=60_000):
+        fresh.sessions.open(str(path))
+    start = fresh.controller.compare.start
+    assert start.interventions == ((), (HEAD_OFF,)) and start.own_prefill == (False, True)
+    reopened = fresh.open_compare()
+    assert [c.header.text() for c in reopened.columns] == [c.header.text() for c in view.columns]
+    fresh.close()
