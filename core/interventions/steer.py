@@ -110,6 +110,27 @@ def layer_input(model: Any, anatomy: Anatomy, layer: int, ids: Sequence[int]) ->
     return kept[0]
 
 
+def patch_from(
+    model: Any, anatomy: Anatomy, layer: int, ids: Sequence[int], positions: Sequence[int]
+) -> ResidualPatch:
+    """Activation patching from another prompt: the residual stream entering ``layer`` at
+    ``positions`` of the prompt ``ids``, as the patch that puts it in a run at the same places.
+    """
+    if not 0 <= layer < len(anatomy.layers):
+        raise InterventionError(
+            f"no layer {layer} (the model has layers 0-{len(anatomy.layers) - 1})"
+        )
+    wanted = sorted({int(p) for p in positions})
+    if not wanted or wanted[0] < 0 or wanted[-1] >= len(ids):
+        raise InterventionError(
+            f"the other prompt has {len(ids)} tokens: it has no position "
+            f"{wanted[-1] if wanted else '(none named)'}"
+        )
+    h = layer_input(model, anatomy, layer, ids)  # (T, hidden) float64
+    rows = h[wanted].cpu().numpy()  # (positions, hidden)
+    return ResidualPatch(layer, tuple(wanted), tuple(tuple(r) for r in rows.tolist()))
+
+
 def steering_vector(
     model: Any,
     layer: int,

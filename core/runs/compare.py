@@ -20,6 +20,7 @@ import torch
 
 from llm_lens.core import sampling
 from llm_lens.core.errors import SamplingError
+from llm_lens.core.interventions import Forget, Intervention, ResidualAdd, ResidualPatch
 from llm_lens.core.loop.engine import Engine, Run, RunConfig
 from llm_lens.core.records import PromptTokens, RunSummary, StepRecord
 from llm_lens.core.sampling import MAX_SAMPLES, SamplingParams, check_configs
@@ -212,6 +213,7 @@ class Comparison:
     prompt: PromptTokens
     runs: Sequence[ColumnRun]
     shared_prefill_ms: float
+    own_prefill: tuple[bool, ...] = ()  # per column: it read the prompt itself (interventions)
 
     @classmethod
     def recorded(cls, runs: Sequence[Any], shared_prefill_ms: float) -> Comparison:
@@ -225,7 +227,8 @@ class Comparison:
 
     @property
     def prefill_saved_ms(self) -> float:
-        return self.shared_prefill_ms * (len(self.runs) - 1)
+        sharing = len(self.runs) - sum(self.own_prefill)
+        return self.shared_prefill_ms * max(sharing - 1, 0)
 
     def steps(self) -> Iterator[tuple[int, StepRecord]]:
         """Advance the runs round-robin, yielding (column, record) until every run has ended."""
@@ -286,18 +289,46 @@ def column_stats(run: ColumnRun) -> ColumnStats:
     )
 
 
+def changes_prompt(interventions: Sequence[Intervention], prompt_len: int) -> bool:
+    """Whether ``interventions`` change the pass that reads the prompt, so a run under them
+    cannot start from a clean shared prefill: every kind does, except a residual edit or a
+    forgotten token placed only at positions after the prompt (generated tokens)."""
+
+    def after_prompt(item: Intervention) -> bool:
+        if isinstance(item, ResidualAdd | ResidualPatch):
+            return bool(item.positions) and min(item.positions) >= prompt_len
+        return isinstance(item, Forget) and item.position >= prompt_len
+
+    return not all(after_prompt(i) for i in interventions)
+
+
 def start_shared(
     engine: Engine,
     prompt: PromptTokens,
     configs: Sequence[SamplingParams],
     run_config: RunConfig,
     cancel: threading.Event | None = None,
+    interventions: Sequence[Sequence[Intervention]] = (),
 ) -> Comparison:
-    """Prefill once now; return the comparison with its runs ready to iterate (:meth:`steps`)."""
-    state = engine.prefill(prompt)
+    """Prefill once now; return the comparison with its runs ready to iterate (:meth:`steps`).
+
+    ``interventions`` holds each column's (empty: every column clean). A column whose changes
+    leave the prompt's pass alone (:func:`changes_prompt`) forks the shared prefill like a clean
+    one; any other reads the prompt itself, under its changes, in its first step."""
+    changes = [tuple(c) for c in interventions] or [()] * len(configs)
+    if len(changes) != len(configs):
+        raise SamplingError(f"{len(changes)} intervention lists for {len(configs)} columns")
+    own = tuple(changes_prompt(c, len(prompt)) if c else False for c in changes)
+    state = engine.prefill(prompt) if not all(own) else None
     event = cancel or threading.Event()
-    runs = [engine.start_from(prompt, p, state.fork(), run_config, event) for p in configs]
-    return Comparison(prompt, runs, state.forward_ms)
+    runs = [
+        engine.start(prompt, p, run_config, event, c)
+        if mine or state is None
+        else engine.start_from(prompt, p, state.fork(), run_config, event, c)
+        for p, c, mine in zip(configs, changes, own, strict=True)
+    ]
+    ms = state.forward_ms if state is not None else 0.0
+    return Comparison(prompt, runs, ms, own)
 
 
 def compare(
@@ -306,10 +337,12 @@ def compare(
     configs: list[SamplingParams],
     run_config: RunConfig,
     cancel: threading.Event | None = None,
+    interventions: Sequence[Sequence[Intervention]] = (),
 ) -> Comparison:
-    """Run 2–4 sampling configurations side by side from one shared prefill, to the end."""
+    """Run 2–4 sampling configurations side by side from one shared prefill, to the end (each
+    column under its own ``interventions``, see :func:`start_shared`)."""
     check_configs(len(configs))
-    return start_shared(engine, prompt, configs, run_config, cancel).run_all()
+    return start_shared(engine, prompt, configs, run_config, cancel, interventions).run_all()
 
 
 def samples(

@@ -38,6 +38,8 @@ class CompareStart:
     shared_prefill_ms: float
     prefill_saved_ms: float
     samples: bool = False  # K samples of one setting (seeds s … s+K−1), not 2–4 settings
+    interventions: tuple[tuple[Any, ...], ...] = ()  # each column's (core.interventions); ()
+    own_prefill: tuple[bool, ...] = ()  # each column: it read the prompt itself, under them
 
 
 @dataclass(frozen=True)
@@ -105,9 +107,12 @@ def compare_job(
     run_ids: Sequence[int],
     drop: Callable[[Workbench], None],
     samples: bool = False,
+    interventions: Sequence[Sequence[Any]] = (),
 ) -> Job:
     """Columns from one shared prefill (``core.runs.compare.start_shared``), streamed round-robin.
-    ``drop(bench)`` first forgets the runs of the previous comparison."""
+    ``drop(bench)`` first forgets the runs of the previous comparison. ``interventions``: each
+    column's (empty: all clean); a column whose changes alter the prompt's pass reads it alone."""
+    changes = tuple(tuple(c) for c in interventions) or ((),) * len(configs)
 
     def job(bench: Workbench) -> Iterator[Item]:
         from llm_lens.core.loop.engine import RunConfig
@@ -117,7 +122,7 @@ def compare_job(
         drop(bench)
         prompt = engine.tokenize(text, chat)
         config = RunConfig(max_new_tokens=max_new)
-        comparison = start_shared(engine, prompt, list(configs), config, bench.cancel)
+        comparison = start_shared(engine, prompt, list(configs), config, bench.cancel, changes)
         for run, run_id in zip(comparison.runs, run_ids, strict=True):
             run.run_id = run_id  # type: ignore[attr-defined]  # live runs, not recorded columns
             bench.store.keep(run_id, run)
@@ -125,7 +130,14 @@ def compare_job(
         yield (
             "compare_started",
             CompareStart(
-                prompt, tuple(configs), tuple(run_ids), ms, comparison.prefill_saved_ms, samples
+                prompt,
+                tuple(configs),
+                tuple(run_ids),
+                ms,
+                comparison.prefill_saved_ms,
+                samples,
+                changes,
+                comparison.own_prefill,
             ),  # fmt: skip
         )
         for column, record in comparison.steps():

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from llm_lens.core import cards as ex
 from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.state.whatif import forgotten
 from llm_lens.desktop.widgets.pane import Pane, plain_axis, steady_axes
 
 UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB")
@@ -31,6 +32,22 @@ def human_bytes(n: float) -> str:
         value /= 1024
         unit += 1
     return f"{int(value)} bytes" if unit == 0 else f"{value:.3g} {UNITS[unit]}"
+
+
+def forget_lines(interventions: Any, kv: Any) -> list[str]:
+    """What a forgotten token costs (What if?): its K and V stay in the cache, masked from every
+    later query, so the bytes are held all the same; the share is exact where every layer holds
+    every token (no sliding window)."""
+    hidden = [p for p in forgotten(interventions) if p < kv.tokens]
+    if not hidden:
+        return []
+    share = ""
+    if not any(kv.windows) and kv.tokens:
+        per = kv.bytes_total // kv.tokens
+        share = f"{human_bytes(per * len(hidden))} ({per:,} bytes a token) of it"
+    where = ", ".join(map(str, hidden))
+    return [f"forgotten token {where}: {share or 'its K and V'} still held, hidden from every "
+            "later query by the attention mask (not evicted)"]  # fmt: skip
 
 
 class ByteAxis(pg.AxisItem):
@@ -218,6 +235,7 @@ class KVCachePane(Pane):
         lines = [self._formula_line(step), *self._held_lines(info, kv), *self._state_lines(kv)]
         lines.append(self._sharing_line(info, kv))
         lines.append(f"added this step: {human_bytes(kv.bytes_added)} ({self._added(step)})")
+        lines += forget_lines(self.controller.interventions, kv)
         if kv.device_allocated is not None:
             lines.append(
                 f"CUDA memory: allocated {human_bytes(kv.device_allocated)}, "

@@ -31,6 +31,7 @@ from llm_lens.desktop.state.selection import first_position_of
 from llm_lens.desktop.state.whatif import block_changes
 from llm_lens.desktop.widgets.marks import MARK_PEN, rect_xy
 from llm_lens.desktop.widgets.pane import ContextTarget, Pane, steady_axes
+from llm_lens.desktop.widgets.residual_dialog import residual_offers
 from llm_lens.desktop.widgets.token_text import visible
 
 LENS_K = 5
@@ -38,6 +39,8 @@ NAN_RED = "#ef5350"  # where the model computed NaN or Inf
 PROMPT_LENS_TOKENS = 1024  # the prompt lens unembeds every layer at every position: past this
 # many positions it is minutes of the worker (8,192 tokens: 31 × 8,192 unembeddings, ~5 min here)
 WAIT_TEXT = "lens computed when the run ends or when you select a step"
+
+RESID_TITLE = "residual stream norm"
 
 
 def shown(text: str) -> str:
@@ -117,10 +120,13 @@ class LayerStackPane(Pane):
     def _build_norms(self) -> None:
         """Two stacked plots: residual norm per layer; attention vs MLP update norms."""
         self.norm_view = pg.GraphicsLayoutWidget()
-        self.resid_plot = self.norm_view.addPlot(row=0, col=0, title="residual stream norm")
+        self.resid_plot = self.norm_view.addPlot(row=0, col=0, title=RESID_TITLE)
         self.resid_plot.setLabel("left", "‖h‖")
         self.resid_curve = self.resid_plot.plot(
             pen=pg.mkPen("#e0e0e0", width=2), symbol="o", symbolSize=4, symbolBrush="#e0e0e0"
+        )
+        self.clean_curve = self.resid_plot.plot(  # What if? the clean run's norms
+            pen=pg.mkPen(255, 255, 255, 130, width=1.5, style=Qt.PenStyle.DotLine)
         )
         self.update_plot = self.norm_view.addPlot(row=1, col=0, title="what each layer adds")
         self.update_plot.setLabel("left", "‖update‖")
@@ -208,6 +214,12 @@ class LayerStackPane(Pane):
         resid = step.residual_norms
         layers = np.arange(resid.shape[0])
         self.resid_curve.setData(layers, resid)
+        clean = self.clean_step(step)  # What if? the clean run's norms as a faint line
+        norms = None if clean is None else clean.residual_norms
+        self.clean_curve.setData([] if norms is None else layers, [] if norms is None else norms)
+        title = RESID_TITLE + (" (faint: the clean run)" if norms is not None else "")
+        if self.resid_plot.titleLabel.text != title:  # a new title re-lays out the plot
+            self.resid_plot.setTitle(title)
         self.attn_curve.setData(layers[1:], step.attn_norms)
         self.mlp_curve.setData(layers[1:], step.mlp_norms)
 
@@ -363,12 +375,19 @@ class LayerStackPane(Pane):
     def context_targets(self) -> list[ContextTarget]:
         """A row of the heatmap: the block that wrote it (row r is the stream after block
         r − 1), its attention or MLP turned off or halved (What if?)."""
-        return [ContextTarget(self.heat_plot, lambda _x, y: self.block_changes(y))]
+        return [ContextTarget(self.heat_plot, lambda x, y: self.block_changes(y)
+                              + self.residual_changes(x, y))]  # fmt: skip
 
     def block_changes(self, y: float) -> list[Any]:
         rows = 0 if self._prompt_lens is None else self._prompt_lens.top1_ids.shape[0]
         row = int(np.floor(y))
         return block_changes(row - 1) if 1 <= row < rows else []
+
+    def residual_changes(self, x: float, y: float) -> list[Any]:
+        """A residual cell (row r: the stream entering layer r): patched from another prompt or
+        pushed by a steering vector, each through a small dialog."""
+        shape = None if self._prompt_lens is None else self._prompt_lens.top1_ids.shape
+        return residual_offers(self, self.controller, shape, x, y)
 
     def explainer(self) -> ex.Explainer | None:
         step = self.controller.current_step()

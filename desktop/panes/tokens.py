@@ -35,7 +35,8 @@ from llm_lens.core.tokens import (
 )
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.selection import context_tokens
-from llm_lens.desktop.state.whatif import token_changes
+from llm_lens.desktop.state.whatif import forgotten, token_changes
+from llm_lens.desktop.widgets.chip_marks import StruckChips
 from llm_lens.desktop.widgets.marks import MARK_PEN
 from llm_lens.desktop.widgets.pane import ContextTarget, Pane
 from llm_lens.desktop.widgets.token_text import (
@@ -140,6 +141,7 @@ class TokensPane(Pane):
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(controller, parent)
         self.model_view = ChipView()
+        self.forgotten = StruckChips(self.model_view)  # What if? a forgotten token struck through
         self.cl100k_view = ChipView()
         self.counts = QLabel(wordWrap=True)  # long counts wrap instead of widening the window
         self.show_ids = QCheckBox("show ids")
@@ -195,6 +197,7 @@ class TokensPane(Pane):
         chunk and first cl100k_base view in one turn took 40 ms)."""
         ctl = self.controller
         prompt, steps = ctl.prompt, ctl.steps
+        self.forgotten.set_positions(forgotten(ctl.interventions))
         if prompt is None:
             return
         if prompt is not self._prompt or len(steps) < self._n_steps:
@@ -306,6 +309,7 @@ class TokensPane(Pane):
     def clear(self) -> None:
         self._prompt, self._n_steps, self._placed, self._cl100k = None, 0, 0, None
         self.model_view.set_chips([])
+        self.forgotten.set_positions(())
         self.cl100k_view.set_chips([])
         self.model_view.set_selection(-1, -1)
         self.counts.setText("")

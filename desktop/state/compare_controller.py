@@ -8,6 +8,7 @@ back here and leave as this object's signals. A branch streams into the panes li
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
@@ -87,8 +88,12 @@ class CompareController(QObject):
         self._session_columns: list[int] = []  # a reopened comparison's runs (session indices)
 
     # ----------------------------------------------------------------- requests
-    def request_compare(self, text: str, chat: bool, configs: list[Any], max_new: int) -> None:
-        """2–4 sampling configurations side by side from one shared prefill."""
+    def request_compare(
+        self, text: str, chat: bool, configs: list[Any], max_new: int,
+        interventions: Sequence[Sequence[Any]] = (),
+    ) -> None:  # fmt: skip
+        """2–4 sampling configurations side by side from one shared prefill; ``interventions``
+        holds each column's What-if changes (empty: every column clean)."""
         from llm_lens.core.errors import SamplingError
         from llm_lens.core.sampling import check_configs
 
@@ -97,12 +102,14 @@ class CompareController(QObject):
         except SamplingError as exc:
             self.sig_error.emit("compare", str(exc))
             return
-        self._compare(text, chat, configs, max_new)
+        self._compare(text, chat, configs, max_new, interventions=interventions)
 
     def request_samples(
-        self, text: str, chat: bool, params: Any, k: int, seed: int, max_new: int
-    ) -> None:
-        """K samples of one configuration with seeds seed … seed + K − 1."""
+        self, text: str, chat: bool, params: Any, k: int, seed: int, max_new: int,
+        interventions: Sequence[Any] = (),
+    ) -> None:  # fmt: skip
+        """K samples of one configuration with seeds seed … seed + K − 1 (each under
+        ``interventions``)."""
         from llm_lens.core.sampling import MAX_SAMPLES
 
         if not MIN_SAMPLES <= k <= MAX_SAMPLES:
@@ -114,18 +121,20 @@ class CompareController(QObject):
             self.sig_error.emit("compare", f"seed must be ≥ 0; got {seed}")
             return
         configs = [params.with_(seed=seed + i) for i in range(k)]
-        self._compare(text, chat, configs, max_new, samples=True)
+        self._compare(text, chat, configs, max_new, True, [tuple(interventions)] * k)
 
     def _compare(
-        self, text: str, chat: bool, configs: list[Any], max_new: int, samples: bool = False
-    ) -> None:
+        self, text: str, chat: bool, configs: list[Any], max_new: int, samples: bool = False,
+        interventions: Sequence[Sequence[Any]] = (),
+    ) -> None:  # fmt: skip
         ids = [self.ctl.new_run_id() for _ in configs]
         old = [i for i in (self.start.run_ids if self.start else ()) if i != self.ctl.run_id]
 
         def drop(bench: Any) -> None:  # on the model thread
             bench.store.forget([i for i in old if not bench.history.holds(i)])
 
-        self._run("compare", compare_job(text, chat, configs, max_new, ids, drop, samples))
+        changes = [tuple(c) for c in interventions]
+        self._run("compare", compare_job(text, chat, configs, max_new, ids, drop, samples, changes))
 
     def request_beam(self, text: str, chat: bool, beams: int, max_new: int) -> None:
         self._run("beam", beam_job(text, chat, beams, max_new))
@@ -221,7 +230,11 @@ class CompareController(QObject):
         summary = RunSummary.of(run_id, self.start.prompt, steps, finish)
         prefill = self.outcome.prefills[column]
         params = self.start.params[column]
-        self._show(ShownRun(run_id, self.start.prompt, prefill, steps, summary, params), step)
+        changes = self.start.interventions[column] if self.start.interventions else ()
+        if changes:
+            summary.extra["interventions"] = [i.to_dict() for i in changes]
+        shown = ShownRun(run_id, self.start.prompt, prefill, steps, summary, params, changes)
+        self._show(shown, step)
 
     def show_node(self, run_id: int, step: int = -1) -> None:
         """Show a run of the branch tree (its whole path from the root) in every pane."""
@@ -341,17 +354,26 @@ class CompareController(QObject):
     def _replay_comparison(self, session: Any, saved: Any) -> None:
         """Show a session's comparison in the compare view, its metrics recomputed from the
         recorded steps (every column's full logits are in the file)."""
-        from llm_lens.core.runs.compare import Comparison
+        from llm_lens.core.runs.compare import Comparison, changes_prompt
 
         runs = [session.runs[i] for i in saved.runs]
         comparison = Comparison.recorded(runs, saved.shared_prefill_ms)
         params = tuple(comparison.params)
         samples = len({dataclasses.replace(p, seed=0) for p in params}) == 1
         ids = tuple(r.run_id for r in runs)
-        prefill_saved = comparison.prefill_saved_ms
+        changes = tuple(tuple(r.interventions) for r in runs)  # What-if columns, as saved
+        own = tuple(bool(c) and changes_prompt(c, len(comparison.prompt)) for c in changes)
+        comparison.own_prefill = own
         self._on_compare_started(
             CompareStart(
-                comparison.prompt, params, ids, saved.shared_prefill_ms, prefill_saved, samples
+                comparison.prompt,
+                params,
+                ids,
+                saved.shared_prefill_ms,
+                comparison.prefill_saved_ms,
+                samples,
+                changes,
+                own,
             )  # fmt: skip
         )
         for column, run in enumerate(runs):

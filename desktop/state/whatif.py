@@ -29,6 +29,7 @@ from llm_lens.core.interventions import (
     ResidualPatch,
 )
 
+PATCH = "whatif_patch"  # the worker job kind that reads another prompt's residual stream
 CLEAN_RUNS = 2  # clean runs remembered for comparison, by prompt
 CLEAN_STEPS = 64  # of each, the first steps: a copy of their logits (12 MB for SmolLM2), so
 # the run's own records are still let go (and freed on the model thread) with its history
@@ -37,19 +38,25 @@ CLEAN_STEPS = 64  # of each, the first steps: a copy of their logits (12 MB for 
 @dataclass(frozen=True)
 class CleanStep:
     """What a clean run's step is compared by: the context it read (a digest), the token it
-    chose with its probability, and its full logits (a copy)."""
+    chose with its probability, its full logits and its residual norms per layer (copies)."""
 
     index: int
     context: bytes
     token: Any  # TokenInfo
     prob: float
     logits: np.ndarray
+    residual_norms: np.ndarray | None = None  # (layers + 1,) the Layer stack's faint line
 
     @classmethod
     def of(cls, step: Any) -> CleanStep:
         logits = np.array(step.logits, np.float32)
         logits.flags.writeable = False
-        return cls(step.index, context_key(step.context_ids), step.token, step.prob, logits)
+        norms = getattr(step, "residual_norms", None)
+        resid = None if norms is None else np.array(norms, np.float32)
+        if resid is not None:
+            resid.flags.writeable = False
+        return cls(step.index, context_key(step.context_ids), step.token, step.prob, logits,
+                   resid)  # fmt: skip
 
 
 def context_key(ids: Any) -> bytes:
@@ -101,10 +108,12 @@ class WhatIfList(QObject):
     Signals:
         sig_changed(): an intervention was added, removed or switched.
         sig_run_requested(): "Run with these": the window runs its prompt again.
+        sig_error(str): a patch or a steering vector could not be made (one line).
     """
 
     sig_changed = Signal()
     sig_run_requested = Signal()
+    sig_error = Signal(str)
 
     def __init__(self, controller: Any) -> None:
         super().__init__(controller)
@@ -112,6 +121,7 @@ class WhatIfList(QObject):
         self.entries: list[WhatIfEntry] = []
         self._clean: dict[tuple[int, ...], tuple[CleanStep, ...]] = {}  # prompt ids → steps
         controller.sig_run_finished.connect(self._on_finished)
+        self._listening = False  # to the worker's results (it is made after this list)
 
     # ----------------------------------------------------------------- the list
     def add(self, item: Intervention) -> None:
@@ -140,6 +150,53 @@ class WhatIfList(QObject):
     def active(self) -> tuple[Intervention, ...]:
         """The interventions switched on: what the next run is made under."""
         return tuple(e.intervention for e in self.entries if e.on)
+
+    def request_patch(self, text: str, chat: bool, layer: int, positions: Any) -> None:
+        """Add the patch that puts the residual stream entering ``layer`` at ``positions`` of
+        the prompt ``text`` (run on the model thread) into the next runs: activation patching."""
+        from llm_lens.core.interventions.steer import patch_from
+
+        key = (PATCH, text, chat, layer, tuple(positions))
+
+        def job(bench: Any) -> Any:  # on the model thread
+            engine = bench.engine
+            ids = engine.tokenize(text, chat).ids
+            return patch_from(engine.model, engine.anatomy, layer, ids, positions)
+
+        worker = self.controller.worker
+        if not self._listening:
+            worker.sig_result.connect(self._on_result)
+            worker.sig_error.connect(self._on_error)
+            self._listening = True
+        worker.submit(PATCH, key, job)
+        self.controller.request_serve()
+
+    def add_vector(self, path: str, strength: float, layer: int, positions: Any) -> bool:
+        """Add a steering vector read from a ``.npy`` file, times ``strength``, to the stream
+        entering ``layer`` at ``positions`` (all when empty); False (and ``sig_error``) for a
+        file that is not one finite vector of the model's width."""
+        try:
+            vector = np.asarray(np.load(path, allow_pickle=False), np.float64).ravel()
+        except (OSError, ValueError) as exc:  # missing, not .npy, pickled objects
+            self.sig_error.emit(f"{path}: not a readable .npy vector ({exc})")
+            return False
+        width = getattr(self.controller.info, "hidden_size", vector.size)
+        if vector.size != width or not np.isfinite(vector).all():
+            self.sig_error.emit(
+                f"{path}: {vector.size} numbers (finite: "
+                f"{bool(np.isfinite(vector).all())}); the stream has {width}"
+            )
+            return False
+        self.add(ResidualAdd(layer, tuple(positions), tuple(vector * float(strength))))
+        return True
+
+    def _on_result(self, kind: str, _key: Any, result: Any) -> None:
+        if kind == PATCH and isinstance(result, ResidualPatch):
+            self.add(result)
+
+    def _on_error(self, where: str, message: str) -> None:
+        if where == "analysis" and message.startswith(PATCH.replace("_", " ")):
+            self.sig_error.emit(message)
 
     def request_run(self) -> None:
         """Run the prompt again with the interventions switched on."""
@@ -172,6 +229,22 @@ class WhatIfList(QObject):
             if index < len(steps) and steps[index].context == context:
                 return steps[index]
         return None
+
+
+def forgotten(interventions: Any) -> tuple[int, ...]:
+    """The positions a run's interventions hide from every later query (forgotten tokens)."""
+    return tuple(sorted(i.position for i in interventions or () if isinstance(i, Forget)))
+
+
+def head_change(interventions: Any, layer: int, head: int) -> str:
+    """'intervened: head 7.4 = 0' when a run's interventions change that head (its own edit,
+    or its layer's whole attention block); '' when they leave it alone."""
+    for item in interventions or ():
+        mine = isinstance(item, HeadEdit) and (item.layer, item.head) == (layer, head)
+        block = isinstance(item, BlockEdit) and item.part == "attn" and item.layer == layer
+        if mine or block:
+            return f"intervened: {describe(item)}"
+    return ""
 
 
 def _place(item: Intervention) -> tuple[Any, ...]:

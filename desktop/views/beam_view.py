@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from llm_lens.core.runs.beam import MAX_BEAMS, MIN_BEAMS
 from llm_lens.desktop.state.controller import Controller
-from llm_lens.desktop.views.compare_view import error_label
+from llm_lens.desktop.views.compare_columns import error_label
 
 LIVE_TITLE = "Live beams after this step, best first"
 DONE_TITLE = "Search done: the finished beams, best first (the first is the answer)"

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 from llm_lens.core.cards import p3
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.scheduler import REPAINT_MS
-from llm_lens.desktop.views.compare_view import error_label
+from llm_lens.desktop.views.compare_columns import error_label
 from llm_lens.desktop.widgets.token_text import visible
 
 RUN_ID = Qt.ItemDataRole.UserRole

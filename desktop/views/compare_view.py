@@ -14,8 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QPainter
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
@@ -34,11 +33,9 @@ from llm_lens.core.errors import LensError
 from llm_lens.core.sampling import MAX_CONFIGS as MAX_COLUMNS
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.scheduler import REPAINT_MS
-from llm_lens.desktop.views.sampler_rows import SamplerRow, describe_params
-from llm_lens.desktop.widgets.token_text import Chip, ChipView, response_chip
+from llm_lens.desktop.views.compare_columns import DIVERGE, ColumnWidget, column_header, error_label
+from llm_lens.desktop.views.sampler_rows import SamplerRow
 
-ERROR_STYLE = "QLabel { background: #b3261e; color: white; padding: 6px; }"
-DIVERGE = QColor("#d93025")
 SAME_PEN = pg.mkPen("#3d7bd9", width=2)
 OWN_PEN = pg.mkPen("#e37400", width=2, style=Qt.PenStyle.DashLine)
 CURVES_NOTE = (
@@ -48,72 +45,6 @@ CURVES_NOTE = (
     "texts have led the model apart) · mean over pairs of columns, one point per step"
 )
 MODES = ("side by side: 2–4 configurations", "same settings, K samples (seeds s … s+K−1)")
-
-
-def error_label() -> QLabel:
-    """The views' inline message: white on red, selectable, hidden until needed."""
-    label: QLabel = QLabel(wordWrap=True, visible=False)
-    label.setStyleSheet(ERROR_STYLE)
-    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-    return label
-
-
-class CompareChips(ChipView):
-    """A column's chips; a red bar stands before the chip of the first divergence."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.diverge = -1
-
-    def set_divergence(self, step: int) -> None:
-        self.diverge = step
-        self.update()
-
-    def _paint_chip(self, painter: QPainter, i: int, chip: Chip, rect: QRectF) -> None:
-        super()._paint_chip(painter, i, chip, rect)
-        if i == self.diverge:
-            painter.fillRect(QRectF(rect.left() - 3, rect.top() - 1, 3, rect.height() + 2), DIVERGE)
-
-
-class ColumnWidget(QFrame):
-    """One continuation: what made it, its chips, its numbers, and a "show in panes" button.
-
-    Signals:
-        sig_step_clicked(int): the step whose chip was clicked.
-        sig_show(): "show in panes" was pressed.
-    """
-
-    sig_step_clicked = Signal(int)
-    sig_show = Signal()
-
-    def __init__(self, header: str, compact: bool = False, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.setFrameShape(QFrame.Shape.StyledPanel)
-        self.header = QLabel(header, wordWrap=not compact)
-        self.header.setStyleSheet("QLabel { font-weight: bold; }")
-        self.chips = CompareChips()
-        self.chips.sig_clicked.connect(self.sig_step_clicked)
-        self.stats = QLabel("streaming…", wordWrap=True)
-        self.show_button = QPushButton("show in panes", enabled=False)
-        self.show_button.setToolTip("Show this run in every pane of the main window")
-        self.show_button.clicked.connect(self.sig_show)
-        layout = QGridLayout(self)
-        layout.setContentsMargins(4, 4, 4, 4)
-        left = Qt.AlignmentFlag.AlignLeft
-        if compact:  # one row of K: header, numbers and button on a line, chips below
-            layout.addWidget(self.header, 0, 0)
-            layout.addWidget(self.stats, 0, 1)
-            layout.addWidget(self.show_button, 0, 2)
-            layout.addWidget(self.chips, 1, 0, 1, 3)
-            layout.setColumnStretch(1, 1)
-            return
-        for row, widget in enumerate((self.header, self.chips, self.stats)):
-            layout.addWidget(widget, row, 0)
-        layout.addWidget(self.show_button, 3, 0, left)
-        layout.setRowStretch(4, 1)
-
-    def add_steps(self, steps: list[Any]) -> None:
-        self.chips.append([response_chip(s) for s in steps])
 
 
 class CompareView(QWidget):
@@ -165,7 +96,9 @@ class CompareView(QWidget):
         self.rows_box = QVBoxLayout()
         self.add_button = QPushButton("+ configuration")
         self.error = error_label()
-        self.info = QLabel("Run to compare: the prompt is read once, then each setting samples.")
+        self.info = QLabel(
+            "Run to compare: the prompt is read once, then each setting samples.", wordWrap=True
+        )
         self.step_label = QLabel("click a token to select its step in every column", wordWrap=True)
         self.grid_host = QWidget()
         self.grid = QGridLayout(self.grid_host)
@@ -292,26 +225,41 @@ class CompareView(QWidget):
             index = next(i for i, row in enumerate(rows) if _bad(row))
             self.show_error(f"configuration #{index + 1}: {exc}")
             return
+        changes = self._changes(rows)
+        if changes is None:
+            return
         text, chat = self.prompt_source()
         if self.samples_mode():
             seed = int(rows[0].values()["seed"])
             k, n = self.k_box.value(), self.max_tokens.value()
-            self.compare.request_samples(text, chat, configs[0], k, seed, n)
+            self.compare.request_samples(text, chat, configs[0], k, seed, n, changes[0])
         else:
-            self.compare.request_compare(text, chat, configs, self.max_tokens.value())
+            n = self.max_tokens.value()
+            self.compare.request_compare(text, chat, configs, n, changes)
+
+    def _changes(self, rows: list[SamplerRow]) -> list[tuple[Any, ...]] | None:
+        """Each row's interventions: the What-if list's active ones where its box is ticked;
+        None (and a message) when a ticked row would run with no change at all."""
+        active = self.controller.whatif.active()
+        if any(r.with_whatif() for r in rows) and not active:
+            self.show_error("the What-if list has no change switched on: add one (right-click a "
+                            "head, a layer or a token) or untick What-if")  # fmt: skip
+            return None
+        return [active if r.with_whatif() else () for r in rows]
 
     def _on_started(self, start: Any) -> None:
         self._clear_columns()
         samples = start.samples
-        for i, params in enumerate(start.params):
-            header = f"seed {params.seed}" if samples else describe_params(params)
-            column = ColumnWidget(header, compact=samples)
+        for i in range(len(start.params)):
+            column = ColumnWidget(column_header(start, i), compact=samples)
             column.sig_step_clicked.connect(self.select_step)
             column.sig_show.connect(lambda i=i: self.compare.show_column(i, self.selected))
             self.grid.addWidget(column, i if samples else 0, 0 if samples else i)
             self.columns.append(column)
         shared, saved = start.shared_prefill_ms, start.prefill_saved_ms
-        self.info.setText(f"shared prefill: {shared:.0f} ms, saved {saved:.0f} ms")
+        own = sum(start.own_prefill)
+        alone = f" · {own} column(s) read the prompt under their own changes" if own else ""
+        self.info.setText(f"shared prefill: {shared:.0f} ms, saved {saved:.0f} ms{alone}")
 
     def _draw_new_steps(self) -> None:
         for column, records in zip(self.columns, self.compare.columns, strict=False):

@@ -1,4 +1,5 @@
-"""One editable sampling configuration per row: a preset and every setting, seed included.
+"""One editable sampling configuration per row: a preset and every setting, seed included, and
+whether the column runs clean or with the What-if changes.
 
 The spin boxes accept out-of-range values on purpose (a negative temperature, top-p above 1): the
 compare view turns the settings' own validation message into an inline note, never a dialog.
@@ -11,6 +12,7 @@ from typing import Any
 from PySide6.QtCore import QSignalBlocker, Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QLabel,
@@ -99,6 +101,12 @@ class SamplerRow(QWidget):
             box.valueChanged.connect(self._on_edited)
             self.boxes[name] = box
             layout.addWidget(box)
+        self.whatif = QCheckBox("What-if")
+        self.whatif.setToolTip(
+            "Run this column with the What-if changes switched on (unchecked: the clean model)"
+        )
+        self.whatif.toggled.connect(self.sig_changed)
+        layout.addWidget(self.whatif)
         self.remove = QToolButton(text="×", toolTip="remove this configuration")
         self.remove.clicked.connect(self.sig_remove)
         layout.addWidget(self.remove)
@@ -140,6 +148,10 @@ class SamplerRow(QWidget):
         """The settings; raises ``SamplingError`` with a plain message when one is out of range."""
         values = self.values()
         return SamplingParams(**values, greedy=self.preset_name() == "greedy")
+
+    def with_whatif(self) -> bool:
+        """Whether this column runs with the What-if changes (else clean)."""
+        return self.whatif.isChecked()
 
     def _on_preset(self, _index: int) -> None:
         self.set_preset(self.preset_name())

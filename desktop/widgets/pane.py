@@ -342,6 +342,13 @@ class Pane(QWidget):
         self.readout = label
         return label
 
+    def clean_step(self, step: Any) -> Any:
+        """The clean run's copy of ``step`` (``state.whatif.CleanStep``: its logits, residual
+        norms, token) when the shown run is intervened and a clean run read the same context;
+        else None. Panes draw the difference from it (What if?)."""
+        ctl = self.controller
+        return ctl.whatif.clean_step(step) if ctl.interventions else None
+
     def context_targets(self) -> list[ContextTarget]:
         """Where a right-click offers What-if changes (a head, a layer, an expert, a token):
         the window adds the one chosen to ``controller.whatif``. None by default."""

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QLabel, QMenu, QWidget
 
 from llm_lens.desktop.state.whatif import describe, mark_text
 from llm_lens.desktop.widgets.pane import ContextTarget
+from llm_lens.desktop.widgets.residual_dialog import DialogChange
 
 MARK_STYLE = "QLabel { background: #5a2d82; color: white; padding: 0 4px; }"
 
@@ -76,6 +77,11 @@ class WhatIfMenus(QObject):
         title = menu.addAction("What if…")
         title.setEnabled(False)
         for item in changes:
+            if isinstance(item, DialogChange):  # asks for more first (a residual cell's patch)
+                action = QAction(item.label, menu)
+                action.triggered.connect(lambda _c=False, i=item: i.open())
+                menu.addAction(action)
+                continue
             action = QAction(describe(item), menu)
             action.triggered.connect(lambda _c=False, i=item: self.whatif.add(i))
             menu.addAction(action)

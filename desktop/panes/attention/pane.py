@@ -35,7 +35,7 @@ from llm_lens.desktop.panes.attention.cells import (
 from llm_lens.desktop.panes.attention.header import gqa_note, map_note
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.selection import context_tokens
-from llm_lens.desktop.state.whatif import head_changes
+from llm_lens.desktop.state.whatif import head_change, head_changes
 from llm_lens.desktop.widgets.common import ATTENTION_MAP_SIZE
 from llm_lens.desktop.widgets.pane import ContextTarget, HoverTarget, Pane, plain_axis, steady_axes
 from llm_lens.desktop.widgets.token_text import visible_text
@@ -292,6 +292,8 @@ class AttentionPane(Pane):
     def _header(self, step: Any, layer: int, head: int, amap: Any) -> None:
         info = self.controller.info
         parts = [f"layer {layer}, head {head}: {gqa_note(info, head)}"]
+        changed = head_change(self.controller.interventions, layer, head)
+        parts[:0] = [changed] if changed else []
         if step.index > 0:
             parts.append(f"step {step.index}: {step.index} response rows over the prompt")
         windows = getattr(step.kv, "windows", None) or ()

@@ -108,3 +108,22 @@ def test_what_cannot_make_a_vector_is_one_error(tmp_path: Any, tiny_engine: Engi
         with pytest.raises(InterventionError, match=words):
             make()
     assert not list(tmp_path.iterdir())
+
+
+def test_patch_from_another_prompt_holds_its_hidden_states(tiny_engine: Engine) -> None:
+    """The patch's rows are transformers' own hidden_states[layer] of the other prompt at those
+    positions (the stream entering that layer); a position past its end is one error."""
+    from llm_lens.core.interventions.steer import patch_from
+
+    eng = tiny_engine
+    ids = eng.tokenize("the cat sat on the mat", chat=False).ids
+    patch = patch_from(eng.model, eng.anatomy, 1, ids, [3, 1])
+    assert patch.layer == 1 and patch.positions == (1, 3)
+    with torch.inference_mode():
+        out = eng.model(input_ids=torch.tensor([list(ids)]), output_hidden_states=True)
+    ref = out.hidden_states[1][0].double().numpy()  # (T, hidden)
+    np.testing.assert_allclose(np.array(patch.values), ref[[1, 3]], rtol=1e-5, atol=1e-6)
+    with pytest.raises(InterventionError, match=f"has {len(ids)} tokens: it has no position 99"):
+        patch_from(eng.model, eng.anatomy, 1, ids, [99])
+    with pytest.raises(InterventionError, match="no layer 9"):
+        patch_from(eng.model, eng.anatomy, 9, ids, [0])
