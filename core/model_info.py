@@ -1,6 +1,6 @@
 """What a loaded model is: its shapes, per-layer kinds and where it runs, as one frozen record.
 
-:func:`llm_lens.core.loading.describe` builds a :class:`ModelInfo` from the model's config and
+:func:`llm_lens.core.describe.describe` builds a :class:`ModelInfo` from the model's config and
 modules; every stage, card and engine reads the model's shape from it, and a session file keeps
 it (:meth:`ModelInfo.as_dict`). :mod:`llm_lens.core.records` names it too, beside the records
 that carry it across threads.
