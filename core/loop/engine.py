@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from llm_lens.core import kvcache, sampling
-from llm_lens.core import logits as logits_stage
 from llm_lens.core.anatomy import Anatomy
 from llm_lens.core.attention import (
     ATTN_IMPLEMENTATION,
@@ -33,7 +32,7 @@ from llm_lens.core.attention import (
 )
 from llm_lens.core.attention.lens import differs_note
 from llm_lens.core.errors import PromptError
-from llm_lens.core.experts import RouterCapture, routing_of
+from llm_lens.core.experts import RouterCapture
 from llm_lens.core.interventions import Intervention, Patcher
 from llm_lens.core.kvcache.measure import check_kept
 from llm_lens.core.kvcache.state import own_cache
@@ -41,13 +40,15 @@ from llm_lens.core.loading import LoadedModel
 from llm_lens.core.loop.capture import Capture
 from llm_lens.core.loop.clock import SOUND_SHARE, StepClock, measures_waits, off_cpu_share
 from llm_lens.core.loop.finite import check_step
+from llm_lens.core.loop.start import RunStart as RunStart  # re-exported: runs/ name it here
+from llm_lens.core.loop.start import copy_cache as copy_cache
+from llm_lens.core.loop.step_record import step_record
 from llm_lens.core.placement import input_device
 from llm_lens.core.records import (
     PrefillCapture,
     PromptTokens,
     RunSummary,
     StepRecord,
-    StepTiming,
     frozen,
 )
 from llm_lens.core.runtime import synchronize
@@ -226,41 +227,6 @@ def captured_forward(
 
 
 @dataclass
-class RunStart:
-    """Where a run begins when not from an empty cache.
-
-    ``cache`` already holds the first ``cached_tokens`` tokens of the prompt; the run prefills only
-    the rest. With ``logits`` (and ``capture``) the whole prompt has been read already: step 0
-    makes no forward pass and samples from these logits, ``forward_ms`` being what they cost.
-    """
-
-    cache: Any
-    logits: Any | None = None  # (vocab,) torch tensor: the prompt's last-position logits
-    capture: Capture | None = None
-    forward_ms: float = 0.0
-
-    @property
-    def cached_tokens(self) -> int:
-        return int(self.cache.get_seq_length())
-
-    @property
-    def is_full(self) -> bool:
-        """True when the whole prompt is read: step 0 reuses ``logits`` and ``capture``."""
-        return self.logits is not None and self.capture is not None
-
-    def fork(self) -> RunStart:
-        """The same start with a cache of its own (a deep copy), so runs never share one."""
-        return RunStart(copy_cache(self.cache), self.logits, self.capture, self.forward_ms)
-
-
-def copy_cache(cache: Any) -> Any:
-    """A deep copy of a transformers cache: the copy can be cropped or extended independently."""
-    import copy
-
-    return copy.deepcopy(cache)
-
-
-@dataclass
 class Run:
     """One generation: iterate it to get step records; it keeps its cache for later analysis."""
 
@@ -316,7 +282,7 @@ class Run:
             context.append(record.token.id)
             reason = self._finish_reason(record, context)
             if reason:
-                record = _with_reason(record, reason)
+                record = replace(record, finish_reason=reason)
             self.steps.append(record)
             yield record
             if reason:
@@ -343,17 +309,10 @@ class Run:
         if prefill:
             check_kept(self.cache, self.engine.info.num_layers, type(self.engine.model).__name__)
             self._keep_prefill(cap)
-        record = self._record(cap, logits, stages, token_id, position, context, kv_before)
+        record = step_record(self, cap, logits, stages, token_id, position, context, kv_before)
         m3 = clock.mark()
         self._handed_over = m3[0]
-        forward = clock.split(m0, m1) if known_ms is None else (known_ms, 0.0, 0.0)
-        sample, capture = clock.split(m1, m2), clock.split(m2, m3)
-        queued = forward[2] + sample[2] + capture[2]
-        timing = StepTiming(
-            forward[0], sample[0], capture[0], forward[1], sample[1], capture[1], between, queued,
-            waits_measured=clock.waits,
-        )  # fmt: skip
-        return _replace(record, timing=timing)
+        return replace(record, timing=clock.timing((m0, m1, m2, m3), between, known_ms))
 
     def _forward(self, ids: Any, eager: bool, prefill: bool) -> tuple[Capture, Any, float | None]:
         """The step's capture and last logits; with the cost in ms when a start read them."""
@@ -380,55 +339,6 @@ class Run:
             prompt=self.prompt,
             hidden=hidden,
             positions=frozen(np.arange(first, len(self.prompt)), np.int64),
-        )
-
-    def _attention_row(self, cap: Capture, position: int) -> np.ndarray:
-        """(layers, heads, position + 1): the new query's probabilities as the model's attention
-        function computed them. A windowed layer's keys are the last ones, so its row is placed
-        at their positions (zero before the window); a layer not recorded stays zero."""
-        info = self.engine.info
-        out = np.zeros((info.num_layers, info.num_heads, position + 1), np.float32)
-        for layer, row in enumerate(cap.attn_rows):
-            if row is not None:
-                kv = min(row.shape[-1], position + 1)
-                out[layer, :, position + 1 - kv :] = row[:, -kv:].cpu().numpy()
-        return out
-
-    def _record(
-        self,
-        cap: Capture,
-        logits: Any,
-        stages: list[sampling.StageResult],
-        token_id: int,
-        position: int,
-        context: list[int],
-        kv_before: int,
-    ) -> StepRecord:
-        eng = self.engine
-        read = logits_stage.read_logits(logits, token_id, self.config.top_n)
-        hidden, updates = cap.last_position()
-        return StepRecord(
-            run_id=self.run_id,
-            index=len(self.steps),
-            position=position,
-            token=eng.texts.info(token_id),
-            prob=read.prob,
-            logprob=read.logprob,
-            rank=read.rank,
-            entropy=read.entropy,
-            logits=read.logits,
-            top_ids=read.top_ids,
-            top_logits=read.top_logits,
-            top_probs=read.top_probs,
-            top_texts=tuple(eng.texts.text(int(i)) for i in read.top_ids),
-            stages=sampling.summarize(stages, self.config.top_n),
-            attention=frozen(self._attention_row(cap, position)),
-            hidden=frozen(hidden.float().cpu().numpy()),
-            attn_update=frozen(updates.float().cpu().numpy()),
-            kv=kvcache.measure(self.cache, eng.info, kv_before),
-            timing=StepTiming(0.0, 0.0, 0.0),
-            context_ids=frozen(context, np.int64),
-            routing=routing_of(cap, position),
         )
 
     def _finish_reason(self, record: StepRecord, context: list[int]) -> str | None:
@@ -465,16 +375,6 @@ def summarize_run(run: Run) -> RunSummary:
     if run.interventions:
         summary.extra["interventions"] = [i.to_dict() for i in run.interventions]
     return summary
-
-
-def _replace(record: StepRecord, **changes: Any) -> StepRecord:
-    from dataclasses import replace
-
-    return replace(record, **changes)
-
-
-def _with_reason(record: StepRecord, reason: str) -> StepRecord:
-    return _replace(record, finish_reason=reason)
 
 
 def generate_text(

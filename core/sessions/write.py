@@ -5,7 +5,6 @@ byte is written), then write a temporary file beside the target and rename it.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import zipfile
@@ -16,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from llm_lens.core.fileio import PathError, atomic_write, first_not_finite
-from llm_lens.core.records import PromptTokens, StepRecord, TokenInfo, frozen
+from llm_lens.core.fileio import PathError, atomic_write
+from llm_lens.core.records import frozen
 from llm_lens.core.sessions import routing as routing_arrays
 from llm_lens.core.sessions.compact import (
     encode_weights,
@@ -30,20 +29,16 @@ from llm_lens.core.sessions.format import (
     COMPACT_ARRAYS,
     COMPRESS_LEVEL,
     FORMAT,
-    KV_SCALARS,
     MANIFEST,
     PARTS,
     STAGE_ARRAYS,
-    STEP_SCALARS,
     STORED_KINDS,
-    TIMING_FIELDS,
-    TIMING_FLAGS,
-    TIMING_WAITS,
     Session,
     SessionError,
     SessionRun,
     check_limits,
 )
+from llm_lens.core.sessions.manifest import manifest_json, prompt_json, step_json
 
 _HALF_MAX = float(np.finfo(np.float16).max)
 
@@ -128,45 +123,6 @@ class _Pool:
         return hit[1]
 
 
-def _token_json(t: TokenInfo) -> dict[str, Any]:
-    return {
-        "id": t.id, "text": t.text, "raw": t.raw.hex(), "special": t.special, "start": t.start,
-        "end": t.end,
-    }  # fmt: skip
-
-
-def _prompt_json(p: PromptTokens) -> dict[str, Any]:
-    tokens = [_token_json(t) for t in p.tokens]
-    return {"text": p.text, "rendered": p.rendered, "chat": p.chat, "tokens": tokens}
-
-
-def _step_json(s: StepRecord) -> dict[str, Any]:
-    d: dict[str, Any] = {k: getattr(s, k) for k in STEP_SCALARS}
-    d["token"] = _token_json(s.token)
-    d["top_texts"] = list(s.top_texts)
-    d["stages"] = [
-        {"name": g.name, "removed_mass": g.removed_mass, "kept": g.kept, "entropy": g.entropy}
-        for g in s.stages
-    ]
-    d["kv"] = {k: getattr(s.kv, k) for k in KV_SCALARS}
-    if s.kv.held_tokens is not None:  # what each layer holds (sliding windows), if measured
-        d["kv"]["held_tokens"] = [int(n) for n in s.kv.held_tokens]
-        d["kv"]["windows"] = list(s.kv.windows)
-        d["kv"]["cached_kv_heads"] = s.kv.cached_kv_heads
-    if s.kv.state_per_layer is not None:  # a hybrid's constant conv/recurrent state
-        d["kv"]["state_bytes"] = s.kv.state_bytes
-        d["kv"]["state_formula_bytes"] = s.kv.state_formula_bytes
-        d["kv"]["state_per_layer"] = [int(n) for n in s.kv.state_per_layer]
-    if s.kv.by_device:  # a model spread by a device map: the cache's bytes per device
-        d["kv"]["by_device"] = [[str(w), int(b)] for w, b in s.kv.by_device]
-    timing = (*TIMING_FIELDS, *TIMING_WAITS, *TIMING_FLAGS)
-    d["timing"] = {k: getattr(s.timing, k) for k in timing}
-    d["finish_reason"] = s.finish_reason
-    if s.approximate:  # a served step's numbers come from the top alternatives alone
-        d["approximate"] = True
-    return d
-
-
 def _logit_columns(run: SessionRun, full: bool) -> dict[str, list[np.ndarray]]:
     """The logits as kept tokens and a tail histogram, or (``full``) whole as float16."""
     steps = run.steps
@@ -230,7 +186,7 @@ def _plan_run(
                                   p.positions),
         }  # fmt: skip
         if p.prompt != run.prompt:
-            prefill["prompt"] = _prompt_json(p.prompt)
+            prefill["prompt"] = prompt_json(p.prompt)
     maps = None
     if run.prompt_attention is not None:
         codes = encode_weights(lower_triangle(run.prompt_attention))  # (layers, heads, T(T+1)/2)
@@ -248,8 +204,8 @@ def _plan_run(
     return {
         "run_id": run.run_id, "label": run.label,
         "parent": list(run.parent) if run.parent is not None else None,
-        "prompt": _prompt_json(run.prompt), "params": run.params,
-        "finish_reason": run.finish_reason, "steps": [_step_json(s) for s in run.steps],
+        "prompt": prompt_json(run.prompt), "params": run.params,
+        "finish_reason": run.finish_reason, "steps": [step_json(s) for s in run.steps],
         "arrays": fields, "prefill": prefill, "prompt_attention": maps,
         "extras": extras, "extras_json": run.extras_json, "generator_state": state,
         **({"routing": routing} if routing is not None else {}),
@@ -291,26 +247,6 @@ def _plan(session: Session, vectors: bool = False) -> tuple[bytes, list[_Member]
     if session.engine is not None:  # which engine made the runs (never a key: see base.py)
         manifest["engine"] = session.engine
     return manifest_json(manifest), members
-
-
-def manifest_json(manifest: dict[str, Any]) -> bytes:
-    """The manifest as strict JSON (RFC 8259). A NaN or Inf in it (a run whose numbers broke)
-    refuses the save with one line naming where: a reader expects a number there, and a bare
-    ``NaN`` is not JSON."""
-    try:
-        return json.dumps(manifest, indent=1, default=_plain, allow_nan=False).encode("ascii")
-    except ValueError:
-        where = first_not_finite(json.loads(json.dumps(manifest, default=_plain)))
-        raise SessionError(
-            f"the session holds a number that is not finite at {where}; not saved "
-            "(the model's numbers broke: a session file keeps only real numbers)"
-        ) from None
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"a {type(value).__name__} cannot be saved in a session manifest")
 
 
 MEMBER_OVERHEAD = 240  # a .npy header (128) and the zip's local and central entries (~110)
