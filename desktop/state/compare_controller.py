@@ -168,7 +168,7 @@ class CompareController(QObject):
 
     def _grow(self, kind: str, new_id: int, job: Any) -> None:
         self.ctl.sessions.keep_origin()
-        self.ctl.adopt_run(new_id, self.ctl.run_params)
+        self.ctl.live.adopt(new_id, self.ctl.run_params)
         self._kinds[new_id], self.running[kind] = kind, new_id
         self.ctl.request_stream(new_id, job)
 
