@@ -92,7 +92,7 @@ class Controller(QObject):
 
         self._model_info: Any = None  # the model loaded on the worker
         self._params = SamplingParams()  # the sampler settings of the next run
-        self.__shown = Shown(run_params=self._params)  # replaced by this class's methods only
+        self.__shown = Shown(run_params=self._params)  # replaced by this class and live only
         self._busy = False
         self._ids = itertools.count(1)
         self.analyses = AnalysisRequests(self)
