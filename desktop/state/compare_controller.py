@@ -7,14 +7,12 @@ back here and leave as this object's signals. A branch streams into the panes li
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
 from llm_lens.core.runs.jobs import (
-    CompareOutcome,
     CompareStart,
     ShownRun,
     beam_job,
@@ -22,15 +20,15 @@ from llm_lens.core.runs.jobs import (
     grow_job,
     register_job,
 )
-
-MIN_SAMPLES = 2  # the view compares runs: one sample has nothing to compare with
-GROWING = ("branch", "continue")  # jobs that stream into the panes as the shown run
-
-# Compare, beam search, branch and continue fork the model's cache: a server keeps none to fork
-SERVED_LINE = (
-    "{kind} needs a model loaded here (File → Open model): a server keeps no cache to fork; "
-    "from a script, core.engines.openai.jobs compares samplers as parallel requests"
+from llm_lens.desktop.state.compare_checks import (
+    continue_problem,
+    grow_problem,
+    job_problem,
+    samples_problem,
 )
+from llm_lens.desktop.state.compare_replay import replayed_comparison
+
+GROWING = ("branch", "continue")  # jobs that stream into the panes as the shown run
 
 
 class CompareController(QObject):
@@ -110,15 +108,9 @@ class CompareController(QObject):
     ) -> None:  # fmt: skip
         """K samples of one configuration with seeds seed … seed + K − 1 (each under
         ``interventions``)."""
-        from llm_lens.core.sampling import MAX_SAMPLES
-
-        if not MIN_SAMPLES <= k <= MAX_SAMPLES:
-            self.sig_error.emit(
-                "compare", f"samples must be between {MIN_SAMPLES} and {MAX_SAMPLES}; got {k}"
-            )
-            return
-        if seed < 0:
-            self.sig_error.emit("compare", f"seed must be ≥ 0; got {seed}")
+        problem = samples_problem(k, seed)
+        if problem:
+            self.sig_error.emit("compare", problem)
             return
         configs = [params.with_(seed=seed + i) for i in range(k)]
         self._compare(text, chat, configs, max_new, True, [tuple(interventions)] * k)
@@ -142,7 +134,7 @@ class CompareController(QObject):
     def request_branch(self, step: int, token_id: int, max_new: int) -> None:
         """Continue the shown run as if step ``step`` had chosen ``token_id``; it streams into
         the panes like a live run and joins the branch tree."""
-        problem = self._grow_problem(step)
+        problem = grow_problem(self.ctl, step)
         if problem:
             self.sig_error.emit("branch", problem)
             return
@@ -154,12 +146,7 @@ class CompareController(QObject):
         """Let the shown run go on for ``max_new`` more tokens with its own sampler settings (a
         run opened from a session is first revived on the loaded model)."""
         ctl = self.ctl
-        from llm_lens.core.runs.branching import continue_problem
-
-        problem = self._grow_problem(len(ctl.steps) - 1)
-        reason = ctl.summary.finish_reason if ctl.summary is not None else None
-        if not problem:
-            problem = continue_problem(len(ctl.steps), reason, ctl.info.context_length)
+        problem = continue_problem(ctl)
         if problem:
             self.sig_error.emit("continue", problem)
             return
@@ -168,30 +155,14 @@ class CompareController(QObject):
 
     def _grow(self, kind: str, new_id: int, job: Any) -> None:
         self.ctl.sessions.keep_origin()
-        self.ctl.adopt_run(new_id, self.ctl.run_params)
+        self.ctl.live.adopt(new_id, self.ctl.run_params)
         self._kinds[new_id], self.running[kind] = kind, new_id
         self.ctl.request_stream(new_id, job)
 
-    def _grow_problem(self, step: int) -> str:
-        ctl = self.ctl
-        if ctl.model_info is None:
-            return "no model is loaded yet"
-        if ctl.recorded is not None and not ctl.model_matches():
-            info = ctl.info
-            return (f"this run was recorded with {info.name} (weights {info.weights_id[:12]}): "
-                    "load that model to continue or branch it")  # fmt: skip
-        if ctl.busy:
-            return "wait for the running generation to finish (or stop it) first"
-        if not 0 <= step < len(ctl.steps):
-            return "select a step of a run first"
-        return ""
-
     def _run(self, kind: str, job: Any) -> None:
-        if self.ctl.model_info is None:
-            self.sig_error.emit(kind, "no model is loaded yet")
-            return
-        if getattr(self.ctl.model_info, "architecture", "") == "served":
-            self.sig_error.emit(kind, SERVED_LINE.format(kind=kind))
+        problem = job_problem(self.ctl, kind)
+        if problem:
+            self.sig_error.emit(kind, problem)
             return
         self.ctl.request_stop()  # a running generation ends first; the job queues behind it
         job_id = self.ctl.new_run_id()
@@ -352,34 +323,13 @@ class CompareController(QObject):
         self.sig_tree_changed.emit(self.nodes)
 
     def _replay_comparison(self, session: Any, saved: Any) -> None:
-        """Show a session's comparison in the compare view, its metrics recomputed from the
-        recorded steps (every column's full logits are in the file)."""
-        from llm_lens.core.runs.compare import Comparison, changes_prompt
-
-        runs = [session.runs[i] for i in saved.runs]
-        comparison = Comparison.recorded(runs, saved.shared_prefill_ms)
-        params = tuple(comparison.params)
-        samples = len({dataclasses.replace(p, seed=0) for p in params}) == 1
-        ids = tuple(r.run_id for r in runs)
-        changes = tuple(tuple(r.interventions) for r in runs)  # What-if columns, as saved
-        own = tuple(bool(c) and changes_prompt(c, len(comparison.prompt)) for c in changes)
-        comparison.own_prefill = own
-        self._on_compare_started(
-            CompareStart(
-                comparison.prompt,
-                params,
-                ids,
-                saved.shared_prefill_ms,
-                comparison.prefill_saved_ms,
-                samples,
-                changes,
-                own,
-            )  # fmt: skip
-        )
+        """Show a session's comparison in the compare view (``replayed_comparison``)."""
+        start, runs, outcome = replayed_comparison(session, saved)
+        self._on_compare_started(start)
         for column, run in enumerate(runs):
             for record in run.steps:
                 self._on_compare_step((column, record))
-        self._on_compare_done(CompareOutcome.of(comparison, runs))
+        self._on_compare_done(outcome)
         self._session_columns = list(saved.runs)
 
     def _on_branch_done(self, item: tuple[ShownRun, tuple[Any, ...]]) -> None:

@@ -10,11 +10,11 @@ import itertools
 from dataclasses import replace
 from typing import Any
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 
-from llm_lens.core.runs.workbench import RunRequest
 from llm_lens.desktop.state.analyses import AnalysisRequests
-from llm_lens.desktop.state.scheduler import REPAINT_MS
+from llm_lens.desktop.state.capabilities import Capabilities
+from llm_lens.desktop.state.live_run import LiveRun
 from llm_lens.desktop.state.shown import Shown, shown_property
 from llm_lens.desktop.state.worker_link import WorkerLink
 
@@ -42,17 +42,13 @@ class Controller(QObject):
         sig_token_selected(int): the selected token changed (its context position, or -1);
             see :mod:`desktop.state.selection`.
 
-    It is composed of parts with one job each: ``link``
-    (:class:`~llm_lens.desktop.state.worker_link.WorkerLink`) owns the model thread and queues
-    requests to its ``worker``; ``analyses``
-    (:class:`~llm_lens.desktop.state.analyses.AnalysisRequests`) caches the panes' analyses and
-    submits the jobs that compute them; ``sessions``
-    (:class:`~llm_lens.desktop.state.session_controller.SessionController`) shows reopened runs and
-    saves, exports and opens files; ``compare``
-    (:class:`~llm_lens.desktop.state.compare_controller.CompareController`) runs comparisons, beam
-    searches, branches and continuations. This class holds what is shown (the run, its steps,
-    the selected step, the sampler settings) and whether the model thread is busy, and is the
-    only one to change them.
+    It is composed of parts with one job each: ``link`` (``WorkerLink``: the model thread and
+    the requests queued to its ``worker``), ``live`` (``LiveRun``: the live run's requests and
+    events), ``analyses`` (``AnalysisRequests``: the panes' analyses, cached), ``capabilities``
+    (what the engine fills), ``sessions`` (``SessionController``: reopened runs, save, export,
+    open) and ``compare`` (``CompareController``: comparisons, beam searches, branches,
+    continuations). This class holds what is shown (the run, its steps, the selected step, the
+    sampler settings) and whether the model thread is busy; only it and ``live`` change them.
     """
 
     sig_model_loading = Signal(float, str)
@@ -95,25 +91,21 @@ class Controller(QObject):
         from llm_lens.core.sampling import SamplingParams
 
         self._model_info: Any = None  # the model loaded on the worker
-        self._provides: Any = None  # what its engine fills (None: everything, a local model)
         self._params = SamplingParams()  # the sampler settings of the next run
-        self.__shown = Shown(run_params=self._params)  # replaced by this class's methods only
+        self.__shown = Shown(run_params=self._params)  # replaced by this class and live only
         self._busy = False
-        self._preparing = False
-        self.non_finite: Any = None  # NonFinite of the last run, when the model computed NaN
         self._ids = itertools.count(1)
         self.analyses = AnalysisRequests(self)
         from llm_lens.desktop.state.whatif import WhatIfList
 
         self.whatif = WhatIfList(self)  # the What-if list: the next run's interventions
-        self._next_changes: tuple[Any, ...] = ()  # the starting run's, shown once it starts
         self.link = WorkerLink(self)
         self._thread = self.link.model_thread
         # the window's only hold on the worker besides its signals: it never sets its fields
         self.worker = self.link.worker
         self._wire()
-        self._flush = QTimer(self, singleShot=True, interval=REPAINT_MS)
-        self._flush.timeout.connect(self.emit_steps)
+        self.live = LiveRun(self)
+        self.capabilities = Capabilities(self)
         from llm_lens.desktop.state.compare_controller import CompareController
         from llm_lens.desktop.state.gui_gc import GuiThreadCollector
         from llm_lens.desktop.state.session_controller import SessionController
@@ -129,13 +121,8 @@ class Controller(QObject):
         w = self.worker
         w.sig_loading.connect(self.sig_model_loading)
         w.sig_loaded.connect(self._on_loaded)
-        w.sig_run_started.connect(self._on_run_started)
-        w.sig_prefill.connect(self._on_prefill)
-        w.sig_step.connect(self._on_step)
-        w.sig_run_finished.connect(self._on_finished)
         w.sig_result.connect(self._on_result)
         w.sig_error.connect(self._on_error)
-        w.sig_provides.connect(self._on_provides)
 
     # ----------------------------------------------------------------- requests
     def request_load(
@@ -148,25 +135,18 @@ class Controller(QObject):
     ) -> None:
         """Load ``spec`` (None: the bundled model); ``placement`` (a core ``Placement``) spreads
         or quantizes it, ``allow_partly_random`` accepts missing weights (marked)."""
-        self._set_busy(True)
+        self.set_busy(True)
         self.link.load(spec, device, dtype, placement, allow_partly_random)  # a run ends first
 
     def request_open_server(self, spec: Any) -> None:
         """Open a model behind an OpenAI-compatible server (a ``ServerSpec``): like a load."""
-        self._set_busy(True)
+        self.set_busy(True)
         self.link.open_server(spec)
 
     def why_not(self, capability: str) -> str | None:
         """None when the shown run's engine fills ``capability``; else the one line a pane
         shows instead (``Provides.why_not``): what this engine lacks and how to get it."""
-        session = self.shown.session
-        engine = None if self.shown.recorded is None else getattr(session, "engine", None)
-        provides = self._provides if self.shown.recorded is None else None
-        if engine:  # a reopened session's run made by another engine
-            from llm_lens.core.engines.openai.live import recorded_provides
-
-            provides = recorded_provides(engine)
-        return None if provides is None else provides.why_not(capability)
+        return self.capabilities.why_not(capability)
 
     def request_run(
         self,
@@ -178,22 +158,7 @@ class Controller(QObject):
     ) -> None:
         """Start a run; a running one is cancelled first and its late records are dropped.
         ``parse_special``: special-token text the user typed becomes control tokens."""
-        from llm_lens.core.errors import LensError
-        from llm_lens.core.loop.engine import RunConfig
-
-        if self.model_info is None:
-            self.sig_error.emit("no model is loaded yet")
-            return
-        try:
-            config = RunConfig(max_new_tokens=max_new_tokens)
-        except LensError as exc:
-            self.sig_error.emit(str(exc))
-            return
-        self.request_stop()
-        changes = self._next_changes = self.whatif.active()
-        self._replace(run_id=next(self._ids), run_params=params, follow_live=True)
-        self._set_busy(True)
-        self.link.run(RunRequest(self.run_id, text, chat, params, config, parse_special, changes))
+        self.live.request(text, chat, params, max_new_tokens, parse_special)
 
     def request_stop(self) -> None:
         """Cancel the running generation (between steps) or model load (between stages)."""
@@ -363,47 +328,31 @@ class Controller(QObject):
     def preparing(self) -> bool:
         """A run started and the panes clear while its prefill waits (until the panes are
         ready, its first step, or its end)."""
-        return self._preparing
+        return self.live.preparing
+
+    @property
+    def non_finite(self) -> Any:
+        """Where the last run's model first computed NaN or Inf (a ``NonFinite``), or None."""
+        return self.live.non_finite
 
     def set_busy(self, busy: bool) -> None:
         """A job began or ended (``sig_busy_changed`` when that changes ``busy``); not busy
         also ends the preparing."""
-        self._set_busy(busy)
-
-    def adopt_run(self, run_id: int, params: Any) -> None:
-        """Make ``run_id`` the shown live run before a job streams it (a branch)."""
-        self.request_stop()
-        self._next_changes = self.interventions  # a branch keeps its run's interventions
-        self._replace(run_id=run_id, run_params=params, follow_live=True)
-        self._set_busy(True)
+        if not busy:
+            self.live.preparing = False
+        if busy != self._busy:
+            self._busy = busy
+            self.sig_busy_changed.emit(busy)
 
     def show_run(
         self, run_id: int, prompt: Any, prefill: Any, steps: Any, summary: Any, params: Any = None,
         interventions: tuple[Any, ...] = (),
     ) -> None:  # fmt: skip
         """Show a finished run made on the worker (a comparison column, a branch) in every pane
-        as if it had just run live; analyses read the workbench's ``store.runs[run_id]``.
-        ``interventions``: what the run was made under (the panes mark it)."""
-        if self.busy:  # the live run's late records and end are dropped from now on
-            self.request_stop()
-            self._set_busy(False)
-        self._replace(run_id=run_id)
-        self._show_loaded_model()
-        self._shown = self._shown.cleared(
-            recorded=None, session=None, session_path=None, prompt=prompt, prefill=prefill,
-            steps=tuple(steps), summary=summary, follow_live=True, dirty=True,
-            run_params=params if params is not None else self.run_params,
-            interventions=tuple(interventions),
-        )  # fmt: skip
-        self.sig_run_started.emit(prompt)
-        self.sig_session_changed.emit()
-        self.emit_steps()
-        self.sig_run_finished.emit(summary)
+        as if it had just run live (``LiveRun.show_finished``)."""
+        self.live.show_finished(run_id, prompt, prefill, steps, summary, params, interventions)
 
     # ----------------------------------------------------------------- worker events
-    def _on_provides(self, provides: Any) -> None:
-        self._provides = provides
-
     def _on_loaded(self, info: Any) -> None:
         from llm_lens.core.runtime import configure_threads
 
@@ -419,7 +368,7 @@ class Controller(QObject):
             info=info, recorded=None, session=None, session_path=None, interventions=()
         )
         self.analyses.forget()
-        self._set_busy(False)
+        self.set_busy(False)
         self.sig_model_loaded.emit(info)
 
     def _show_loaded_model(self) -> None:
@@ -429,63 +378,6 @@ class Controller(QObject):
             self._replace(info=self.model_info)
             self.sig_model_loaded.emit(self.model_info)
 
-    def _on_run_started(self, run_id: int, prompt: Any) -> None:
-        if run_id != self.run_id:
-            return
-        self._show_loaded_model()
-        self._shown = self._shown.cleared(
-            recorded=None, session=None, session_path=None, interventions=self._next_changes
-        )
-        self.analyses.keep_model_wide()
-        self._replace(prompt=prompt)
-        self._preparing = True  # the panes clear now, at their normal rate; then the prefill
-        self.non_finite = None
-        self.sig_non_finite.emit(None)
-        self.sig_run_started.emit(prompt)
-        self.sig_session_changed.emit()
-        from llm_lens.desktop.state.scheduler import scheduler
-
-        scheduler().when_idle(lambda: self._panes_ready(run_id))
-
-    def _panes_ready(self, run_id: int) -> None:
-        """The panes have cleared for run ``run_id``: its prefill may start (the worker waits
-        at most ``READY_WAIT_S``; the first step ends the preparing in any case)."""
-        if run_id != self.run_id or not self._preparing:
-            return
-        self._preparing = False
-        self.worker.flags.panes_cleared()
-
-    def _on_prefill(self, run_id: int, prefill: Any) -> None:
-        if run_id == self.run_id:
-            self._replace(prefill=prefill)
-
-    def _on_step(self, run_id: int, record: Any) -> None:
-        if run_id != self.run_id:
-            return  # a superseded run's late record
-        self._shown = self._shown.with_step(record)
-        self._panes_ready(run_id)
-        if not self._flush.isActive():
-            self._flush.start()
-
-    def emit_steps(self) -> None:
-        """Announce the steps that arrived (and follow the newest while live)."""
-        self.sig_steps_changed.emit()
-        if self.follow_live and self.steps:
-            self._replace(selected=len(self.steps) - 1)
-            self.sig_selection_changed.emit(self.selected)
-
-    def _on_finished(self, run_id: int, summary: Any) -> None:
-        if run_id != self.run_id:
-            return
-        self._flush.stop()
-        self.emit_steps()
-        self._replace(summary=summary, dirty=True)
-        self._set_busy(False)
-        stopped = getattr(summary, "extra", {}).get("stop_error")
-        if stopped:  # a server failed mid-run: one line; the tokens received stay shown
-            self.sig_error.emit(f"{stopped} ({len(self.steps)} tokens received)")
-        self.sig_run_finished.emit(summary)
-
     def _on_result(self, kind: str, key: Any, result: Any) -> None:
         """A job's answer: a session file read, written or exported (``sessions``), or an
         analysis, kept and announced as ``sig_result`` (None: dropped, nothing announced)."""
@@ -494,21 +386,9 @@ class Controller(QObject):
 
     def _on_error(self, where: str, message: str) -> None:
         if where != "analysis":
-            self._set_busy(False)
-        from llm_lens.core.loop.nonfinite import from_message
-
-        placed = from_message(message) if where == "run" else None
-        if placed is not None:  # the run stopped where the model computed NaN or Inf
-            self.non_finite = placed
-            self.sig_non_finite.emit(placed)
+            self.set_busy(False)
+        self.live.place_non_finite(where, message)  # a run stopped where NaN or Inf appeared
         self.sig_error.emit(message)
-
-    def _set_busy(self, busy: bool) -> None:
-        if not busy:
-            self._preparing = False
-        if busy != self._busy:
-            self._busy = busy
-            self.sig_busy_changed.emit(busy)
 
     def shutdown(self, timeout_ms: int = 10000) -> None:
         """Cancel any run and stop the thread (it finishes the step it is in)."""

@@ -66,7 +66,7 @@ class SessionController(QObject):
         ctl.request_stop()
         ctl.show_recorded(session, path, RecordedAnalysis(run), index, ModelInfo(**session.model))
         ctl.sig_run_started.emit(run.prompt)
-        ctl.emit_steps()
+        ctl.live.emit_steps()
         ctl.sig_run_finished.emit(ctl.summary)
         ctl.sig_session_changed.emit()
 

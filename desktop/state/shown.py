@@ -1,10 +1,11 @@
 """What the window shows: the run, its steps and the selection, as one frozen value.
 
-The :class:`~llm_lens.desktop.state.controller.Controller` holds one :class:`Shown` and is the
-only one to replace it (each of its methods that changes what is shown makes a new value with
-``dataclasses.replace``). Panes, views and the window read it through the controller's
-read-only properties of the same names (``controller.steps``, ``.selected``, ``.token`` …), so
-no reader can change what the others see, and a value a reader kept stays as it was.
+The :class:`~llm_lens.desktop.state.controller.Controller` holds one :class:`Shown`; it and its
+``live`` part are the only ones to replace it (each method that changes what is shown makes a
+new value with ``dataclasses.replace``). Panes, views and the window read it through the
+controller's read-only properties of the same names (``controller.steps``, ``.selected``,
+``.token`` …), so no reader can change what the others see, and a value a reader kept stays as
+it was.
 
 A step arriving makes a new value whose ``steps`` is the old tuple and the new record: a copy of
 the tuple's references (about ten microseconds at 4,000 steps), not of the records.
