@@ -10,28 +10,27 @@ from PySide6.QtCore import QCoreApplication, QEvent, Qt
 from PySide6.QtWidgets import QLabel, QWidget
 
 from llm_lens.core.exports.table import write_csv
-from llm_lens.core.fileio import atomic_write
 from llm_lens.desktop.state.controller import Controller
+from llm_lens.desktop.widgets.axes import plain_axes, plain_axis, steady_axes
 from llm_lens.desktop.widgets.common import keep_tab_names
+from llm_lens.desktop.widgets.export import export_image
 
 if TYPE_CHECKING:
     from llm_lens.core.cards import Explainer
     from llm_lens.desktop.widgets.card import Card
 
+__all__ = [
+    "LAYOUT_ROUNDS",
+    "ContextTarget",
+    "HoverTarget",
+    "Pane",
+    "plain_axes",
+    "plain_axis",
+    "steady_axes",
+]
+
 LAYOUT_ROUNDS = 3  # rounds of posted layout requests a pane's paint sends: the pane's, a card's,
 # the pane's again for the card's new height (one more is harmless: nothing is pending)
-
-
-def steady_axes(*plots: Any) -> None:
-    """Let the tick-label space of the plots' vertical axes grow but never shrink.
-
-    pyqtgraph measures tick labels while painting and resizes the axis to fit them; labels that
-    change every step (token texts, changing ranges) would re-lay out the plot and paint it
-    twice per step. Growing only, the width settles after the first few steps.
-    """
-    for plot in plots:
-        for name in ("left", "right"):
-            plot.getAxis(name).setStyle(autoReduceTextSpace=False)
 
 
 class HoverTarget(NamedTuple):
@@ -50,34 +49,6 @@ class ContextTarget(NamedTuple):
 
     plot: Any  # a pyqtgraph PlotItem, or a plain QWidget
     changes_of: Callable[[float, float], list[Any]]
-
-
-def plain_axis(axis: Any) -> None:
-    """No SI prefix on ``axis`` (a pyqtgraph AxisItem), now or later: ticks read the data.
-
-    pyqtgraph 0.14's ``enableAutoSIPrefix(False)`` still works out a scale from the range of
-    that moment and keeps it (nothing updates it once the prefix is off), unsaid on the label:
-    a Logits pane shown again over 0…0.57 read 100–500 under bars of 45 % from then on, and a
-    head map first shown empty (0…1) read layer 0–30,000. The scale goes back to 1 here.
-    """
-    axis.enableAutoSIPrefix(False)
-    if axis.autoSIPrefixScale != 1.0 or axis.labelUnitPrefix:
-        axis.autoSIPrefixScale = 1.0
-        axis.labelUnitPrefix = ""
-        axis.label.setHtml(axis.labelString())
-        axis.picture = None
-        axis.update()
-
-
-def plain_axes(root: QWidget) -> None:
-    """No SI prefix on any axis of ``root``'s plots: token positions, layers and heads are
-    counts, and an empty plot's −0.5…0.5 range read "(x0.001)" with ticks of −500…500."""
-    import pyqtgraph as pg
-
-    for view in root.findChildren(pg.GraphicsView):
-        for item in view.scene().items():
-            if isinstance(item, pg.AxisItem):
-                plain_axis(item)
 
 
 class Pane(QWidget):
@@ -381,41 +352,9 @@ class Pane(QWidget):
         write_csv(path, *self.csv_table())
 
     def export_image(self, path: str | Path) -> None:
-        """PNG or SVG by suffix. PNG: the first plot via pyqtgraph's exporter, else the widget.
-
-        SVG renders the whole pane through ``QSvgGenerator``: pyqtgraph 0.14's SVG exporter
-        cannot parse the paths Qt 6.11 writes (pyqtgraph#3485).
-        """
-        path = Path(path)
-        if path.suffix.lower() == ".svg":
-            atomic_write(path, self._write_svg)
-            return
-        import pyqtgraph.exporters as pge
-
-        items = self.plot_items()
-        if items:
-            atomic_write(path, lambda tmp: pge.ImageExporter(items[0]).export(tmp))
-        else:
-            atomic_write(path, lambda tmp: self.grab().save(tmp, "PNG"))
+        """PNG or SVG by suffix (:func:`~llm_lens.desktop.widgets.export.export_image`)."""
+        export_image(self, path)
 
     def svg_widget(self) -> QWidget:
         """The widget painted into an SVG export (override to export only the plots)."""
         return self
-
-    def _write_svg(self, tmp: str) -> None:
-        from PySide6.QtCore import QPoint, QRect, QSize
-        from PySide6.QtGui import QPainter
-        from PySide6.QtSvg import QSvgGenerator
-
-        widget = self.svg_widget()
-        size = widget.size() if widget.width() > 10 else QSize(800, 500)
-        generator = QSvgGenerator()
-        generator.setFileName(tmp)
-        generator.setSize(size)
-        generator.setViewBox(QRect(0, 0, size.width(), size.height()))
-        generator.setTitle(f"LLM Lens – {self.title}")
-        painter = QPainter(generator)
-        try:
-            QWidget.render(widget, painter, QPoint())  # Pane.render(step) shadows it
-        finally:
-            painter.end()

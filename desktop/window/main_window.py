@@ -5,11 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QByteArray, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QDockWidget,
-    QFileDialog,
-    QInputDialog,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -25,6 +23,7 @@ from llm_lens.desktop.window.load_options import (
     partly_random_mark,
     show_partly_random,
 )
+from llm_lens.desktop.window.menus import build_menus
 from llm_lens.desktop.window.prompt_panel import PromptPanel
 from llm_lens.desktop.window.window_layout import (
     FocusMode,
@@ -76,7 +75,7 @@ class MainWindow(QMainWindow):
         from llm_lens.desktop.window.whatif_menu import WhatIfMenus
 
         self.whatif_menus = WhatIfMenus(self)  # right-click → What if?, the status mark
-        self._build_menus()
+        build_menus(self)
         self._wire()
         self._restore()
         self.setAcceptDrops(True)
@@ -129,52 +128,6 @@ class MainWindow(QMainWindow):
         action.triggered.connect(slot)
         return action
 
-    def _build_menus(self) -> None:
-        bar = self.menuBar()
-        file_menu = bar.addMenu("&File")
-        self.sessions.add_to(file_menu)
-        file_menu.addSeparator()
-        file_menu.addAction(self._action("Open model &folder…", self._open_folder, "Ctrl+Shift+O"))
-        file_menu.addAction(self._action("Open &GGUF file…", self._open_gguf))
-        file_menu.addAction(self._action("Open &hub model id…", self._open_hub))
-        file_menu.addAction(self._action("Load the &bundled model", lambda: self.load(None)))
-        file_menu.addAction(self._action("Open model with &placement…", self.open_with_placement))
-        file_menu.addAction(self._action("Open &server…", self._open_server))  # server_dialog
-        file_menu.addSeparator()
-        file_menu.addAction(self._action("&Export pane…", self._export_pane, "Ctrl+E"))
-        file_menu.addSeparator()
-        file_menu.addAction(self._action("&Quit", self.close, QKeySequence.StandardKey.Quit))
-        run_menu = bar.addMenu("&Run")
-        panel = self.prompt_panel
-        run_menu.addAction(self._action("&Run", panel.run, ["Ctrl+Return", "Ctrl+Enter"]))
-        run_menu.addAction(
-            self._action("&Continue", panel.continue_run, ["Ctrl+Shift+Return", "Ctrl+Shift+Enter"])
-        )
-        run_menu.addAction(self._action("&Stop", self.controller.request_stop, "Esc"))
-        run_menu.addAction(self._action("&Previous step", lambda: panel.step_by(-1), "Alt+Left"))
-        run_menu.addAction(self._action("&Next step", lambda: panel.step_by(1), "Alt+Right"))
-        run_menu.addAction(
-            self._action("&First step (prefill)", lambda: panel.step_to(0), "Alt+Home")
-        )
-        run_menu.addAction(self._action("&Last step", lambda: panel.step_to(-1), "Alt+End"))
-        compare = bar.addMenu("&Compare")
-        compare.addAction(self._action("&Compare samplers…", self.open_compare, "Ctrl+Shift+C"))
-        compare.addAction(self._action("&Branch from this step…", self.open_branch, "Ctrl+B"))
-        compare.addAction(self._action("Beam &search…", self.open_beam, "Ctrl+Shift+B"))
-        view = bar.addMenu("&View")
-        for dock in self.docks.values():
-            view.addAction(dock.toggleViewAction())
-        view.addSeparator()
-        view.addAction(self._action("Runs of this session (history, branches)…", self.open_branch))
-        view.addAction(
-            self._action("&Focus the pane under the pointer (and back)", self.toggle_focus,
-                         ["Ctrl+M", "F11"])
-        )  # fmt: skip
-        view.addAction(self._action("&Reset layout", self._reset_layout))
-        help_menu = bar.addMenu("&Help")
-        help_menu.addAction(self._action("&Tour: one prompt, step by step", self.open_tour, "F1"))
-        help_menu.addAction(self._action("&About LLM Lens", self._about))
-
     def _wire(self) -> None:
         c = self.controller
         c.sig_model_loading.connect(self._on_loading)
@@ -220,26 +173,6 @@ class MainWindow(QMainWindow):
         dialog.accepted.connect(accepted)
         dialog.open()
         return dialog
-
-    def _open_server(self) -> None:
-        from llm_lens.desktop.window.server_dialog import open_server_dialog
-
-        open_server_dialog(self, settings())
-
-    def _open_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Open a Hugging Face model folder")
-        if folder:
-            self.load(folder)
-
-    def _open_gguf(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model", "", "GGUF (*.gguf)")
-        if path:
-            self.load(path)
-
-    def _open_hub(self) -> None:
-        text, ok = QInputDialog.getText(self, "Open hub model", "Model id (e.g. org/name):")
-        if ok and text.strip():
-            self.load(text.strip())
 
     def _on_loading(self, fraction: float, message: str) -> None:
         self.progress.setVisible(True)
@@ -335,20 +268,6 @@ class MainWindow(QMainWindow):
         self.reuse_label.setVisible(True)
 
     # ----------------------------------------------------------------- export
-    def _export_pane(self) -> None:
-        names = list(self.panes)
-        name, ok = QInputDialog.getItem(self, "Export pane", "Pane:", names, 0, False)
-        if not ok:
-            return
-        path, _ = QFileDialog.getSaveFileName(
-            self,
-            f"Export {name}",
-            f"{name.lower().replace(' ', '-')}.png",
-            "PNG image (*.png);;SVG image (*.svg);;CSV data (*.csv)",
-        )
-        if path:
-            self.export_pane(name, path)
-
     def export_pane(self, name: str, path: str) -> None:
         """Export a pane's figure (PNG/SVG) or data (CSV) by suffix; errors become messages."""
         pane = self.panes[name]
@@ -394,9 +313,6 @@ class MainWindow(QMainWindow):
         self._arranged = True
         self.arrange()
 
-    def _reset_layout(self) -> None:
-        self.arrange()
-
     def toggle_focus(self, dock: QDockWidget | None = None) -> None:
         """Show the pane under the pointer alone in the window, or go back."""
         if not self.focus.toggle(dock):
@@ -414,24 +330,6 @@ class MainWindow(QMainWindow):
         self.tour.show()
         self.tour.start()
         return self.tour
-
-    def _about(self) -> None:
-        import platform
-
-        from PySide6 import __version__ as pyside_version
-
-        versions = [f"Python {platform.python_version()}", f"PySide6 {pyside_version}"]
-        for mod in ("torch", "transformers", "pyqtgraph", "tiktoken", "numpy"):
-            try:
-                versions.append(f"{mod} {__import__(mod).__version__}")
-            except ImportError:
-                versions.append(f"{mod} missing")
-        QMessageBox.about(
-            self,
-            "About LLM Lens",
-            "<b>LLM Lens</b> 0.1.0<br>Every number shown is "
-            "what the loaded model computed.<br><br>" + "<br>".join(versions),
-        )
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 (Qt name)
         from llm_lens.desktop.window.session_actions import is_session_url

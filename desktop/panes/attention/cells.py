@@ -9,11 +9,31 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import Signal
 
 from llm_lens.desktop.widgets.marks import MARK_PEN, rect_xy
 
 TILE = 32  # pixels per side of one overview thumbnail
 GRID_MARK_PEN = pg.mkPen(255, 64, 129, 140, width=1)
+
+
+class TileImage(pg.ImageItem):
+    """The overview image. A signal, not a stored callback: an item holding a bound method of
+    its pane makes a reference cycle whose garbage collection crashes PySide6.
+
+    Signals:
+        sig_clicked(float, float): image row and column (pixels) of a click.
+    """
+
+    sig_clicked = Signal(float, float)
+
+    def __init__(self) -> None:
+        super().__init__(axisOrder="row-major")
+
+    def mouseClickEvent(self, ev: Any) -> None:  # noqa: N802 (Qt override)
+        pos = ev.pos()
+        self.sig_clicked.emit(float(pos.y()), float(pos.x()))
+        ev.accept()
 
 
 def strip(row: np.ndarray, bins: int) -> np.ndarray:

@@ -7,13 +7,12 @@ after i new tokens. Long contexts are max-pooled so the image never exceeds ~102
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QSignalBlocker, Signal
+from PySide6.QtCore import QSignalBlocker
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
 from llm_lens.core import cards as ex
@@ -26,6 +25,7 @@ from llm_lens.desktop.panes.attention.axes import (
 from llm_lens.desktop.panes.attention.cells import (
     TILE,
     SelectionMarks,
+    TileImage,
     cell_text,
     map_position_at,
     strip,
@@ -33,37 +33,16 @@ from llm_lens.desktop.panes.attention.cells import (
     tile_text,
 )
 from llm_lens.desktop.panes.attention.header import gqa_note, map_note
+from llm_lens.desktop.panes.attention.image import assemble_map
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.selection import context_tokens
 from llm_lens.desktop.state.whatif import head_change, head_changes
 from llm_lens.desktop.widgets.common import ATTENTION_MAP_SIZE
 from llm_lens.desktop.widgets.pane import ContextTarget, HoverTarget, Pane, plain_axis, steady_axes
-from llm_lens.desktop.widgets.token_text import visible_text
 
 MAP_SIZE = ATTENTION_MAP_SIZE
-MAX_IMAGE = 1024  # cells per side of the heatmap, at most
 OVERVIEW_TOKENS = 2048  # longer prompts: the overview shows each head's recorded last row (every
 # head's whole map is layers × heads × T² scores: minutes of the worker at 8,192 tokens)
-BUCKET = 32  # the heatmap's image grows in steps of this many cells (stable shapes)
-
-
-class _TileImage(pg.ImageItem):
-    """The overview image. A signal, not a stored callback: an item holding a bound method of
-    its pane makes a reference cycle whose garbage collection crashes PySide6.
-
-    Signals:
-        sig_clicked(float, float): image row and column (pixels) of a click.
-    """
-
-    sig_clicked = Signal(float, float)
-
-    def __init__(self) -> None:
-        super().__init__(axisOrder="row-major")
-
-    def mouseClickEvent(self, ev: Any) -> None:  # noqa: N802 (Qt override)
-        pos = ev.pos()
-        self.sig_clicked.emit(float(pos.y()), float(pos.x()))
-        ev.accept()
 
 
 class AttentionPane(Pane):
@@ -135,7 +114,7 @@ class AttentionPane(Pane):
         self.grid_plot.setMouseEnabled(False, False)
         self.grid_plot.setLabel("left", "layer")
         self.grid_plot.setLabel("bottom", "head")
-        self.tiles = _TileImage()
+        self.tiles = TileImage()
         self.tiles.sig_clicked.connect(self.tile_clicked)
         self.tiles.setColorMap(pg.colormap.get("viridis"))
         self.grid_plot.addItem(self.tiles)
@@ -223,34 +202,10 @@ class AttentionPane(Pane):
 
     def _assemble(self, amap: Any, step: Any, layer: int, head: int) -> tuple[np.ndarray, int]:
         """The padded image and its content size; sets ``matrix``, ``positions``, ``labels``."""
-        from llm_lens.core.attention import pool_rows  # imports torch: not at start-up
-
-        ctl = self.controller
-        n_prompt = len(ctl.prompt)
-        total = n_prompt + max(len(ctl.steps), step.index + 1) - 1
-        base = int(amap.q_positions[1]) if len(amap.q_positions) > 1 else 1
-        factor = max(1, math.ceil(math.ceil(total / base) / MAX_IMAGE))
-        block = base * factor
-        size = math.ceil(total / block)
-        cap = min(math.ceil(size / BUCKET) * BUCKET, max(size, MAX_IMAGE))
-        content = math.ceil((n_prompt + step.index) / block)
-        image = np.full((cap, cap), np.nan, np.float32)  # not yet read: transparent
-        image[:content, :content] = 0.0
-        prompt_part = pool_rows(amap.weights, factor)
-        image[: prompt_part.shape[0], : prompt_part.shape[1]] = prompt_part
-        for record in ctl.steps[1 : step.index + 1]:
-            row = record.attention[layer, head]  # (position + 1,)
-            pooled = pool_rows(row[None, :], block)[0] if block > 1 else row
-            r = record.position // block
-            image[r, : pooled.shape[0]] = np.maximum(image[r, : pooled.shape[0]], pooled)
-        self.block = block
-        self.matrix = image[:content, :content].copy()
-        self.positions = np.arange(content, dtype=np.int64) * block
-        texts = [t.text for t in ctl.prompt.tokens] + [s.token.text for s in ctl.steps]
-        self.texts = [texts[p] for p in self.positions]
-        where = (lambda p: f"{p} ") if block > 1 else (lambda p: "")  # pooled: block start
-        self.labels = [where(p) + visible_text(texts[p]) for p in self.positions]
-        return image, size
+        shown = assemble_map(self.controller, amap, step, layer, head)
+        self.block, self.matrix, self.positions = shown.block, shown.matrix, shown.positions
+        self.texts, self.labels = shown.texts, shown.labels
+        return shown.image, shown.size
 
     def _fit_view(self, content: int) -> None:
         if content != self._view_size and content > 0:

@@ -21,8 +21,8 @@ from llm_lens.desktop.panes.embeddings.labels import (
     Labels,
     distinct,
     nearest_point,
-    typical_range,
 )
+from llm_lens.desktop.panes.embeddings.paths import build_paths_plot, draw_paths, fit_paths_view
 from llm_lens.desktop.panes.embeddings.readouts import (
     SelectionMarks,
     card_of,
@@ -66,7 +66,7 @@ class EmbeddingsPane(Pane):
         self.response_ids: list[int] = []
         self._build_widgets()
         self._build_vocab_plot()
-        self._build_paths_plot()
+        build_paths_plot(self)
 
     # ----------------------------------------------------------------- construction
     def _build_widgets(self) -> None:
@@ -123,25 +123,6 @@ class EmbeddingsPane(Pane):
             plot.scene().sigMouseMoved, rateLimit=30, slot=lambda args: self._on_hover(args[0])
         )
         plot.scene().sigMouseClicked.connect(self._on_click)
-
-    def _build_paths_plot(self) -> None:
-        self.paths_widget = pg.PlotWidget()
-        self.stack.addWidget(self.paths_widget)
-        plot = self.paths_plot = self.paths_widget.getPlotItem()
-        plot.setLabel("bottom", "PC1")
-        plot.setLabel("left", "PC2")
-        plot.setMenuEnabled(False)
-        self.cmap = pg.colormap.get("plasma")
-        self.segments: list[pg.PlotDataItem] = []  # one per layer (its input -> its output)
-        self.start_dots = pg.ScatterPlotItem(size=7, symbol="o", pen=None, brush="c")
-        self.end_dots = pg.ScatterPlotItem(size=9, symbol="t", pen=pg.mkPen("w"), brush="y")
-        plot.addItem(self.start_dots)
-        plot.addItem(self.end_dots)
-        self.path_labels = Labels(plot)
-        self.depth_bar = pg.ColorBarItem(
-            values=(0, 1), colorMap=self.cmap, interactive=False, width=10, label="layer"
-        )
-        self.depth_bar.setImageItem([], insert_in=plot)
 
     # ----------------------------------------------------------------- events
     def _mode_changed(self, _index: int) -> None:
@@ -286,49 +267,16 @@ class EmbeddingsPane(Pane):
             self.explained.setText("projecting the residual stream…")
             return
         self.paths, self._paths_run = paths, ctl.run_id
-        self._draw_paths(paths.coords, ctl.prompt.tokens)
+        draw_paths(self, paths.coords, ctl.prompt.tokens)
         share = paths.explained
         note = f"PCA of the prompt's residual states: PC1 {share[0]:.1%}, PC2 {share[1]:.1%}"
-        far = self._fit_view(paths.coords)
+        far = fit_paths_view(self, paths.coords)
         if far:
             names = ", ".join(
                 f"{p} {visible_text(ctl.prompt.tokens[p].text, 12)!r}" for p in far[:3]
             )
             note += f"; off-scale (zoom out): {names}"
         self.explained.setText(note)
-
-    def _draw_paths(self, coords: np.ndarray, tokens: Sequence[Any]) -> None:
-        """One PlotDataItem per layer transition (all tokens, connect='pairs'), depth colours."""
-        steps = coords.shape[1] - 1
-        self._ensure_segments(steps)
-        for layer, item in enumerate(self.segments):
-            pairs = coords[:, layer : layer + 2].reshape(-1, 2)  # (tokens * 2, 2)
-            item.setData(pairs[:, 0], pairs[:, 1])
-        self.start_dots.setData(pos=coords[:, 0])
-        self.end_dots.setData(pos=coords[:, -1])
-        self.path_labels.set(
-            [(coords[i, -1], visible_text(t.text, 12)) for i, t in enumerate(tokens)]
-        )
-
-    def _fit_view(self, coords: np.ndarray) -> list[int]:
-        """Range over the typical paths; returns the far-off tokens left out (attention sinks)."""
-        (x0, y0), (x1, y1), far = typical_range(coords)
-        self.paths_plot.setRange(xRange=(x0, x1), yRange=(y0, y1), padding=0.05)
-        return far
-
-    def _ensure_segments(self, layers: int) -> None:
-        """Per-layer segment items, rebuilt only when a model with another depth arrives."""
-        if len(self.segments) == layers:
-            return
-        for item in self.segments:
-            self.paths_plot.removeItem(item)
-        self.segments = []
-        for layer in range(layers):
-            colour = self.cmap.map((layer + 0.5) / layers, mode="qcolor")
-            item = pg.PlotDataItem(connect="pairs", pen=pg.mkPen(colour, width=1.5))
-            self.paths_plot.addItem(item)
-            self.segments.append(item)
-        self.depth_bar.setLevels((0, layers))
 
     # ----------------------------------------------------------------- clear / export
     def clear(self) -> None:

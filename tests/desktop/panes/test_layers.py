@@ -65,7 +65,7 @@ def test_layer_stack_norms_lens_and_prompt_heatmap(qtbot, ran, tmp_path, monkeyp
     assert pane.hover_text(layers + 1, 0) == ""
 
     # a prompt past PROMPT_LENS_TOKENS: not asked for, and the pane says why
-    from llm_lens.desktop.panes import layers as layers_pane
+    from llm_lens.desktop.panes.layers import pane as layers_pane  # where the pane reads it
 
     asked_long: list[str] = []
     request = ran.request_analysis

@@ -13,52 +13,28 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt
-from PySide6.QtGui import QBrush, QFont
-from PySide6.QtWidgets import (
-    QHeaderView,
-    QLabel,
-    QSplitter,
-    QTableWidget,
-    QTableWidgetItem,
-    QTabWidget,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QLabel, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from llm_lens.core import cards as ex
+from llm_lens.desktop.panes.layers.lens_table import (
+    LENS_K,
+    build_lens_table,
+    fill_lens_table,
+    shown,
+)
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.selection import first_position_of
 from llm_lens.desktop.state.whatif import block_changes
 from llm_lens.desktop.widgets.marks import MARK_PEN, rect_xy
 from llm_lens.desktop.widgets.pane import ContextTarget, Pane, steady_axes
 from llm_lens.desktop.widgets.residual_dialog import residual_offers
-from llm_lens.desktop.widgets.token_text import visible
 
-LENS_K = 5
 NAN_RED = "#ef5350"  # where the model computed NaN or Inf
 PROMPT_LENS_TOKENS = 1024  # the prompt lens unembeds every layer at every position: past this
 # many positions it is minutes of the worker (8,192 tokens: 31 × 8,192 unembeddings, ~5 min here)
 WAIT_TEXT = "lens computed when the run ends or when you select a step"
 
 RESID_TITLE = "residual stream norm"
-
-
-def shown(text: str) -> str:
-    """A token's text with its whitespace made visible, as every pane shows it
-    (:func:`~llm_lens.desktop.widgets.token_text.visible`)."""
-    return visible(text)
-
-
-def lens_cell(text: str, prob: float) -> str:
-    """'0.98 ·type': the probability first, so a narrow column cuts the token's tail, never
-    the number ('·type …' hid it at 1920×1080)."""
-    return f"{prob:.2f} {shown(text)}"
-
-
-def first_agreement(lens: Any) -> int | None:
-    """The first layer whose lens top-1 is the model's final prediction (None if none)."""
-    hits = np.flatnonzero(np.asarray(lens.top_ids)[:, 0] == lens.final_id)
-    return int(hits[0]) if hits.size else None
 
 
 class LayerStackPane(Pane):
@@ -149,22 +125,7 @@ class LayerStackPane(Pane):
         self.update_plot.addItem(self.non_finite_lines[1])
 
     def _build_lens_table(self) -> None:
-        self.lens_table = QTableWidget(0, LENS_K)
-        self.lens_table.setHorizontalHeaderLabels([f"top {i + 1}" for i in range(LENS_K)])
-        self.lens_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        self.lens_table.verticalHeader().setDefaultSectionSize(18)
-        self.lens_table.setTextElideMode(Qt.TextElideMode.ElideRight)
-        small = QFont(self.lens_table.font())
-        small.setPointSizeF(max(6.0, small.pointSizeF() - 1))
-        self.lens_table.setFont(small)
-        self.lens_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.lens_status = QLabel()
-        self.lens_status.setWordWrap(True)
-        self._lens_box = QWidget()
-        box = QVBoxLayout(self._lens_box)
-        box.setContentsMargins(0, 0, 0, 0)
-        box.addWidget(self.lens_status)
-        box.addWidget(self.lens_table)
+        self.lens_table, self.lens_status, self._lens_box = build_lens_table()
 
     def _build_heatmap(self) -> None:
         """Layer × prompt position image of the lens' top-1 probability, with a colour bar."""
@@ -246,37 +207,11 @@ class LayerStackPane(Pane):
             self._fill_lens(lens, step)
 
     def _fill_lens(self, lens: Any, step: Any) -> None:
-        """Fill the table; cells holding the final prediction are bold on the highlight colour."""
-        rows = lens.top_ids.shape[0]
-        table = self.lens_table
-        table.setRowCount(rows)
-        first = first_agreement(lens)
-        pal = self.palette()
-        mark_bg, mark_fg = QBrush(pal.highlight().color()), QBrush(pal.highlightedText().color())
-        bold = QFont(table.font())
-        bold.setBold(True)
-        for r in range(rows):
-            label = "emb" if r == 0 else str(r)
-            table.setVerticalHeaderItem(r, QTableWidgetItem(label + (" ★" if r == first else "")))
-            for c in range(lens.top_ids.shape[1]):
-                text = lens_cell(lens.top_texts[r][c], float(lens.top_probs[r, c]))
-                item = QTableWidgetItem(text)
-                item.setToolTip(f"{text} · id {int(lens.top_ids[r, c])}")
-                if int(lens.top_ids[r, c]) == lens.final_id:
-                    item.setFont(bold)
-                    item.setBackground(mark_bg)
-                    item.setForeground(mark_fg)
-                table.setItem(r, c, item)
-        final_text = f"'{shown(lens.top_texts[-1][0])}'"
-        where = f"first at layer {first} (★)" if first is not None else "at no layer"
-        self.lens_status.setText(
-            f"step {step.index}: the model's prediction {final_text} is the lens' top-1 {where}; "
-            "highlighted cells hold that token."
-        )
+        """Fill the table and say where the lens first agrees; the green line marks it."""
+        first = fill_lens_table(self.lens_table, self.lens_status, lens, step, self.palette())
         self.agree_line.setVisible(first is not None)
         if first is not None:
             self.agree_line.setValue(first)
-            table.scrollToItem(table.item(first, 0))
 
     def _render_prompt_lens(self, step: Any) -> None:
         self.tabs.setTabEnabled(1, step.is_prefill)
