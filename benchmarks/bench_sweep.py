@@ -57,8 +57,8 @@ def one(threads: int) -> None:
     from llm_lens.core.interventions.sweep import Metric, Sweep
     from llm_lens.core.loading import load_model
 
-    torch.set_num_threads(threads)
     loaded = load_model()
+    torch.set_num_threads(threads)  # after the load, which sets the app's own thread count
     clean, corrupt = prompts(loaded.tokenizer)
     paris, rome = (
         loaded.tokenizer.encode(t, add_special_tokens=False)[0] for t in (" Paris", " Rome")

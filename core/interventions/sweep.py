@@ -37,7 +37,8 @@ from llm_lens.core.interventions.resume import Recording, Resumer, record
 from llm_lens.core.placement import input_device
 
 Progress = Callable[[int, int], None]
-CHUNK = 8  # positions patched in one forward of the residual map (one row each)
+CHUNK = 16  # positions patched in one forward of the residual map (one row each): the
+# measured best on two threads (docs/performance.md, "Patching sweeps")
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,10 @@ def patching_sweep(
         if progress is not None and cells:
             progress(done[0], sweep.cells())
 
-    with torch.inference_mode():
+    from llm_lens.core.runtime import every_core
+
+    # a sweep is waited on with no run streaming: every core (the batched forwards are large)
+    with torch.inference_mode(), every_core():
         each(0)
         sweep.prepare()
         resid = sweep.residual(metric, each)
