@@ -44,6 +44,20 @@ def open_window(qtbot, tmp_path, monkeypatch, model: str | None = None):
 
 
 @pytest.fixture
+def bare_window(qtbot, tmp_path, monkeypatch):
+    """The main window, shown, with no model loaded; its settings in tmp_path."""
+    monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
+    from llm_lens.desktop.window.main_window import MainWindow
+
+    win = MainWindow()
+    win.sessions.confirm_close = False
+    qtbot.addWidget(win)
+    win.show()
+    yield win
+    win.close()
+
+
+@pytest.fixture
 def loaded_window(qtbot, tmp_path, monkeypatch):
     """The main window, shown, with the bundled model loaded; its settings in tmp_path."""
     win = open_window(qtbot, tmp_path, monkeypatch)

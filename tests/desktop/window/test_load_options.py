@@ -17,17 +17,8 @@ PROMPT = "Explain transformers like I am 12"
 
 
 @pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    """The main window, shown, with no model loaded yet (settings in tmp_path)."""
-    monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
-    from llm_lens.desktop.window.main_window import MainWindow
-
-    win = MainWindow()
-    win.sessions.confirm_close = False
-    qtbot.addWidget(win)
-    win.show()
-    yield win
-    win.close()
+def window(bare_window):
+    return bare_window
 
 
 def _open(qtbot, win, model: str = "", max_memory: str = "", device_map: str = "none",

@@ -15,17 +15,8 @@ from tests.core.engines.openai.fake_server import Fake, serving
 
 
 @pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    """The main window, shown, with no model loaded; its settings in tmp_path."""
-    monkeypatch.setenv("LLM_LENS_CONFIG_DIR", str(tmp_path))
-    from llm_lens.desktop.window.main_window import MainWindow
-
-    win = MainWindow()
-    win.sessions.confirm_close = False
-    qtbot.addWidget(win)
-    win.show()
-    yield win
-    win.close()
+def window(bare_window):
+    return bare_window
 
 
 def open_and_run(qtbot, win, url: str) -> None:
