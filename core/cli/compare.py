@@ -1,7 +1,9 @@
 """``llm-lens compare``: 2–4 sampling configurations run side by side from one shared prefill,
 written as JSON (one ``llm-lens-trace/1`` trace per configuration plus the comparison's numbers).
 
-A configuration is a comma-separated list of presets and ``key=value`` settings, applied left to
+``--intervene SPEC`` (repeatable, the grammar of ``llm-lens trace --intervene``) runs every column
+under those changes; the JSON's ``interventions`` lists them, as does each trace. A configuration
+is a comma-separated list of presets and ``key=value`` settings, applied left to
 right over neutral settings (temperature 1, no top-k, top-p 1, min-p 0, no repetition penalty,
 seed 0), so ``temperature=0.2`` changes the temperature and nothing else. No Qt is imported here.
 """
@@ -24,6 +26,7 @@ from llm_lens.core.cli.args import (
     token_count,
 )
 from llm_lens.core.cli.trace import (
+    INTERVENE_HELP,
     OUT_HELP,
     PARSE_SPECIAL_HELP,
     PARTLY_RANDOM_HELP,
@@ -112,6 +115,10 @@ def compare_parser() -> argparse.ArgumentParser:
     add_placement(p)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--out", default=None, help=OUT_HELP)
+    p.add_argument(
+        "--intervene", action="append", default=[], metavar="SPEC",
+        help="change the model for every column (repeatable); " + INTERVENE_HELP.split(": ", 1)[1],
+    )  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--allow-partly-random", action="store_true", help=PARTLY_RANDOM_HELP)
     return p
@@ -131,7 +138,7 @@ def config_dict(spec: str, params: SamplingParams) -> dict[str, Any]:
 
 def run_compare(args: argparse.Namespace) -> dict[str, Any]:
     """Load the model, run the comparison, return the JSON-able result."""
-    from llm_lens.core.exports.trace import model_dict, run_dict
+    from llm_lens.core.exports.trace import intervention_rows, model_dict, run_dict
     from llm_lens.core.loop.engine import RunConfig
     from llm_lens.core.runs.compare import compare
 
@@ -140,8 +147,12 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
     asked, context = args.max_new_tokens, engine.info.context_length
     new_tokens = cap_new_tokens(asked, len(prompt.ids), context)
     run_config = RunConfig(max_new_tokens=new_tokens, stop_strings=tuple(args.stop))
+    changes = tuple(getattr(args, "interventions", None) or ())  # read by check_inputs
+    per_column = [changes] * len(configs) if changes else []
     doing(f"comparing {len(configs)} configurations on {engine.info.name}")
-    comparison, _cancel = cancellable(lambda c: compare(engine, prompt, configs, run_config, c))
+    comparison, _cancel = cancellable(
+        lambda c: compare(engine, prompt, configs, run_config, c, per_column)
+    )
     if not args.quiet:
         for spec, run in zip(args.config, comparison.runs, strict=True):
             print(f"[{spec}] {run.output_text()}", file=sys.stderr)
@@ -149,6 +160,7 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
         "schema": SCHEMA,
         "model": model_dict(engine.info),
         "configs": [config_dict(s, p) for s, p in zip(args.config, configs, strict=True)],
+        "interventions": intervention_rows(changes),
         "traces": [run_dict(engine, run) for run in comparison.runs],
         "columns": [asdict(c) for c in comparison.columns()],
         "divergence_step": comparison.divergence_step,
