@@ -293,9 +293,14 @@ class Controller(QObject):
         if worker is not None and worker.flags.shown_run_id != shown.run_id:
             worker.flags.show(shown.run_id)
 
+    def update_shown(self, clear: bool = False, **fields: Any) -> None:
+        """Replace ``fields`` of what is shown (on an emptied value, ``Shown.cleared``, when
+        ``clear``): the one writer API of ``Shown``, for this class and ``controller.live``."""
+        shown = self._shown.cleared(**fields) if clear else replace(self._shown, **fields)
+        self._shown = shown
+
     def _replace(self, **changes: Any) -> None:
-        """Replace fields of what is shown (the one place besides whole new values)."""
-        self._shown = replace(self._shown, **changes)
+        self.update_shown(**changes)
 
     def recorded_run(self) -> Any:
         """The ``SessionRun`` shown, or None for a live run."""

@@ -2,10 +2,10 @@
 
 Owned by the :class:`~llm_lens.desktop.state.controller.Controller` as ``controller.live``. It
 turns the worker's records of the run shown into what is shown (through the controller's
-``_replace``: the controller and this part are the only writers of ``Shown``), drops those of a
-superseded run, coalesces steps to about 30 announcements a second, lets the prefill start once
-the panes have cleared, and keeps where the model first computed NaN or Inf. What it announces
-leaves as the controller's signals.
+public ``update_shown``: the controller and this part are the only writers of ``Shown``), drops
+those of a superseded run, coalesces steps to about 30 announcements a second, lets the prefill
+start once the panes have cleared, and keeps where the model first computed NaN or Inf. What it
+announces leaves as the controller's signals.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class LiveRun(QObject):
             return
         ctl.request_stop()
         changes = self.next_changes = ctl.whatif.active()
-        ctl._replace(run_id=ctl.new_run_id(), run_params=params, follow_live=True)
+        ctl.update_shown(run_id=ctl.new_run_id(), run_params=params, follow_live=True)
         ctl.set_busy(True)
         ctl.link.run(RunRequest(ctl.run_id, text, chat, params, config, parse_special, changes))
 
@@ -65,7 +65,7 @@ class LiveRun(QObject):
         ctl = self.ctl
         ctl.request_stop()
         self.next_changes = ctl.interventions  # a branch keeps its run's interventions
-        ctl._replace(run_id=run_id, run_params=params, follow_live=True)
+        ctl.update_shown(run_id=run_id, run_params=params, follow_live=True)
         ctl.set_busy(True)
 
     def show_finished(
@@ -79,11 +79,11 @@ class LiveRun(QObject):
         if ctl.busy:  # the live run's late records and end are dropped from now on
             ctl.request_stop()
             ctl.set_busy(False)
-        ctl._replace(run_id=run_id)
+        ctl.update_shown(run_id=run_id)
         ctl._show_loaded_model()
-        ctl._shown = ctl._shown.cleared(
-            recorded=None, session=None, session_path=None, prompt=prompt, prefill=prefill,
-            steps=tuple(steps), summary=summary, follow_live=True, dirty=True,
+        ctl.update_shown(
+            clear=True, recorded=None, session=None, session_path=None, prompt=prompt,
+            prefill=prefill, steps=tuple(steps), summary=summary, follow_live=True, dirty=True,
             run_params=params if params is not None else ctl.run_params,
             interventions=tuple(interventions),
         )  # fmt: skip
@@ -97,11 +97,15 @@ class LiveRun(QObject):
         if run_id != ctl.run_id:
             return
         ctl._show_loaded_model()
-        ctl._shown = ctl._shown.cleared(
-            recorded=None, session=None, session_path=None, interventions=self.next_changes
+        ctl.update_shown(
+            clear=True,
+            recorded=None,
+            session=None,
+            session_path=None,
+            interventions=self.next_changes,
         )
         ctl.analyses.keep_model_wide()
-        ctl._replace(prompt=prompt)
+        ctl.update_shown(prompt=prompt)
         self.preparing = True  # the panes clear now, at their normal rate; then the prefill
         self.non_finite = None
         ctl.sig_non_finite.emit(None)
@@ -121,13 +125,13 @@ class LiveRun(QObject):
 
     def _on_prefill(self, run_id: int, prefill: Any) -> None:
         if run_id == self.ctl.run_id:
-            self.ctl._replace(prefill=prefill)
+            self.ctl.update_shown(prefill=prefill)
 
     def _on_step(self, run_id: int, record: Any) -> None:
         ctl = self.ctl
         if run_id != ctl.run_id:
             return  # a superseded run's late record
-        ctl._shown = ctl._shown.with_step(record)
+        ctl.update_shown(steps=ctl.steps + (record,))
         self._panes_ready(run_id)
         if not self._flush.isActive():
             self._flush.start()
@@ -137,7 +141,7 @@ class LiveRun(QObject):
         ctl = self.ctl
         ctl.sig_steps_changed.emit()
         if ctl.follow_live and ctl.steps:
-            ctl._replace(selected=len(ctl.steps) - 1)
+            ctl.update_shown(selected=len(ctl.steps) - 1)
             ctl.sig_selection_changed.emit(ctl.selected)
 
     def _on_finished(self, run_id: int, summary: Any) -> None:
@@ -146,7 +150,7 @@ class LiveRun(QObject):
             return
         self._flush.stop()
         self.emit_steps()
-        ctl._replace(summary=summary, dirty=True)
+        ctl.update_shown(summary=summary, dirty=True)
         ctl.set_busy(False)
         stopped = getattr(summary, "extra", {}).get("stop_error")
         if stopped:  # a server failed mid-run: one line; the tokens received stay shown

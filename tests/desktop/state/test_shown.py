@@ -184,3 +184,21 @@ def test_using_a_model_sets_the_loaded_and_shown_model_alone(qtbot, bare, tiny_e
         bare.use_model(tiny_engine.info)
     assert bare.model_info is tiny_engine.info and bare.info is tiny_engine.info
     assert bare.model_matches()
+
+
+def test_update_shown_is_the_one_writer_and_the_live_run_uses_it(qtbot, bare):
+    """``update_shown`` replaces fields (or clears the run first); ``controller.live`` writes
+    through it alone, never the controller's private members."""
+    import inspect
+
+    from llm_lens.desktop.state import live_run
+
+    bare.show_state(Shown(steps=_steps(2), selected=1, token=3, run_id=4))
+    held = bare.shown
+    bare.update_shown(token=1, dirty=True)
+    assert (bare.token, bare.dirty, bare.steps, held.token) == (1, True, held.steps, 3)
+    bare.update_shown(clear=True, run_id=5)
+    assert (bare.steps, bare.selected, bare.token, bare.run_id) == ((), -1, -1, 5)
+    assert bare.worker.flags.shown_run_id == 5  # it passes the one setter
+    source = inspect.getsource(live_run)
+    assert "._replace(" not in source and "._shown" not in source
