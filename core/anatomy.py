@@ -25,6 +25,7 @@ ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
 FINAL_NORM_NAMES = (
     "norm", "ln_f", "final_layer_norm", "final_layernorm", "final_norm", "norm_f", "embedding_norm"
 )  # fmt: skip
+MLP_NAMES = ("mlp", "feed_forward", "block_sparse_moe", "moe", "ffn")
 POSITION_TABLE_NAMES = ("wpe", "embed_positions", "position_embeddings")
 ATTENTION = "attention"
 LATENT_ATTENTION = "latent attention"  # caches a compressed latent, not per-head K/V (MLA)
@@ -296,3 +297,27 @@ def latent_elements(attention: Any | None) -> int:
     if not isinstance(rank, int) or rank <= 0:
         return 0
     return rank + int(getattr(attention, "qk_rope_head_dim", 0) or 0)
+
+
+def find_mlp(anatomy: Anatomy, layer: int) -> Any | None:
+    """Layer ``layer``'s MLP (or MoE block): its mlp/feed_forward/… child, else the child whose
+    class name ends in MLP or MoE, else (OPT keeps fc1 and fc2 in the layer itself) the last
+    child with a weight that is not a norm: the MLP's output projection; None (a pure Mamba
+    layer) when there is none."""
+    block = anatomy.layers[layer]
+    for name in MLP_NAMES:
+        module = getattr(block, name, None)
+        if isinstance(module, torch.nn.Module):
+            return module
+    for module in block.children():
+        if type(module).__name__.lower().endswith(("mlp", "moe", "sparsemoeblock")):
+            return module
+    weighted = [
+        module
+        for name, module in block.named_children()
+        if isinstance(getattr(module, "weight", None), torch.Tensor)
+        and "norm" not in name.lower()
+        and "norm" not in type(module).__name__.lower()
+        and module is not anatomy.attn[layer]
+    ]
+    return weighted[-1] if weighted else None

@@ -67,7 +67,13 @@ def _layer_fields(model: Any, head_dim: int, heads: int, kv: int) -> dict[str, A
     """Per layer, from the model's own modules (:class:`~llm_lens.core.anatomy.Anatomy`): its
     mixer kind, its attention's head size (0 without attention) and the elements of constant
     state its cache keeps; nothing when the layers cannot be found (the Engine says why)."""
-    from llm_lens.core.anatomy import Anatomy, kv_heads_of, latent_elements, state_elements
+    from llm_lens.core.anatomy import (
+        Anatomy,
+        find_mlp,
+        kv_heads_of,
+        latent_elements,
+        state_elements,
+    )
 
     try:
         anatomy = Anatomy.of(model)
@@ -82,6 +88,7 @@ def _layer_fields(model: Any, head_dim: int, heads: int, kv: int) -> dict[str, A
         "state_elements": tuple(state_elements(m) for m in anatomy.state_mixers),
         "latent_dims": tuple(latent_elements(a) for a in anatomy.attn),
         "layer_kv_heads": tuple(kv_heads_of(a, heads, kv) for a in anatomy.attn),
+        "layer_mlps": tuple(find_mlp(anatomy, i) is not None for i in range(len(anatomy.layers))),
     }
 
 

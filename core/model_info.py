@@ -67,6 +67,9 @@ class ModelInfo:
     # per layer, the K/V heads its attention caches (0: none; JetMoE's and MiMo's differ from
     # the model-wide ``num_kv_heads``); empty when unknown (then every layer: num_kv_heads)
     layer_kv_heads: tuple[int, ...] = ()
+    # per layer, whether it has an MLP (or MoE block) an intervention can scale (a pure Mamba
+    # layer has none); empty when unknown (then every layer has one)
+    layer_mlps: tuple[bool, ...] = ()
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llm_lens.core.anatomy import Anatomy
-from llm_lens.core.interventions.places import Sizes, mlp_of, out_projection, router_of
+from llm_lens.core.interventions.places import Sizes, block_of, out_projection, router_of
 from llm_lens.core.interventions.spec import (
     BlockEdit,
     ExpertEdit,
@@ -35,8 +35,8 @@ def _find(item: Intervention, model: Any, anatomy: Anatomy) -> None:
     """The module ``item`` hooks exists (one clear error now, not mid-run)."""
     if isinstance(item, HeadEdit):
         out_projection(anatomy, item.layer)
-    elif isinstance(item, BlockEdit) and item.part == "mlp":
-        mlp_of(anatomy, item.layer)
+    elif isinstance(item, BlockEdit):
+        block_of(anatomy, item.layer, item.part)
     elif isinstance(item, ExpertEdit):
         router_of(model, item.layer)
 

@@ -19,7 +19,7 @@ from torch.overrides import TorchFunctionMode
 
 from llm_lens.core.anatomy import Anatomy
 from llm_lens.core.interventions.checks import check
-from llm_lens.core.interventions.places import mlp_of, out_projection, router_of
+from llm_lens.core.interventions.places import block_of, out_projection, router_of
 from llm_lens.core.interventions.spec import (
     BlockEdit,
     ExpertEdit,
@@ -87,7 +87,7 @@ class Patcher:
             proj = out_projection(a, item.layer)
             return [proj.register_forward_pre_hook(partial(self._head, item))]
         if isinstance(item, BlockEdit):
-            module = a.attn[item.layer] if item.part == "attn" else mlp_of(a, item.layer)
+            module = block_of(a, item.layer, item.part)
             return [module.register_forward_hook(partial(_scale_output, item.factor))]
         if isinstance(item, ResidualAdd | ResidualPatch):
             hook = partial(self._residual, item)
@@ -96,7 +96,8 @@ class Patcher:
             return _router_hooks(router_of(self.model, item.layer), item)
         if isinstance(item, Forget):
             hook = partial(self._forget, item.position)
-            return [m.register_forward_pre_hook(hook, with_kwargs=True) for m in a.attn]
+            attns = [m for m in a.attn if m is not None]  # a Mamba layer has no queries to hide
+            return [m.register_forward_pre_hook(hook, with_kwargs=True) for m in attns]
         raise TypeError(f"not an intervention: {item!r}")
 
     def _head(self, item: HeadEdit, _module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:

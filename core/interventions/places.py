@@ -1,8 +1,9 @@
 """Where each intervention acts, found in the model's own modules through :class:`Anatomy`.
 
 The attention block's output projection (the module whose input is the heads' outputs side by
-side), a layer's MLP, the MoE routers, and the sizes a SPEC is checked against. Found by the
-names transformers' families use, then by shape, never by a table of model classes.
+side), a layer's attention, MLP or other token mixer, the MoE routers, and the sizes a SPEC is
+checked against. Found by the names transformers' families use, then by shape, never by a table
+of model classes.
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ from typing import Any
 
 import torch
 
-from llm_lens.core.anatomy import Anatomy
+from llm_lens.core.anatomy import Anatomy, find_mlp
 from llm_lens.core.experts import find_routers
 from llm_lens.core.interventions.spec import InterventionError
 
 OUT_PROJ_NAMES = ("o_proj", "c_proj", "dense", "out_proj", "o")
-MLP_NAMES = ("mlp", "feed_forward", "block_sparse_moe", "moe", "ffn")
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,8 @@ class Sizes:
     def of(cls, model: Any, anatomy: Anatomy) -> Sizes:
         cfg = model.config.get_text_config(decoder=True)
         experts = {layer: _expert_count(router) for layer, router in find_routers(model)}
-        return cls(len(anatomy.layers), int(cfg.num_attention_heads), int(cfg.hidden_size), experts)
+        heads = int(getattr(cfg, "num_attention_heads", None) or 1)  # Mamba's config has none
+        return cls(len(anatomy.layers), heads, int(cfg.hidden_size), experts)
 
 
 def _expert_count(router: Any) -> int:
@@ -46,7 +47,7 @@ def _expert_count(router: Any) -> int:
 def out_projection(anatomy: Anatomy, layer: int) -> Any:
     """Layer ``layer``'s attention output projection: o_proj, c_proj (GPT-2), dense (NeoX,
     Falcon), out_proj (OPT), else the attention block's last child with a weight."""
-    attn = anatomy.attn[layer]
+    attn = attention_of(anatomy, layer)
     for name in OUT_PROJ_NAMES:
         module = getattr(attn, name, None)
         if isinstance(module, torch.nn.Module):
@@ -57,29 +58,40 @@ def out_projection(anatomy: Anatomy, layer: int) -> Any:
     return weighted[-1]
 
 
+def attention_of(anatomy: Anatomy, layer: int) -> Any:
+    """Layer ``layer``'s attention module; a layer without one (a Mamba, DeltaNet or
+    convolution layer) is an :class:`InterventionError` naming what it has instead."""
+    attn = anatomy.attn[layer]
+    if attn is None:
+        kind = anatomy.kinds[layer] if layer < len(anatomy.kinds) else "not attention"
+        raise InterventionError(f"layer {layer} has no attention (its mixer: {kind})")
+    return attn
+
+
+def mixer_of(anatomy: Anatomy, layer: int) -> Any:
+    """Layer ``layer``'s token mixer that is not attention (Mamba, DeltaNet, a short
+    convolution: ``Anatomy.state_mixers``); an attention-only layer has none."""
+    mixers = anatomy.state_mixers
+    mixer = mixers[layer] if layer < len(mixers) else None
+    if mixer is None:
+        raise InterventionError(f"layer {layer} has no mixer besides attention (use attn:)")
+    return mixer
+
+
+def block_of(anatomy: Anatomy, layer: int, part: str) -> Any:
+    """The module a :class:`~llm_lens.core.interventions.spec.BlockEdit` of ``part`` scales."""
+    if part == "attn":
+        return attention_of(anatomy, layer)
+    return mixer_of(anatomy, layer) if part == "mixer" else mlp_of(anatomy, layer)
+
+
 def mlp_of(anatomy: Anatomy, layer: int) -> Any:
-    """Layer ``layer``'s MLP (or MoE block): its mlp/feed_forward/… child, else the child whose
-    class name ends in MLP or MoE, else (OPT keeps fc1 and fc2 in the layer itself) the last
-    child with a weight that is not a norm: the MLP's output projection."""
-    block = anatomy.layers[layer]
-    for name in MLP_NAMES:
-        module = getattr(block, name, None)
-        if isinstance(module, torch.nn.Module):
-            return module
-    for module in block.children():
-        if type(module).__name__.lower().endswith(("mlp", "moe", "sparsemoeblock")):
-            return module
-    weighted = [
-        module
-        for name, module in block.named_children()
-        if isinstance(getattr(module, "weight", None), torch.Tensor)
-        and "norm" not in name.lower()
-        and "norm" not in type(module).__name__.lower()
-        and module is not anatomy.attn[layer]
-    ]
-    if not weighted:
+    """Layer ``layer``'s MLP (or MoE block, :func:`~llm_lens.core.anatomy.find_mlp`); a layer
+    without one (a pure Mamba layer) is an :class:`InterventionError`."""
+    module = find_mlp(anatomy, layer)
+    if module is None:
         raise InterventionError(f"layer {layer} has no MLP to hook")
-    return weighted[-1]
+    return module
 
 
 def router_of(model: Any, layer: int) -> Any:

@@ -77,10 +77,14 @@ class HeadEdit(Intervention):
         object.__setattr__(self, "factor", _finite(self.factor, "a head's factor"))
 
 
+BLOCK_PARTS = ("attn", "mlp", "mixer")  # what a BlockEdit scales: attention, MLP, other mixer
+
+
 @dataclass(frozen=True)
 class BlockEdit(Intervention):
-    """Layer ``layer``'s attention block (``part="attn"``) or MLP (``"mlp"``): its output
-    multiplied by ``factor`` (0 turns it off)."""
+    """Layer ``layer``'s attention block (``part="attn"``), MLP (``"mlp"``) or token mixer that
+    is not attention (``"mixer"``: a hybrid layer's Mamba, DeltaNet or short convolution): its
+    output multiplied by ``factor`` (0 turns it off)."""
 
     kind: ClassVar[str] = "block"
     layer: int
@@ -88,8 +92,8 @@ class BlockEdit(Intervention):
     factor: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.part not in ("attn", "mlp"):
-            raise InterventionError(f"a block is attn or mlp, got {self.part!r}")
+        if self.part not in BLOCK_PARTS:
+            raise InterventionError(f"a block is attn, mlp or mixer, got {self.part!r}")
         object.__setattr__(self, "factor", _finite(self.factor, f"the {self.part} factor"))
 
 

@@ -5,6 +5,7 @@
     head:7.4=0          head 4 of layer 7 off         head:7.4*0.5   scaled
     head:7.4=mean       replaced with its mean over the prompt
     attn:12=0           layer 12's attention block off  mlp:12*0.5   its MLP scaled
+    mixer:3=0           layer 3's mixer that is not attention off (Mamba, DeltaNet, convolution)
     resid:10@3-5+=v.npy the vector in v.npy added to the residual entering layer 10 at 3, 4, 5
     resid:10+=v.npy     … at every position
     resid:10+=v.npy*4   … times 4 (a steering vector with its strength; llm-lens steer)
@@ -36,7 +37,7 @@ from llm_lens.core.interventions.spec import (
 )
 
 _HEAD = re.compile(r"head:(\d+)\.(\d+)(=0|=mean|\*(.+))$")
-_BLOCK = re.compile(r"(attn|mlp):(\d+)(=0|\*(.+))$")
+_BLOCK = re.compile(r"(attn|mlp|mixer):(\d+)(=0|\*(.+))$")
 _RESID = re.compile(r"resid:(\d+)(?:@([\d,\-]+))?(\+?=)(.+?)(?:\*([^*/]+))?$")
 _EXPERT = re.compile(r"expert:(\d+)\.([\d,]+)=(off|force)$")
 _FORGET = re.compile(r"forget:(\d+)$")
@@ -72,8 +73,9 @@ def _parse(spec: str, load: Loader) -> Intervention:
     if m := _FORGET.match(spec):
         return Forget(int(m[1]))
     raise InterventionError(
-        "not a SPEC (head:L.H=0|=mean|*F, attn:L=0|*F, mlp:L=0|*F, resid:L[@P]+=FILE, "
-        "resid:L@P=FILE, expert:L.E=off|force, forget:P; resid:L+=FILE*S scales the vector)"
+        "not a SPEC (head:L.H=0|=mean|*F, attn:L=0|*F, mlp:L=0|*F, mixer:L=0|*F, "
+        "resid:L[@P]+=FILE, resid:L@P=FILE, expert:L.E=off|force, forget:P; "
+        "resid:L+=FILE*S scales the vector)"
     )
 
 

@@ -78,7 +78,7 @@ def describe(item: Intervention) -> str:
         how = "= prompt mean" if item.op == "mean" else _factor(item.factor)
         return f"head {item.layer}.{item.head} {how}"
     if isinstance(item, BlockEdit):
-        part = "MLP" if item.part == "mlp" else "attention"
+        part = {"mlp": "MLP", "mixer": "mixer"}.get(item.part, "attention")
         return f"{part} {item.layer} {_factor(item.factor)}"
     if isinstance(item, ExpertEdit):
         experts = ",".join(map(str, item.experts))

@@ -24,7 +24,6 @@ from llm_lens.desktop.panes.layers.lens_table import (
 )
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.selection import first_position_of
-from llm_lens.desktop.state.whatif import block_changes
 from llm_lens.desktop.widgets.marks import MARK_PEN, rect_xy
 from llm_lens.desktop.widgets.pane import ContextTarget, Pane, steady_axes
 from llm_lens.desktop.widgets.residual_dialog import residual_offers
@@ -314,9 +313,11 @@ class LayerStackPane(Pane):
                               + self.residual_changes(x, y))]  # fmt: skip
 
     def block_changes(self, y: float) -> list[Any]:
+        """Row r (r ≥ 1): the parts of block r − 1 the loaded model has, off or halved."""
         rows = 0 if self._prompt_lens is None else self._prompt_lens.top1_ids.shape[0]
         row = int(np.floor(y))
-        return block_changes(row - 1) if 1 <= row < rows else []
+        info = self.controller.model_info
+        return layer_block_changes(info, row - 1) if 1 <= row < rows and info else []
 
     def residual_changes(self, x: float, y: float) -> list[Any]:
         """A residual cell (row r: the stream entering layer r): patched from another prompt or
@@ -360,3 +361,24 @@ class LayerStackPane(Pane):
             )
             rows.append((layer, float(resid[layer]), *upd, *top))
         return header, rows
+
+
+def block_parts(info: Any, layer: int) -> list[str]:
+    """What layer ``layer`` of the model ``info`` describes has to scale (core's ``Anatomy``,
+    through ``ModelInfo``): "attn" where it computes attention, "mixer" where its token mixer is
+    something else (Mamba, DeltaNet, a convolution; both in Falcon-H1), "mlp" where it has one."""
+    kinds = getattr(info, "layer_kinds", ()) or ()
+    parts = kinds[layer].split(" + ") if layer < len(kinds) else ["attention"]
+    attention = [p for p in parts if p.endswith("attention") and p != "linear attention"]
+    mixers = [p for p in parts if p not in attention and p != "none"]
+    mlps = getattr(info, "layer_mlps", ()) or ()
+    mlp = mlps[layer] if layer < len(mlps) else True
+    return [name for name, has in (("attn", attention), ("mixer", mixers), ("mlp", mlp)) if has]
+
+
+def layer_block_changes(info: Any, layer: int) -> list[Any]:
+    """The Layer stack's What if? offers for block ``layer``: each part it has, off or halved."""
+    from llm_lens.core.interventions import BlockEdit
+
+    parts = block_parts(info, layer)
+    return [BlockEdit(layer, part, f) for f in (0.0, 0.5) for part in parts]
