@@ -125,6 +125,7 @@ class SessionController(QObject):
             recorded = dataclasses.replace(recorded, runs=tuple(runs))
 
         served = getattr(info, "architecture", "") == "served"  # no views to record
+        served = served or ctl.capabilities.provides is not None  # NDIF: nor of its runs
 
         def make(run: Any, label: str | None = None, parent: Any = None) -> Any:
             if cancel.is_set():  # Cancel pressed while the views are recorded
@@ -136,11 +137,13 @@ class SessionController(QObject):
             return with_explanations(made, explained.get(made.run_id, {}))
 
         def job(bench: Any) -> Any:  # on the model thread: core objects only
+            from llm_lens.core.engines.ndif.live import ndif_session
             from llm_lens.core.engines.openai.live import served_session
 
             session = recorded or served_session(assemble_session(
                 info, bench.history, bench.store, run_id, make, compared, only, origin
             ), bench.engine)  # fmt: skip
+            session = recorded or ndif_session(session, bench.engine)
             # without the recorded lens (autosave), keep the residual vectors to recompute it
             size = save_session(path, session, progress, not with_views,
                                 lambda sizes: estimate(path, sizes))  # fmt: skip
