@@ -137,13 +137,13 @@ class SessionController(QObject):
             return with_explanations(made, explained.get(made.run_id, {}))
 
         def job(bench: Any) -> Any:  # on the model thread: core objects only
-            from llm_lens.core.engines.ndif.live import ndif_session
             from llm_lens.core.engines.openai.live import served_session
 
             session = recorded or served_session(assemble_session(
                 info, bench.history, bench.store, run_id, make, compared, only, origin
             ), bench.engine)  # fmt: skip
-            session = recorded or ndif_session(session, bench.engine)
+            if not recorded and getattr(bench.engine, "name", "") == "ndif":  # no key in it
+                session = dataclasses.replace(session, engine=bench.engine.identity.as_dict())
             # without the recorded lens (autosave), keep the residual vectors to recompute it
             size = save_session(path, session, progress, not with_views,
                                 lambda sizes: estimate(path, sizes))  # fmt: skip

@@ -139,11 +139,3 @@ def recorded_provides(engine: dict[str, Any] | None) -> Any:
     full = engine.get("capture") == "full logits"
     fills, missing = provided(CaptureSpec(full_logits=full), engine.get("routing") == "yes")
     return Provides(frozenset(fills), missing, -1 if full else CaptureSpec().top_n, not full)
-
-
-def ndif_session(session: Any, engine: Any) -> Any:
-    """``session`` with ``engine``'s identity recorded when ``engine`` is NDIF's (its host
-    without credentials; never the key)."""
-    if not isinstance(engine, NdifEngine):
-        return session
-    return replace(session, engine=engine.identity.as_dict())
