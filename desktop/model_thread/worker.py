@@ -79,7 +79,7 @@ class Worker(QObject):
         self.queue = AnalysisQueue()
         self._ahead_later = AfterDelays(self.work_ahead, self)  # guesses once nothing is asked
         self._trim = HeapTrim(lambda: self._release_memory(), self.queue.waiting, self)
-        self.served: Any = None  # an OpenAIEngine while a server's model is open
+        self.served: Any = None  # an OpenAIEngine or NdifEngine while one is open
 
     @Slot(object)
     def open_server(self, spec: Any) -> None:
@@ -90,7 +90,8 @@ class Worker(QObject):
         self.flags.nothing_wanted()
         self.queue.new_job()
         try:
-            engine = open_server(spec)
+            opens = getattr(spec, "open", None)  # an NdifSpec opens its own engine
+            engine = opens(self.sig_loading.emit) if opens else open_server(spec)
         except LensError as exc:
             self.sig_error.emit("load", str(exc))
             return
@@ -134,10 +135,12 @@ class Worker(QObject):
         any job, then it joins the history; analyses between its steps take at most
         ``ANALYSIS_SHARE`` of its time."""
         served = self.served
-        if served is not None:
+        if getattr(served, "live", None) is not None:  # NDIF: one job a run
+            job: Any = lambda bench: served.live(request, bench.cancel, bench.store)  # noqa: E731
+        elif served is not None:
             from llm_lens.core.engines.openai.live import served_live
 
-            job: Any = lambda bench: served_live(served, request, bench.cancel, bench.store)  # noqa: E731
+            job = lambda bench: served_live(served, request, bench.cancel, bench.store)  # noqa: E731
         else:
             job = lambda bench: bench.live(request)  # noqa: E731
         self._drive(request.run_id, job, "run")

@@ -33,7 +33,10 @@ class Capabilities(QObject):
         engine = None if shown.recorded is None else getattr(shown.session, "engine", None)
         found = self.provides if shown.recorded is None else None
         if engine:  # a reopened session's run made by another engine
-            from llm_lens.core.engines.openai.live import recorded_provides
+            if engine.get("name") == "ndif":
+                from llm_lens.core.engines.ndif.live import recorded_provides
+            else:
+                from llm_lens.core.engines.openai.live import recorded_provides
 
             found = recorded_provides(engine)
         return None if found is None else found.why_not(capability)

@@ -125,6 +125,7 @@ class SessionController(QObject):
             recorded = dataclasses.replace(recorded, runs=tuple(runs))
 
         served = getattr(info, "architecture", "") == "served"  # no views to record
+        served = served or ctl.capabilities.provides is not None  # NDIF: nor of its runs
 
         def make(run: Any, label: str | None = None, parent: Any = None) -> Any:
             if cancel.is_set():  # Cancel pressed while the views are recorded
@@ -141,6 +142,8 @@ class SessionController(QObject):
             session = recorded or served_session(assemble_session(
                 info, bench.history, bench.store, run_id, make, compared, only, origin
             ), bench.engine)  # fmt: skip
+            if not recorded and getattr(bench.engine, "name", "") == "ndif":  # no key in it
+                session = dataclasses.replace(session, engine=bench.engine.identity.as_dict())
             # without the recorded lens (autosave), keep the residual vectors to recompute it
             size = save_session(path, session, progress, not with_views,
                                 lambda sizes: estimate(path, sizes))  # fmt: skip

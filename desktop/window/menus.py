@@ -30,6 +30,7 @@ def build_menus(w: MainWindow) -> None:
     file_menu.addAction(w._action("Load the &bundled model", lambda: w.load(None)))
     file_menu.addAction(w._action("Open model with &placement…", w.open_with_placement))
     file_menu.addAction(w._action("Open &server…", lambda: open_server(w)))  # server_dialog
+    file_menu.addAction(w._action("Model on &NDIF…", lambda: open_ndif(w)))  # ndif_dialog
     file_menu.addSeparator()
     file_menu.addAction(w._action("&Export pane…", lambda: export_pane_dialog(w), "Ctrl+E"))
     file_menu.addSeparator()
@@ -75,6 +76,13 @@ def open_server(w: MainWindow) -> None:
     from llm_lens.desktop.window.server_dialog import open_server_dialog
 
     open_server_dialog(w, settings())
+
+
+def open_ndif(w: MainWindow) -> None:
+    """File → Model on NDIF…"""
+    from llm_lens.desktop.window.ndif_dialog import open_ndif_dialog
+
+    open_ndif_dialog(w, settings())
 
 
 def open_folder(w: MainWindow) -> None:

@@ -53,6 +53,7 @@ class NdifEngine:
         self.spec: CaptureSpec = how.get("spec") or CaptureSpec()  # what a run asks for
         self.head_scale = head_scale(hf_model)  # what the forward does after the head
         self.lenses: dict[tuple[int, int], LensResult] = {}  # (run_id, step) -> the server's
+        self.on_status: StatusCallback | None = how.get("on_status")  # a run's, unless given
 
     @classmethod
     def local(cls, loaded: LoadedModel) -> NdifEngine:
@@ -91,7 +92,10 @@ class NdifEngine:
 
         url = None if self.remote == "local" else public_url(self.host or _default_host())
         mode = "local simulation" if self.remote == "local" else "NDIF"
-        return EngineIdentity("ndif", self.info.name, url, (("backend", mode),))
+        capture = "full logits" if self.spec.full_logits else f"top {self.spec.top_n}"
+        routing = "yes" if self.routers else "no"
+        details = (("backend", mode), ("capture", capture), ("routing", routing))
+        return EngineIdentity("ndif", self.info.name, url, details)
 
     @property
     def provides(self) -> Any:
@@ -143,12 +147,21 @@ class NdifEngine:
         on_status: StatusCallback | None = None,
     ) -> NdifRun:
         """A run ready to iterate; the job is sent at the first ``next()`` (``cancel`` set
-        before then sends none; a job under way runs to its end, then stops the records)."""
+        before then sends none; a job under way runs to its end, then stops the records).
+        ``on_status`` None: the engine's own :attr:`on_status` hears the job's statuses."""
         config = config or RunConfig()
         spec = spec or replace(self.spec, top_n=config.top_n)
         seed = None if params.is_greedy else params.seed
         spec = replace(spec, head_scale=self.head_scale, seed=seed)
-        return NdifRun(self, prompt, params, config, spec, on_status, cancel or threading.Event())
+        report = on_status or self.on_status
+        return NdifRun(self, prompt, params, config, spec, report, cancel or threading.Event())
+
+    def live(self, request: Any, cancel: threading.Event, store: Any = None) -> Any:
+        """A live run's items for a model thread (see
+        :func:`~llm_lens.core.engines.ndif.live.ndif_live`)."""
+        from llm_lens.core.engines.ndif.live import ndif_live
+
+        return ndif_live(self, request, cancel, store)
 
     def backend(self, on_status: StatusCallback | None) -> Any:
         if self.remote == "local":

@@ -61,6 +61,7 @@ class NdifRun:
     states: list[str] = field(default_factory=list)  # the job's statuses, in order
     wall_ms: float = 0.0
     lens_gap: float = 0.0  # the largest |last lens row - the model's logits| over the steps
+    prefill: None = None  # the job sends back no per-position data of the prompt
 
     def __iter__(self) -> Iterator[StepRecord]:
         if not self.steps and self.finish_reason is None:
