@@ -182,6 +182,8 @@ class NdifStatusLine(QLabel):
         self.status.sig_status.connect(lambda _s, line: self.setText(line))
         controller.sig_model_loaded.connect(self._loaded)
         controller.sig_error.connect(self._failed)
+        controller.sig_run_finished.connect(self._finished)
+        self.setContentsMargins(12, 0, 4, 0)  # apart from the model's line beside it
         self.setVisible(False)
 
     def opening(self, spec: NdifSpec) -> None:
@@ -196,6 +198,11 @@ class NdifStatusLine(QLabel):
             self.setText(f"{self.status.where}: {info.name} ready")
         else:  # another model took the window's place
             self.setVisible(False)
+
+    def _finished(self, summary: Any) -> None:
+        if self.isVisible() and self.status.seen and self.status.seen[-1] == "COMPLETED":
+            steps = len(summary.generated_ids)
+            self.setText(f"{self.status.where}: last job completed, its {steps} steps shown")
 
     def _failed(self, _message: str) -> None:
         if self.expect_load:  # it did not open: the status bar's line says why

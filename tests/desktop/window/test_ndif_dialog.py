@@ -69,7 +69,7 @@ def test_an_ndif_run_in_the_window_equals_the_local_engine(qtbot, window, greedy
         assert note(window, capability) == MISSING[capability]  # the pane says why, in one line
     assert window.controller.why_not("kv_cache") is None  # the KV cache pane draws
     assert line.status.seen == ["RECEIVED", "RUNNING", "COMPLETED"]  # the hook, via the thread
-    assert line.text().startswith("NDIF (local simulation): completed")
+    assert line.text() == "NDIF (local simulation): last job completed, its 8 steps shown"
 
 
 def test_the_status_line_follows_the_hook_from_another_thread(qtbot, window):
@@ -133,8 +133,9 @@ def test_no_key_and_a_bad_id_are_one_line(qtbot, window, monkeypatch):
     monkeypatch.delenv("NDIF_API_KEY", raising=False)
     ctl = window.controller
     with qtbot.waitSignal(ctl.sig_error, timeout=30_000) as said:
-        open_ndif(window, NdifSpec("meta-llama/Llama-3.1-8B"))
+        line = open_ndif(window, NdifSpec("meta-llama/Llama-3.1-8B"))
     assert said.args == [NO_KEY]
+    assert not line.isVisible()  # it did not open: the status bar's message says why
     with pytest.raises(LensError, match="is not a Hub id"):
         NdifSpec("not-an-id").check()
     with pytest.raises(LensError, match="no model folder"):
@@ -194,3 +195,10 @@ def test_the_dialog_checks_and_saves_no_key(qtbot, tmp_path, monkeypatch):
     assert dialog.key.text().startswith("not needed") and dialog.spec() == NdifSpec(
         None, True, True
     )
+
+
+def test_the_file_menu_offers_it(window):
+    file_menu = window.menuBar().actions()[0].menu()
+    titles = [a.text() for a in file_menu.actions()]
+    assert "Model on &NDIF…" in titles
+    assert titles.index("Model on &NDIF…") == titles.index("Open &server…") + 1
