@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from importlib.util import find_spec
 from typing import Any
 
 from llm_lens.core.engines.ndif.engine import MISSING, NdifEngine, provided
@@ -24,6 +25,7 @@ from llm_lens.core.errors import LensError
 
 Say = Callable[[float, str], None]  # a load's progress: (fraction, message)
 LOCAL = "local simulation"
+NO_NNSIGHT = 'the NDIF engine needs nnsight: pip install "llm-lens[ndif]" (or make setup)'
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ class NdifSpec:
         """The engine (loads a local model, or reads the hosted one's configuration); a bad
         id, no key or an unreachable Hub is one :class:`LensError` line."""
         self.check()
+        if find_spec("nnsight") is None:
+            raise LensError(NO_NNSIGHT)
         say = say or (lambda _f, _m: None)
         if self.local:
             from llm_lens.core.loading import load_model
