@@ -115,9 +115,9 @@ def test_a_saved_ndif_run_reopens_without_the_engine_and_holds_no_key(
     run(qtbot, window, 4)
     ctl, path = window.controller, tmp_path / "ndif.llmlens"
     texts = [s.token.text for s in ctl.steps]
-    with qtbot.waitSignal(ctl.sig_saved, timeout=30_000):
+    with qtbot.waitSignal(ctl.sig_saved, timeout=60_000):
         ctl.sessions.request_save(str(path))
-    with qtbot.waitSignal(ctl.sig_session_changed, timeout=30_000):
+    with qtbot.waitSignal(ctl.sig_session_changed, timeout=60_000):
         window.sessions.open(str(path))
     qtbot.wait(200)
     assert ctl.session.engine["name"] == "ndif" and "key" not in ctl.session.engine
@@ -126,7 +126,10 @@ def test_a_saved_ndif_run_reopens_without_the_engine_and_holds_no_key(
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert path in written
     for file in written:  # the session, its autosave, the settings
-        assert SECRET.encode() not in file.read_bytes(), file
+        try:
+            assert SECRET.encode() not in file.read_bytes(), file
+        except FileNotFoundError:  # an autosave's temporary file, renamed since
+            continue
 
 
 def test_no_key_and_a_bad_id_are_one_line(qtbot, window, monkeypatch):
@@ -184,9 +187,15 @@ def test_the_dialog_checks_and_saves_no_key(qtbot, tmp_path, monkeypatch):
     dialog.accept()
     assert "is not a Hub id" in dialog.status.text() and dialog.result() == 0
     dialog.model.setText("meta-llama/Llama-3.1-8B")
+    dialog.host.setText(f"https://me:{SECRET}@ndif.example.org")
+    dialog.accept()
+    assert "no user, password" in dialog.status.text() and dialog.result() == 0
+    dialog.host.setText("https://ndif.example.org/")
     dialog.full.setChecked(True)
     dialog.accept()
-    assert dialog.spec() == NdifSpec("meta-llama/Llama-3.1-8B", False, True)
+    assert dialog.spec() == NdifSpec(
+        "meta-llama/Llama-3.1-8B", False, True, "https://ndif.example.org"
+    )
     settings.sync()
     assert settings.value(KEYS["model"]) == "meta-llama/Llama-3.1-8B"
     assert SECRET not in (tmp_path / "s.ini").read_text()
