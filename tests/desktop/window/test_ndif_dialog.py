@@ -115,7 +115,8 @@ def test_a_saved_ndif_run_reopens_without_the_engine_and_holds_no_key(
     run(qtbot, window, 4)
     ctl, path = window.controller, tmp_path / "ndif.llmlens"
     texts = [s.token.text for s in ctl.steps]
-    with qtbot.waitSignal(ctl.sig_saved, timeout=60_000):
+    mine = lambda saved, _size: saved == str(path)  # noqa: E731  # not the run end's autosave
+    with qtbot.waitSignal(ctl.sig_saved, timeout=60_000, check_params_cb=mine):
         ctl.sessions.request_save(str(path))
     with qtbot.waitSignal(ctl.sig_session_changed, timeout=60_000):
         window.sessions.open(str(path))
