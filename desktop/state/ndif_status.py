@@ -21,7 +21,7 @@ STATES = {
     "DEPLOYING": "the server is deploying the model",
     "DISPATCHED": "dispatched to the model",
     "RUNNING": "running",
-    "COMPLETED": "completed: the records are coming in",
+    "COMPLETED": "completed",
     "ERROR": "error",
 }
 POSITION = re.compile(r"(?:position|queue)\D{0,20}(\d+)", re.IGNORECASE)

@@ -38,7 +38,12 @@ from llm_lens.core.errors import LensError
 from llm_lens.desktop.state.ndif_status import NdifStatus
 
 BACKENDS = ("NDIF (the models it hosts)", "local (nnsight remote=local, on this machine)")
-KEYS = {"model": "ndif/model", "local": "ndif/local", "full": "ndif/full_logits"}
+KEYS = {
+    "model": "ndif/model",
+    "local": "ndif/local",
+    "full": "ndif/full_logits",
+    "host": "ndif/host",
+}
 HINT = (
     "Each run is one job: tokens, each step's top-N and the rest in bins, the logit lens and "
     "each layer's residual norm, computed on the server; the attention rows of the heads you "
@@ -65,9 +70,9 @@ class NdifDialog(QDialog):
         row = QHBoxLayout()
         row.addWidget(self.model, 1)
         row.addWidget(browse)
-        self.full = QCheckBox(
-            "the whole distribution each step (exact sampling stages; more bytes)"
-        )
+        self.host = QLineEdit(str(settings.value(KEYS["host"], "")))
+        self.host.setPlaceholderText("empty: nnsight's configured server (api.ndif.us)")
+        self.full = QCheckBox(FULL)
         self.full.setChecked(str(settings.value(KEYS["full"], "false")) == "true")
         self.key = QLabel(wordWrap=True)
         self.status = QLabel(HINT, wordWrap=True)
@@ -79,6 +84,7 @@ class NdifDialog(QDialog):
         form = QFormLayout(self)
         form.addRow("Runs on", self.backend)
         form.addRow("Model", row)
+        form.addRow("Server", self.host)
         form.addRow("API key", self.key)
         form.addRow(self.full)
         form.addRow(self.status)
@@ -86,9 +92,8 @@ class NdifDialog(QDialog):
         self.setMinimumWidth(560)
         self._key_found.connect(self.key.setText, Qt.ConnectionType.QueuedConnection)
         self.backend.currentIndexChanged.connect(self._backend_changed)
-        self.backend.setCurrentIndex(
-            1 if str(settings.value(KEYS["local"], "false")) == "true" else 0
-        )
+        local = str(settings.value(KEYS["local"], "false")) == "true"
+        self.backend.setCurrentIndex(1 if local else 0)
         self._backend_changed()
 
     @property
@@ -97,12 +102,14 @@ class NdifDialog(QDialog):
 
     def spec(self) -> NdifSpec:
         """What the fields say (checked: a bad id or a missing folder is one line)."""
-        spec = NdifSpec(self.model.text().strip() or None, self.local, self.full.isChecked())
+        host = None if self.local else self.host.text().strip().rstrip("/") or None
+        spec = NdifSpec(self.model.text().strip() or None, self.local, self.full.isChecked(), host)
         spec.check()
         return spec
 
     def _backend_changed(self) -> None:
         self.model.setPlaceholderText(PLACEHOLDER[self.local])
+        self.host.setEnabled(not self.local)
         if self.local:
             self.key.setText("not needed: the traces run on this machine")
             return
@@ -139,6 +146,8 @@ class NdifDialog(QDialog):
         self.settings.setValue(KEYS["model"], spec.model or "")
         self.settings.setValue(KEYS["local"], "true" if spec.local else "false")
         self.settings.setValue(KEYS["full"], "true" if spec.full_logits else "false")
+        if not spec.local:
+            self.settings.setValue(KEYS["host"], spec.host or "")  # checked: no credentials
         super().accept()
 
 
@@ -182,6 +191,8 @@ class NdifStatusLine(QLabel):
         self.status.sig_status.connect(lambda _s, line: self.setText(line))
         controller.sig_model_loaded.connect(self._loaded)
         controller.sig_error.connect(self._failed)
+        controller.sig_run_finished.connect(self._finished)
+        self.setContentsMargins(12, 0, 4, 0)  # apart from the model's line beside it
         self.setVisible(False)
 
     def opening(self, spec: NdifSpec) -> None:
@@ -196,6 +207,11 @@ class NdifStatusLine(QLabel):
             self.setText(f"{self.status.where}: {info.name} ready")
         else:  # another model took the window's place
             self.setVisible(False)
+
+    def _finished(self, summary: Any) -> None:
+        if self.isVisible() and self.status.seen and self.status.seen[-1] == "COMPLETED":
+            steps = len(summary.generated_ids)
+            self.setText(f"{self.status.where}: last job completed, its {steps} steps shown")
 
     def _failed(self, _message: str) -> None:
         if self.expect_load:  # it did not open: the status bar's line says why

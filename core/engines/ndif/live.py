@@ -15,15 +15,17 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from importlib.util import find_spec
 from typing import Any
 
 from llm_lens.core.engines.ndif.engine import MISSING, NdifEngine, provided
 from llm_lens.core.engines.ndif.program import CaptureSpec
-from llm_lens.core.engines.ndif.status import StatusCallback, api_key
+from llm_lens.core.engines.ndif.status import KEY_ENV, StatusCallback, api_key
 from llm_lens.core.errors import LensError
 
 Say = Callable[[float, str], None]  # a load's progress: (fraction, message)
 LOCAL = "local simulation"
+NO_NNSIGHT = 'the NDIF engine needs nnsight: pip install "llm-lens[ndif]" (or make setup)'
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,8 @@ class NdifSpec:
 
     ``model``: a Hub id (``org/name``) for NDIF; with ``local`` a model folder, a .gguf file or
     None (the bundled model), whose traces run through nnsight's ``remote="local"`` (serialised
-    exactly as for NDIF, run here). ``on_status`` receives each job's status updates (on the
+    exactly as for NDIF, run here). ``host``: an NDIF deployment's API root (None: nnsight's
+    configured one, api.ndif.us). ``on_status`` receives each job's status updates (on the
     model thread); it is not compared or shown.
     """
 
@@ -64,6 +67,7 @@ class NdifSpec:
                     "model on this machine (leave it empty for the bundled model)"
                 )
             return
+        _check_host(self.host)
         if not model:
             raise LensError("NDIF needs the model's Hub id (e.g. meta-llama/Llama-3.1-8B)")
         if _is_file_or_folder(model) or model.count("/") != 1 or " " in model:
@@ -76,6 +80,8 @@ class NdifSpec:
         """The engine (loads a local model, or reads the hosted one's configuration); a bad
         id, no key or an unreachable Hub is one :class:`LensError` line."""
         self.check()
+        if find_spec("nnsight") is None:
+            raise LensError(NO_NNSIGHT)
         say = say or (lambda _f, _m: None)
         if self.local:
             from llm_lens.core.loading import load_model
@@ -89,6 +95,21 @@ class NdifSpec:
         engine.on_status = self.on_status
         say(1.0, f"{engine.info.name} on {engine.source}")
         return engine
+
+
+def _check_host(host: str | None) -> None:
+    """One line for a server address nnsight could not use, or one holding credentials (the
+    key is the only credential, and it is never typed or saved here)."""
+    from urllib.parse import urlsplit
+
+    if host is None:
+        return
+    if not host.startswith(("http://", "https://")):
+        raise LensError(f"the NDIF server must start with http:// or https://; got {host!r}")
+    parts = urlsplit(host)
+    if parts.username or parts.password or parts.query:
+        raise LensError("the NDIF server's address must hold no user, password or query: "
+                        f"the key comes from {KEY_ENV} or the OS keyring")  # fmt: skip
 
 
 def _is_file_or_folder(model: str) -> bool:

@@ -78,3 +78,11 @@ def test_the_spec_s_mistakes_are_one_line(tmp_path, monkeypatch):
         NdifSpec("meta-llama/Llama-3.1-8B").open()  # no key: nothing is fetched
     assert str(said.value) == NO_KEY
     assert NdifSpec(None, local=True).base_url == "NDIF (local simulation)"
+
+
+def test_no_nnsight_is_one_line(monkeypatch):
+    from llm_lens.core.engines.ndif import live
+
+    monkeypatch.setattr(live, "find_spec", lambda name: None)
+    with pytest.raises(LensError, match="needs nnsight"):
+        NdifSpec(None, local=True).open()
