@@ -197,8 +197,8 @@ class SamplingPane(Pane):
             return "white lines: the clean run's probabilities of the same tokens"
         ours, theirs = self.views[-1].probs[i], self.clean_views[-1].probs[i]
         return (
-            f"white lines: the clean run's probabilities; the chosen token: p = {ours:.3f} "
-            f"here, {theirs:.3f} in the clean run (after the last stage)"
+            f"white lines: the clean run's probabilities; the chosen token: p = {ours:.3g} "
+            f"here, {theirs:.3g} in the clean run (after the last stage)"
         )
 
     def _live_params(self) -> SamplingParams:

@@ -115,6 +115,15 @@ def test_the_five_panes_mark_the_intervened_run(qtbot: Any, moe_ctl: Any) -> Non
         coords = embeddings.projection.coords[clean.token.id]
         assert (ring[0], embeddings.clean_dot.data["y"][0]) == pytest.approx(tuple(coords))
 
+    other = next(i for i in range(100, 200) if i != step.token.id)  # a clean run that differed
+    token = SimpleNamespace(id=other, text="other")
+    embeddings.clean_step = lambda _s: SimpleNamespace(token=token)
+    embeddings.render(step)
+    ring = (embeddings.clean_dot.data["x"][0], embeddings.clean_dot.data["y"][0])
+    assert ring == pytest.approx(tuple(embeddings.projection.coords[other]))
+    assert "the clean run 'other' (dashed ring)" in embeddings.whatif_mark.text()
+    del embeddings.clean_step
+
     ctl.whatif.clear()
     _run(qtbot, ctl)
     _render(qtbot, ctl, panes)
