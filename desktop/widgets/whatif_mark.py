@@ -17,7 +17,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
 
-from llm_lens.desktop.state.whatif import mark_text
+from llm_lens.desktop.state.whatif import CLEAN_STEPS, mark_text
 
 MARK_STYLE = "QLabel { background: #5a2d82; color: white; padding: 1px 4px; }"  # status bar's
 CLEAN_BRUSH = pg.mkBrush(255, 255, 255, 200)  # the clean run's bar: a thin line in each bar
@@ -51,11 +51,12 @@ class WhatIfMark(QLabel):
 
 
 def clean_steps(pane: Any, steps: Sequence[Any]) -> list[Any]:
-    """The clean run's copy of each of ``steps`` (None where no clean run read that context);
-    all None for a clean run (``Pane.clean_step``)."""
+    """The clean run's copy of each of ``steps`` (None where no clean run read that context, or
+    past the first ``CLEAN_STEPS`` a clean run keeps); all None for a clean run
+    (``Pane.clean_step``)."""
     if not pane.controller.interventions:
         return [None] * len(steps)
-    return [pane.clean_step(s) for s in steps]
+    return [pane.clean_step(s) if s.index < CLEAN_STEPS else None for s in steps]
 
 
 def routing_changes(routing: Any, clean: Any) -> tuple[int, int]:
