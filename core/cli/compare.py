@@ -155,7 +155,8 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
     )
     if not args.quiet:
         for spec, run in zip(args.config, comparison.runs, strict=True):
-            print(f"[{spec}] {run.output_text()}", file=sys.stderr)
+            mark = ", intervened" if changes else ""
+            print(f"[{spec}{mark}] {run.output_text()}", file=sys.stderr)
     return {
         "schema": SCHEMA,
         "model": model_dict(engine.info),

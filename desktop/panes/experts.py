@@ -25,6 +25,12 @@ from llm_lens.desktop.state.selection import context_tokens
 from llm_lens.desktop.state.whatif import expert_changes
 from llm_lens.desktop.widgets.pane import ContextTarget, Pane, steady_axes
 from llm_lens.desktop.widgets.token_text import label_step, visible_text
+from llm_lens.desktop.widgets.whatif_mark import (
+    CLEAN_PEN,
+    WhatIfMark,
+    lost_choices,
+    routing_difference,
+)
 
 DENSE = "this model has no experts (dense MLP): every token goes through the same MLP in each layer"
 ALL_LAYERS = "all layers: how many sent it to each expert"
@@ -87,6 +93,8 @@ class ExpertsPane(Pane):
         self._layout = QVBoxLayout(self)
         self._layout.setContentsMargins(2, 2, 2, 2)
         self._layout.addLayout(row)
+        self.whatif_mark = WhatIfMark()
+        self._layout.addWidget(self.whatif_mark)
         self._layout.addWidget(self.header)
         self._layout.addWidget(self.dense_label, 1)
         self.readout = QLabel(wordWrap=True, toolTip="What is under the mouse")
@@ -106,6 +114,10 @@ class ExpertsPane(Pane):
             symbol="s", pen=pg.mkPen("w", width=2), brush=None, pxMode=False
         )
         plot.addItem(self.chosen)
+        self.clean_chosen = pg.ScatterPlotItem(  # What if? the clean run's lost choices
+            symbol="s", pen=CLEAN_PEN, brush=None, pxMode=False, size=0.7
+        )
+        plot.addItem(self.clean_chosen)
         tokens = self.token_plot = self.graphics.addPlot(row=0, col=1, title="experts per token")
         tokens.setLabel("bottom", "expert")
         self.token_image = _TokenImage()
@@ -193,7 +205,20 @@ class ExpertsPane(Pane):
         self._sync_layers(self.routing)
         self._render_router(self.routing)
         self._render_tokens(self.context)
+        self._render_clean(read)
         self.header.setText(self.summary())
+
+    def _render_clean(self, read: Sequence[Any]) -> None:
+        """What if? Dashed frames on the experts the clean run chose for the shown token and
+        this run did not, and the mark's line (how much of the routing moved)."""
+        ctl, pos = self.controller, self.position
+        owner = next((s for s in read if s.routing is not None
+                      and 0 <= pos - s.routing.first_position < s.routing.rows), None)  # fmt: skip
+        clean = self.clean_step(owner) if ctl.interventions and owner is not None else None
+        text, clean_row = routing_difference(owner, clean, self.routing, pos)
+        xs, ys = lost_choices(self.routing, clean_row) if clean_row is not None else ([], [])
+        self.clean_chosen.setData(xs, ys)
+        self.whatif_mark.show_run(ctl.interventions, text)
 
     def _show_dense(self, dense: bool) -> None:
         self.dense_label.setText(DENSE)
@@ -204,6 +229,7 @@ class ExpertsPane(Pane):
         if dense:
             self.header.setText("")
             self.routing = self.context = None
+            self.whatif_mark.show_run(self.controller.interventions, "this model has no experts")
 
     def _sync_layers(self, routing: Any) -> None:
         """The layer choice follows the model's MoE layers."""
@@ -331,6 +357,8 @@ class ExpertsPane(Pane):
         self.image.clear()
         self.token_image.clear()
         self.chosen.setData([], [])
+        self.clean_chosen.setData([], [])
+        self.whatif_mark.show_run(())
         self.cursor.setData([], [])
         for item in self._texts:
             item.setVisible(False)

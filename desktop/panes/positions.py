@@ -20,9 +20,11 @@ from llm_lens.core import cards as ex
 from llm_lens.core.positions import ALIBI, LEARNED, ROPE, PositionView, RopeSet
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.selection import context_tokens, selected_token
+from llm_lens.desktop.state.whatif import forgotten
 from llm_lens.desktop.widgets.marks import MARK_PEN, rect_xy
 from llm_lens.desktop.widgets.pane import HoverTarget, Pane
 from llm_lens.desktop.widgets.token_text import visible_text
+from llm_lens.desktop.widgets.whatif_mark import WhatIfMark
 
 EMPTY_POSITIONS = 64  # positions drawn before any prompt exists
 ALIBI_DISTANCE = 64  # distances drawn in the ALiBi bias curves
@@ -68,6 +70,8 @@ class PositionsPane(Pane):
             self.stack.addWidget(widget)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
+        self.whatif_mark = WhatIfMark()
+        layout.addWidget(self.whatif_mark)
         layout.addWidget(self.summary)
         layout.addWidget(self.rope_choice)
         layout.addWidget(self.stack, 1)
@@ -81,6 +85,8 @@ class PositionsPane(Pane):
         self.angle_plot.setMenuEnabled(False)
         self.angles = pg.ImageItem(axisOrder="row-major")
         self.angle_plot.addItem(self.angles)
+        self.struck = pg.PlotDataItem(pen=pg.mkPen("#d93025", width=3), connect="pairs")
+        self.angle_plot.addItem(self.struck, ignoreBounds=True)  # What if? forgotten rows
         bar = pg.ColorBarItem(
             values=(0, 2 * math.pi), colorMap="CET-C1", interactive=False, width=10
         )
@@ -129,6 +135,7 @@ class PositionsPane(Pane):
         n = len(prompt) if prompt is not None else EMPTY_POSITIONS
         key = (info.weights_id, n, None if prompt is None else tuple(prompt.ids))
         if key == self._key:
+            self.mark_forgotten()
             return
         view = ctl.request_analysis("positions", positions=n)
         if view is None:
@@ -136,6 +143,23 @@ class PositionsPane(Pane):
             return
         self._key = key
         self.show_view(view, prompt)
+        self.mark_forgotten()
+
+    def mark_forgotten(self) -> None:
+        """What if? A red line through each forgotten token's row of angles, and the mark's
+        line: no intervention changes how positions are encoded; a forgotten token keeps its
+        rotation, but no later query reads its key."""
+        hidden = forgotten(self.controller.interventions)
+        rope = self._shown_rope()
+        rows = [p for p in hidden if rope is not None and p < rope.angles.shape[0]]
+        width = rope.angles.shape[1] if rope is not None else 0
+        xs = [x for _ in rows for x in (0, width)]
+        self.struck.setData(xs, [p + 0.5 for p in rows for _ in (0, 1)])
+        text = "positions are encoded as ever (no intervention changes them)"
+        if hidden:
+            names = ", ".join(map(str, hidden))
+            text = f"forgotten token {names} (red): rotated as ever, its key read by no later query"
+        self.whatif_mark.show_run(self.controller.interventions, text)
 
     def on_result(self, kind: str, key: object, result: object) -> None:
         if kind == "positions":

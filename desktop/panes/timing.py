@@ -24,6 +24,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 from llm_lens.core import cards as ex
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.widgets.pane import Pane, steady_axes
+from llm_lens.desktop.widgets.whatif_mark import WhatIfMark, clean_steps, time_difference
 
 PARTS = (
     ("forward", "forward", "#4fc3f7"),
@@ -139,6 +140,10 @@ class TimingPane(Pane):
             hoverPen=pg.mkPen("#fff59d", width=3),
         )
         self.plot.addItem(self.marker)
+        self.clean_ticks = pg.ScatterPlotItem(  # What if? the clean run's time of each step
+            symbol="_", size=22, pen=pg.mkPen(255, 255, 255, 220, width=2)
+        )
+        self.plot.addItem(self.clean_ticks)
         self.marker.sigPositionChangeFinished.connect(self._on_marker_moved)
         self.plot.scene().sigMouseClicked.connect(self._on_clicked)
         self.plot.vb.sigResized.connect(self._on_view_resized)
@@ -148,6 +153,8 @@ class TimingPane(Pane):
         self.explain_label.setWordWrap(True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
+        self.whatif_mark = WhatIfMark()
+        layout.addWidget(self.whatif_mark)
         layout.addWidget(self.view, stretch=1)
         layout.addWidget(self.stats_label)
         layout.addWidget(self.explain_label)
@@ -174,6 +181,8 @@ class TimingPane(Pane):
         for bar in self.bars.values():
             bar.setOpts(x=[], height=[], y0=[])
         self.marker.setVisible(False)
+        self.clean_ticks.setData([], [])
+        self.whatif_mark.show_run(())
         self.stats_label.setText("no run yet")
         self.explain_label.setText("")
 
@@ -189,13 +198,26 @@ class TimingPane(Pane):
             self.bars[key].setOpts(x=x, height=t[key], y0=base.copy())
             base += t[key]
         self._legend_waits(waits_measured(steps))
-        self._make_room_for_legend(float(base.max()))
+        clean = self._render_clean(steps, step)
+        self._make_room_for_legend(max(float(base.max()), clean))
         self.marker.blockSignals(True)
         self.marker.setValue(step.index)
         self.marker.setVisible(True)
         self.marker.blockSignals(False)
         self.stats_label.setText(self.stats_text(steps, step))
         self.explain_label.setText(self.explanation(steps))
+
+    def _render_clean(self, steps: Sequence[Any], step: Any) -> float:
+        """What if? A white tick at the clean run's time of each step that read the same
+        context, and the mark's line; returns the tallest tick (0: none)."""
+        clean = clean_steps(self, steps)
+        pairs = [(s.index, c.timing.wall_ms) for s, c in zip(steps, clean, strict=True)
+                 if c is not None and c.timing is not None]  # fmt: skip
+        self.clean_ticks.setData([x for x, _ in pairs], [y for _, y in pairs])
+        self.whatif_mark.show_run(
+            self.controller.interventions, time_difference(step, self.clean_step(step))
+        )
+        return max((y for _, y in pairs), default=0.0)
 
     def _make_room_for_legend(self, tallest: float) -> None:
         """The value axis reaches above the tallest bar by the legend's share of the plot's

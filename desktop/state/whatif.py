@@ -38,7 +38,8 @@ CLEAN_STEPS = 64  # of each, the first steps: a copy of their logits (12 MB for 
 @dataclass(frozen=True)
 class CleanStep:
     """What a clean run's step is compared by: the context it read (a digest), the token it
-    chose with its probability, its full logits and its residual norms per layer (copies)."""
+    chose with its probability, its full logits and its residual norms per layer (copies), its
+    timing and its experts' routing (frozen records, held as they are)."""
 
     index: int
     context: bytes
@@ -46,6 +47,8 @@ class CleanStep:
     prob: float
     logits: np.ndarray
     residual_norms: np.ndarray | None = None  # (layers + 1,) the Layer stack's faint line
+    timing: Any = None  # StepTiming: the Timing pane's clean ticks
+    routing: Any = None  # ExpertRouting of the positions the step read (None: a dense model)
 
     @classmethod
     def of(cls, step: Any) -> CleanStep:
@@ -56,7 +59,7 @@ class CleanStep:
         if resid is not None:
             resid.flags.writeable = False
         return cls(step.index, context_key(step.context_ids), step.token, step.prob, logits,
-                   resid)  # fmt: skip
+                   resid, step.timing, getattr(step, "routing", None))  # fmt: skip
 
 
 def context_key(ids: Any) -> bytes:

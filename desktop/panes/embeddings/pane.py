@@ -26,6 +26,7 @@ from llm_lens.desktop.panes.embeddings.paths import build_paths_plot, draw_paths
 from llm_lens.desktop.panes.embeddings.readouts import (
     SelectionMarks,
     card_of,
+    clean_token_note,
     path_rows,
     path_text,
     point_text,
@@ -36,6 +37,7 @@ from llm_lens.desktop.state.selection import first_position_of, selected_token
 from llm_lens.desktop.widgets.common import ElidedLabel
 from llm_lens.desktop.widgets.pane import HoverTarget, Pane
 from llm_lens.desktop.widgets.token_text import visible_text
+from llm_lens.desktop.widgets.whatif_mark import CLEAN_PEN, WhatIfMark
 
 HOVER_PX = 8  # how close (in pixels) the mouse must be to a point to name it
 MODES = ("vocabulary", "layer paths")
@@ -94,6 +96,8 @@ class EmbeddingsPane(Pane):
         body.addWidget(self.neighbour_box, 1)
         layout = qw.QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
+        self.whatif_mark = WhatIfMark()
+        layout.addWidget(self.whatif_mark)
         layout.addLayout(top)
         layout.addLayout(body, 1)
         layout.addWidget(self.hover)
@@ -116,7 +120,9 @@ class EmbeddingsPane(Pane):
             size=9, symbol="s", pen=pg.mkPen("w"), brush=pg.mkBrush(255, 150, 0)
         )
         self.neighbour_dots = pg.ScatterPlotItem(size=10, symbol="x", pen=None, brush="m")
-        for item in (self.vocab, self.prompt_dots, self.response_dots, self.neighbour_dots):
+        self.clean_dot = pg.ScatterPlotItem(size=18, pen=CLEAN_PEN, brush=None)  # What if?
+        for item in (self.vocab, self.prompt_dots, self.response_dots, self.neighbour_dots,
+                     self.clean_dot):  # fmt: skip
             plot.addItem(item)
         self.vocab_labels = Labels(plot)
         self._hover_proxy = pg.SignalProxy(
@@ -207,6 +213,17 @@ class EmbeddingsPane(Pane):
             self._render_vocab(step)
         else:
             self._render_paths()
+        self._render_clean(step)
+
+    def _render_clean(self, step: Any) -> None:
+        """What if? The mark's line, and a dashed ring on the token the clean run chose here
+        where it chose another."""
+        paths = self.mode.currentIndex() != 0
+        text, clean_id = clean_token_note(step, self.clean_step(step), paths)
+        coords = None if self.projection is None else self.projection.coords
+        ring = [] if clean_id is None or coords is None else [coords[clean_id]]
+        self.clean_dot.setData(pos=np.array(ring, np.float64).reshape(-1, 2))
+        self.whatif_mark.show_run(self.controller.interventions, text)
 
     def _learn_texts(self) -> None:
         """Remember the texts the records carry (prompt, chosen and top tokens) for hovering."""
@@ -290,6 +307,7 @@ class EmbeddingsPane(Pane):
             self.prompt_dots,
             self.response_dots,
             self.neighbour_dots,
+            self.clean_dot,
             self.start_dots,
             self.end_dots,
             *self.segments,
@@ -297,6 +315,7 @@ class EmbeddingsPane(Pane):
             item.setData([], [])
         self.vocab_labels.set([])
         self.path_labels.set([])
+        self.whatif_mark.show_run(())
         self.paths, self._paths_run, self._seen_steps = None, -1, 0
         self.neighbour_list.clear()
 

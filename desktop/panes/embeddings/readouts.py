@@ -119,3 +119,25 @@ def path_rows(coords: Any, prompt: Any) -> list[tuple[Any, ...]]:
         for p in range(c.shape[0])
         for layer in range(c.shape[1])
     ]
+
+
+def clean_token_note(step: Any, clean: Any, paths: bool) -> tuple[str, int | None]:
+    """What if? The mark's line for an intervened run, and the clean run's token id where it
+    chose another token at this step (None: none to ring). No intervention changes the input
+    embeddings: what moves is the residual stream (the paths) and the tokens chosen."""
+    if paths:
+        return "the paths are this intervened run's residual stream (embeddings unchanged)", None
+    if step is None or clean is None:
+        return (
+            "the input embeddings are unchanged by any intervention; no clean run read this "
+            "context to compare the token chosen",
+            None,
+        )
+    ours, theirs = step.token, clean.token
+    if ours.id == theirs.id:
+        return f"step {step.index}: the clean run chose the same token, {ours.text!r}", None
+    return (
+        f"step {step.index}: this run chose {ours.text!r}, the clean run {theirs.text!r} "
+        "(dashed ring)",
+        int(theirs.id),
+    )

@@ -28,6 +28,7 @@ from llm_lens.desktop.panes.sampling.stages import SHOW, StageView, recorded_vie
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.widgets.bars import BAR_BRUSH, CHOSEN_BRUSH, horizontal_bars, tick_label
 from llm_lens.desktop.widgets.pane import HoverTarget, Pane, plain_axis, steady_axes
+from llm_lens.desktop.widgets.whatif_mark import CLEAN_BRUSH, WhatIfMark
 
 STAGES = ("raw", *STAGE_ORDER)
 STAGED_KEPT = 64  # staged steps kept (a few KB each)
@@ -74,10 +75,13 @@ class SamplingPane(Pane):
         self.plots: dict[str, pg.PlotItem] = {}
         self.bars: dict[str, pg.BarGraphItem] = {}
         self.stats: dict[str, pg.TextItem] = {}
+        self.clean_bars: dict[str, pg.BarGraphItem] = {}  # What if? the clean run's, thin
+        self.clean_views: list[StageView] = []  # as drawn (tests read them)
+        self.whatif_mark = WhatIfMark()
         for name in STAGES:
             self._make_plot(name)
         layout = QVBoxLayout(self)
-        for widget in (self.controls, self.note, self.error):
+        for widget in (self.controls, self.whatif_mark, self.note, self.error):
             layout.addWidget(widget)
         layout.addWidget(self.glw, 1)
         self.params: SamplingParams = controller.params
@@ -104,6 +108,12 @@ class SamplingPane(Pane):
         steady_axes(plot)
         bars = horizontal_bars(SHOW)
         plot.addItem(bars)
+        zeros = np.zeros(SHOW)
+        clean = pg.BarGraphItem(
+            x0=zeros, y=np.arange(SHOW), width=zeros, height=0.18, brush=CLEAN_BRUSH, pen=None
+        )
+        plot.addItem(clean)
+        self.clean_bars[name] = clean
         plot.setTitle(f"<b>{SHORT.get(name, name)}</b>", size="9pt")
         stats = pg.TextItem(anchor=(1, 1), color=(230, 230, 230))
         plot.addItem(stats)
@@ -154,15 +164,42 @@ class SamplingPane(Pane):
                 x0=np.zeros(n), y=np.arange(n), width=view.probs[:n], height=0.75, brushes=brushes
             )
             self.stats[view.name].setHtml(self._stage_text(view))
+        self._render_clean(step, n, chosen)
         raw = self.plots["raw"]
         raw.getAxis("left").setTicks(
             [[(i, tick_label(i + 1, step.top_texts[i])) for i in range(n)], []]
         )
-        top = max(float(v.probs.max()) for v in self.views)
+        top = max(float(v.probs.max()) for v in (*self.views, *self.clean_views))
         raw.setXRange(0, max(top, 1e-6) * 1.05, padding=0)
         raw.setYRange(-0.6, n - 0.4, padding=0)
         for view in self.views:
             self.stats[view.name].setPos(max(top, 1e-6) * 1.05, n - 0.4)
+
+    def _render_clean(self, step: StepRecord, n: int, chosen: list[int]) -> None:
+        """What if? The clean run's probabilities of the same tokens after each stage, as a
+        thin white bar in each (its logits of the same context, staged with these settings),
+        and the mark's line: the chosen token's probability in each run."""
+        clean = self.clean_step(step)
+        self.clean_views = (
+            [] if clean is None else stage_views(step, self.shown_params, clean.logits)
+        )
+        by_name = {v.name: v for v in self.clean_views}
+        for name, bars in self.clean_bars.items():
+            probs = by_name[name].probs[:n] if name in by_name else np.zeros(n)
+            bars.setOpts(x0=np.zeros(n), y=np.arange(n), width=probs)
+        self.whatif_mark.show_run(self.controller.interventions, self._difference(clean, chosen))
+
+    def _difference(self, clean: Any, chosen: list[int]) -> str:
+        if clean is None or not self.clean_views:
+            return "no clean run read this context (run the prompt without changes to compare)"
+        i = chosen[0] if chosen else None
+        if i is None:
+            return "white lines: the clean run's probabilities of the same tokens"
+        ours, theirs = self.views[-1].probs[i], self.clean_views[-1].probs[i]
+        return (
+            f"white lines: the clean run's probabilities; the chosen token: p = {ours:.3g} "
+            f"here, {theirs:.3g} in the clean run (after the last stage)"
+        )
 
     def _live_params(self) -> SamplingParams:
         """The settings to stage with: these controls', or the run's own while a run streams.
@@ -218,8 +255,10 @@ class SamplingPane(Pane):
         # re-laid out the plots, the longest unit at a run's end
         self._place(("raw", *self.params.active_stages()))
         zeros = np.zeros(SHOW)
-        for bars in self.bars.values():
+        for bars in (*self.bars.values(), *self.clean_bars.values()):
             bars.setOpts(x0=zeros, y=np.arange(SHOW), width=zeros)
+        self.clean_views = []
+        self.whatif_mark.show_run(())
         self.shown_params = self.params
         for stats in self.stats.values():
             stats.setText("")

@@ -23,16 +23,28 @@ class StageView:
     removed_mass: float  # of the previous stage's distribution
 
 
-def stage_views(step: StepRecord, params: SamplingParams) -> list[StageView]:
+def stage_views(
+    step: StepRecord, params: SamplingParams, clean_logits: np.ndarray | None = None
+) -> list[StageView]:
     """Run the recorded raw logits through the active stages (core.sampling.staged: shared
-    with the cards)."""
+    with the cards). ``clean_logits`` (What if?): stage the clean run's logits of the same
+    context instead, over the same shown tokens (the step's own top ones)."""
     import torch
+
+    from llm_lens.core.sampling import stages_of
 
     served = step.logits.size == 0  # staged over its alternatives: rows are their places
     ids = torch.arange(min(SHOW, len(step.top_ids))) if served else (
         torch.from_numpy(np.array(step.top_ids[:SHOW])))  # fmt: skip
+    if clean_logits is not None and served:
+        return []  # a served run has no clean logits to stage
+    stages = (
+        staged(step, params)
+        if clean_logits is None
+        else stages_of(clean_logits, step.context_ids, params)
+    )
     views = []
-    for stage in staged(step, params):
+    for stage in stages:
         probs = stage.probs[0]  # (vocab,)
         views.append(
             StageView(

@@ -59,6 +59,27 @@ def test_a_scaled_mixer_equals_a_hand_hook_on_it(hybrid: Any, factor: float) -> 
     assert np.abs(clean[1] - logits).max() > 1e-5  # the mixer mattered (a tiny random model)
 
 
+def test_falcon_h1s_parallel_layer_scales_its_mamba_and_its_attention_apart(
+    tokenizer: Any,
+) -> None:
+    engine = Engine(hybrid_model("falcon_h1", tokenizer))
+    layer = engine.model.base_model.layers[0]
+    ids = list(engine.tokenize(PROMPT, chat=False).ids)
+    clean = engine_greedy(engine, [])[1]
+    for part, module in (("mixer", layer.mamba), ("attn", layer.self_attn)):
+        handle = module.register_forward_hook(
+            lambda _m, _i, out: (out[0] * 0.0, *out[1:]) if isinstance(out, tuple) else out * 0.0
+        )
+        try:
+            reference = _uncached_greedy(engine.model, ids)
+        finally:
+            handle.remove()
+        tokens, logits, _run = engine_greedy(engine, [BlockEdit(0, part, 0.0)])
+        assert tokens == reference[0]
+        np.testing.assert_allclose(logits, reference[1], atol=1e-4, rtol=0)
+        assert np.abs(clean - logits).max() > 1e-5  # each part mattered
+
+
 def test_a_part_the_layer_lacks_is_one_error(hybrid: Any) -> None:
     _name, engine = hybrid
     with pytest.raises(InterventionError, match="layer 0 has no attention"):
