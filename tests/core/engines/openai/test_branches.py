@@ -1,0 +1,82 @@
+"""The Branches view's served job against a real llama.cpp server: a branch is the server's
+own reply to the text so far with the forced token; the run it came from becomes the tree's
+root; a branch of a branch nests; the alternatives are the server's."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from llm_lens.core.engines.openai import Endpoint, OpenAIEngine
+from llm_lens.core.engines.openai.branches import (
+    served_alternatives,
+    served_branch_job,
+    tree_of,
+)
+from llm_lens.core.errors import LensError
+from llm_lens.core.loop.engine import RunConfig
+from llm_lens.core.runs.workbench import Workbench
+from llm_lens.core.sampling import GREEDY
+
+from .test_llama_server import non_streamed
+
+
+@pytest.fixture
+def served(llama_server):  # a new engine: a new tree
+    return OpenAIEngine(Endpoint(llama_server), None, top_logprobs=4)
+
+
+def root_run(engine, bench, text="The capital of France is", run_id=1):
+    run = engine.start(engine.tokenize(text, chat=False), GREEDY, RunConfig(max_new_tokens=5))
+    run.run_id = run_id
+    run.run_all()
+    bench.store.runs[run_id] = run  # as served_live leaves it
+    return run
+
+
+def test_a_branch_is_the_servers_reply_to_the_text_so_far(served):
+    bench = Workbench(served)
+    root = root_run(served, bench)
+    alts = served_alternatives(root.steps[1], 4)
+    assert [a.text for a in alts] == list(root.steps[1].top_texts[:4])
+    assert alts[0].chosen and all(a.final_prob is None for a in alts)
+    other = next(a for a in alts if not a.chosen)
+    items = list(served_branch_job(1, 1, other.text, 3, 2)(bench))
+    tags = [t for t, _ in items]
+    assert tags == ["served_root", "run_started", "step", "step", "step", "run_finished",
+                    "branch_done"]  # fmt: skip
+    branch = bench.store.kept[2]
+    before = "".join(s.token.text for s in root.steps[:1])
+    assert branch.prompt.text == root.prompt.text + before + other.text
+    reply = non_streamed(served, branch)["logprobs"]
+    steps = [p for t, p in items if t == "step"]
+    assert [s.token.text for s in steps] == reply["tokens"]
+    assert [s.logprob for s in steps] == pytest.approx(reply["token_logprobs"], abs=1e-4)
+    assert all(s.run_id == 2 for s in steps)
+    shown, nodes = items[-1][1]
+    assert shown.run_id == 2 and [n.run_id for n in nodes] == [1, 2]
+    node = nodes[1]
+    assert (node.parent_run_id, node.branch_step, node.offset) == (1, 1, 2)
+    assert node.forced_token.text == other.text
+    expected = root.steps[0].logprob + math.log(other.prob) + sum(s.logprob for s in steps)
+    assert node.cumulative_logprob == pytest.approx(expected, rel=1e-5)
+
+
+def test_a_branch_of_a_branch_nests_and_a_continuation_goes_on(served):
+    bench = Workbench(served)
+    root = root_run(served, bench)
+    list(served_branch_job(1, 2, " Paris", 3, 2)(bench))
+    first = bench.store.kept[2]
+    items = list(served_branch_job(2, 2, first.steps[2].token.text, 2, 3, continued=True)(bench))
+    assert "served_root" not in [t for t, _ in items]  # the branch is in the tree already
+    nodes = items[-1][1][1]
+    last = nodes[-1]
+    assert (last.parent_run_id, last.depth, last.offset, last.continued) == (2, 2, 6, True)
+    assert bench.store.kept[3].prompt.text == first.prompt.text + first.output_text()
+    assert tree_of(served).all() == nodes and root.run_id == nodes[0].run_id
+
+
+def test_a_run_no_longer_kept_is_one_line(served):
+    with pytest.raises(LensError, match="no longer kept"):
+        list(served_branch_job(99, 0, " x", 2, 100)(Workbench(served)))
