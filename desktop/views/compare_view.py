@@ -256,6 +256,11 @@ class CompareView(QWidget):
             column.sig_show.connect(lambda i=i: self.compare.show_column(i, self.selected))
             self.grid.addWidget(column, i if samples else 0, 0 if samples else i)
             self.columns.append(column)
+        where = getattr(start, "where", "")
+        if where:  # a served comparison: no prefill to share
+            self.info.setText(f"served by {where}: each column is its own request, all in "
+                              "flight together (a server keeps no prefill to share)")  # fmt: skip
+            return
         shared, saved = start.shared_prefill_ms, start.prefill_saved_ms
         own = sum(start.own_prefill)
         alone = f" · {own} column(s) read the prompt under their own changes" if own else ""
@@ -271,11 +276,12 @@ class CompareView(QWidget):
     def _on_finished(self, outcome: Any) -> None:
         self._flush.stop()
         self._draw_new_steps()
-        for column, stats in zip(self.columns, outcome.columns, strict=True):
+        errors = getattr(outcome, "errors", ()) or (None,) * len(outcome.columns)
+        for column, stats, error in zip(self.columns, outcome.columns, errors, strict=True):
             column.stats.setText(
                 f"{stats.length} tokens · {stats.tokens_per_s:.1f} tokens/s · "
                 f"mean log-prob {stats.mean_logprob:.3f} · perplexity {stats.perplexity:.2f} · "
-                f"finish: {stats.finish_reason}"
+                f"finish: {stats.finish_reason}" + (f" · {error}" if error else "")
             )
             column.chips.set_divergence(-1 if outcome.divergence_step is None
                                         else outcome.divergence_step)  # fmt: skip
@@ -283,6 +289,7 @@ class CompareView(QWidget):
         d = outcome.divergence_step
         where = "never (within the shortest column)" if d is None else f"step {d}"
         self.info.setText(f"{self.info.text()} · first divergence: {where}")
+        self.curves_note.setText(getattr(outcome, "curves_note", "") or CURVES_NOTE)
         self._plot(outcome)
 
     def _plot(self, outcome: Any) -> None:

@@ -9,21 +9,21 @@ import math
 import pytest
 
 from llm_lens.core.engines.openai import Endpoint, OpenAIEngine
-from llm_lens.core.engines.openai.branches import (
+from llm_lens.core.errors import LensError
+from llm_lens.core.loop.engine import RunConfig
+from llm_lens.core.runs.served_branches import (
     served_alternatives,
     served_branch_job,
     tree_of,
 )
-from llm_lens.core.errors import LensError
-from llm_lens.core.loop.engine import RunConfig
 from llm_lens.core.runs.workbench import Workbench
 from llm_lens.core.sampling import GREEDY
-
-from .test_llama_server import non_streamed
+from tests.core.engines.openai.conftest import llama_server  # noqa: F401 (the fixture)
+from tests.core.engines.openai.test_llama_server import non_streamed
 
 
 @pytest.fixture
-def served(llama_server):  # a new engine: a new tree
+def served(llama_server):  # noqa: F811 (a new engine: a new tree)
     return OpenAIEngine(Endpoint(llama_server), None, top_logprobs=4)
 
 

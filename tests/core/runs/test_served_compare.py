@@ -12,7 +12,7 @@ import pytest
 
 from llm_lens.core.engines.openai import Endpoint, OpenAIEngine
 from llm_lens.core.engines.openai.client import ServerError
-from llm_lens.core.engines.openai.compare import (
+from llm_lens.core.runs.served_compare import (
     SOLID_MISSING,
     ServedCompareOutcome,
     ServedCompareStart,
@@ -21,15 +21,15 @@ from llm_lens.core.engines.openai.compare import (
 )
 from llm_lens.core.runs.workbench import Workbench
 from llm_lens.core.sampling import GREEDY, SamplingParams
+from tests.core.engines.openai.conftest import llama_server  # noqa: F401 (the fixture)
 from tests.core.engines.openai.fake_server import Fake, serving
-
-from .test_llama_server import non_streamed
+from tests.core.engines.openai.test_llama_server import non_streamed
 
 SETTINGS = [GREEDY, SamplingParams(temperature=0.9, top_p=0.9, seed=5)]
 
 
 @pytest.fixture(scope="module")
-def served(llama_server):
+def served(llama_server):  # noqa: F811
     return OpenAIEngine(Endpoint(llama_server), None, top_logprobs=4)
 
 

@@ -16,7 +16,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -140,19 +140,33 @@ def own_curves(runs: Sequence[ServedRun]) -> tuple[tuple[float, ...], tuple[floa
     return tuple(kls), tuple(overlaps)
 
 
+def served_stats(run: ServedRun) -> Any:
+    """A column's :class:`~llm_lens.core.runs.compare.ColumnStats` (log-probs as the server
+    reported them)."""
+    import math
+
+    from llm_lens.core.runs.compare import ColumnStats
+
+    logprobs = [s.logprob for s in run.steps]
+    mean = float(np.mean(logprobs)) if logprobs else 0.0
+    summary = run.summary()
+    return ColumnStats(len(logprobs), summary.tokens_per_s, mean, math.exp(-mean),
+                       summary.finish_reason)  # fmt: skip
+
+
 def served_outcome(runs: Sequence[ServedRun]) -> ServedCompareOutcome:
     """The numbers of finished served columns: each column's length, speed, mean log-prob and
     finish; the first step two columns chose differently (by token bytes where the server
     sends no ids); the dashed curves from the returned alternatives."""
-    from llm_lens.core.runs.compare import column_stats, divergence_step
+    from llm_lens.core.runs.compare import divergence_step
 
     own_kl, own_overlap = own_curves(runs)
     exact = all(not s.approximate for r in runs for s in r.steps)
     note = "dashed: each column's distribution as the server returned it, on its own text"
     note += "" if exact else " (approximate: over the returned alternatives only)"
     return ServedCompareOutcome(
-        columns=tuple(column_stats(r) for r in runs),
-        divergence_step=divergence_step([[s.token.raw for s in r.steps] for r in runs]),
+        columns=tuple(served_stats(r) for r in runs),
+        divergence_step=divergence_step(cast(Any, [[s.token.raw for s in r.steps] for r in runs])),
         kl_per_step=(),
         overlap_per_step=(),
         prefills=tuple(None for _ in runs),
