@@ -2,19 +2,23 @@
 new request on the text so far (:func:`~llm_lens.core.engines.openai.jobs.continuation`), kept
 in a tree of the runs branched on that server.
 
-A branch streams like a live run: ``run_started`` (its prompt: the text so far, as the server
-tokenizes it), ``step`` …, ``run_finished``, then ``branch_done`` (the branch to show again and
-every node of the tree). The run it branched from joins the tree as a root the first time
-(``served_root``: that run, to show again). The alternatives a step offers are the ones the
-server returned, with no after-sampling probability (the server returns no logits to apply
-the sampler to).
+A branch is shown the way it reads, as a local one is: the root's prompt, the steps before the
+branch point, the forced token as the step it replaced (that step's distribution, another
+choice), then the server's reply. It streams like a live run: ``run_started``, ``step`` …,
+``run_finished``, then ``branch_done`` (the path to show again and every node of the tree).
+The run it branched from joins the tree as a root the first time (``served_root``). The server
+reads the text so far afresh, so its reply follows its own tokenization of that text. The
+alternatives a step offers are the ones the server returned, with no after-sampling
+probability (the server returns no logits to apply the sampler to).
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from llm_lens.core.engines.openai.engine import OpenAIEngine, ServedRun
@@ -44,6 +48,38 @@ def shown_of(run: ServedRun) -> ShownRun:
     return ShownRun(run.run_id, run.prompt, None, tuple(run.steps), run.summary(), run.params)
 
 
+def forced_step(chosen: StepRecord, text: str) -> StepRecord:
+    """The step ``chosen`` with ``text`` chosen instead: its probability, log-probability and
+    rank as the server listed it (NaN and past the listed ones where it did not)."""
+    if text == chosen.token.text:
+        return replace(chosen, finish_reason=None)
+    listed = [n for n, t in enumerate(chosen.top_texts) if t == text]
+    if not listed:
+        token = TokenInfo(-1, text, text.encode())
+        return replace(chosen, token=token, prob=math.nan, logprob=math.nan,
+                       rank=len(chosen.top_texts), finish_reason=None)  # fmt: skip
+    n = listed[0]
+    prob = float(chosen.top_probs[n])
+    token = TokenInfo(int(chosen.top_ids[n]), text, text.encode())
+    logprob = math.log(prob) if prob > 0 else -math.inf
+    return replace(chosen, token=token, prob=prob, logprob=logprob, rank=n, finish_reason=None)
+
+
+def placed(record: StepRecord, run_id: int, index: int, prompt_len: int) -> StepRecord:
+    """``record`` as step ``index`` of a path from a prompt of ``prompt_len`` tokens."""
+    return replace(record, run_id=run_id, index=index, position=prompt_len - 1 + index)
+
+
+def path_run(parent: ServedRun, step: int, text: str, new_id: int) -> ServedRun:
+    """The branch's path so far: the parent's steps before ``step``, then ``text`` forced there
+    (a :class:`ServedRun` that is never iterated: a later branch reads its text)."""
+    n = len(parent.prompt)
+    head = [placed(s, new_id, i, n) for i, s in enumerate(parent.steps[:step])]
+    head.append(placed(forced_step(parent.steps[step], text), new_id, step, n))
+    return ServedRun(parent.engine, parent.prompt, parent.params, parent.config, parent.cancel,
+                     new_id, head)  # fmt: skip
+
+
 @dataclass
 class ServedTree:
     """The runs branched on one server, as the tree view's nodes (in the order they came)."""
@@ -60,33 +96,19 @@ class ServedTree:
         )
         return True
 
-    def add_branch(self, parent: ServedRun, step: int, forced: TokenInfo, run: ServedRun,
+    def add_branch(self, parent_id: int, step: int, path: ServedRun, own: str,
                    continued: bool) -> None:  # fmt: skip
-        """``run`` branched from ``parent`` at its ``step`` with ``forced`` (the cumulative
-        log-probability counts the forced token as the parent's step reported it, or 0 where
-        the server did not list it)."""
-        up = self.nodes[parent.run_id]
-        chosen = parent.steps[step]
-        forced_lp = chosen.logprob if continued else _listed_logprob(chosen, forced.text)
-        before = up.cumulative_logprob - sum(s.logprob for s in parent.steps)
-        logprob = before + sum(s.logprob for s in parent.steps[:step]) + forced_lp
-        logprob += sum(s.logprob for s in run.steps)
-        self.nodes[run.run_id] = BranchNode(
-            run.run_id, parent.run_id, step, forced, up.depth + 1, up.offset + step + 1, logprob,
-            run.output_text(), continued,
-        )  # fmt: skip
+        """The path ``path`` branched from run ``parent_id`` at its ``step``; ``own``: the
+        server's reply (the cumulative log-probability is over the whole path)."""
+        up = self.nodes[parent_id]
+        forced = path.steps[step].token
+        logprob = sum(s.logprob for s in path.steps)
+        self.nodes[path.run_id] = BranchNode(
+            path.run_id, parent_id, step, forced, up.depth + 1, step + 1, logprob, own, continued
+        )
 
     def all(self) -> tuple[BranchNode, ...]:
         return tuple(self.nodes.values())
-
-
-def _listed_logprob(step: StepRecord, text: str) -> float:
-    import math
-
-    for listed, p in zip(step.top_texts, step.top_probs, strict=True):
-        if listed == text and p > 0:
-            return math.log(float(p))
-    return 0.0
 
 
 _trees: weakref.WeakKeyDictionary[OpenAIEngine, ServedTree] = weakref.WeakKeyDictionary()
@@ -100,8 +122,9 @@ def tree_of(engine: OpenAIEngine) -> ServedTree:
 def served_branch_job(
     shown_id: int, step: int, token_text: str, max_new: int, new_id: int, continued: bool = False
 ) -> Job:
-    """Branch the served run ``shown_id`` at ``step`` with ``token_text`` (``continued``: the
-    token it chose there, its last step: the run goes on)."""
+    """Branch the served run ``shown_id`` at path step ``step`` with ``token_text``
+    (``continued``: the token it chose at its last step: the run goes on). Nothing is shown
+    until the server's first token came: a request refused leaves the shown run as it was."""
 
     def job(bench: Workbench) -> Iterator[Item]:
         from llm_lens.core.loop.engine import RunConfig
@@ -115,13 +138,26 @@ def served_branch_job(
         config = RunConfig(max_new_tokens=max_new)
         branch = continuation(parent, step, token_text, config, bench.cancel)
         branch.run_id = new_id
-        bench.store.keep(new_id, branch)
-        yield "run_started", branch.prompt
-        for record in branch:
-            yield "step", record
-        yield "run_finished", branch.summary()
-        forced = TokenInfo(-1, token_text, token_text.encode())
-        tree.add_branch(parent, step, forced, branch, continued)
-        yield "branch_done", (shown_of(branch), tree.all())
+        replies = iter(branch)
+        first = next(replies, None)  # a refusal raises here, before anything is shown
+        path = path_run(parent, step, token_text, new_id)
+        bench.store.keep(new_id, path)
+        yield "run_started", path.prompt
+        yield from (("step", s) for s in list(path.steps))
+        for record in itertools.chain([first] if first is not None else [], replies):
+            path.steps.append(placed(record, new_id, len(path.steps), len(path.prompt)))
+            yield "step", path.steps[-1]
+        _finish(path, branch)
+        yield "run_finished", path.summary()
+        tree.add_branch(shown_id, step, path, branch.output_text(), continued)
+        yield "branch_done", (shown_of(path), tree.all())
 
     return job
+
+
+def _finish(path: ServedRun, branch: ServedRun) -> None:
+    """The path ends as the server's reply did (its finish, its line, what it reported)."""
+    path.finish_reason, path.stop_error = branch.finish_reason, branch.stop_error
+    path.reported, path.sent = branch.reported, branch.sent
+    if path.steps:
+        path.steps[-1] = replace(path.steps[-1], finish_reason=branch.finish_reason)

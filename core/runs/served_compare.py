@@ -12,6 +12,7 @@ saying why. A column whose request fails keeps the tokens it received and carrie
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
     from llm_lens.core.runs.workbench import Workbench
     from llm_lens.core.sampling import SamplingParams
 
+NO_KL = (
+    "no KL: with only the top alternatives, a token one column lists and another does not has "
+    "an unknown probability there (vLLM with --max-logprobs -1 returns them all)"
+)
 SOLID_MISSING = (
     "no solid curve: a server returns no logits, so one column's text cannot be scored under "
     "another column's settings; open the model locally for it"
@@ -119,7 +124,8 @@ def step_distribution(step: StepRecord, keys: dict[object, int]) -> np.ndarray:
 def own_curves(runs: Sequence[ServedRun]) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Mean pairwise KL and overlap at every step between the distributions the columns
     received, each on its own text (NaN where fewer than two columns reached the step, or a
-    column's step came without alternatives)."""
+    column's step came without alternatives). With only the top alternatives the overlap is
+    over the tokens listed (a lower bound of the whole one) and KL is NaN (:data:`NO_KL`)."""
     from llm_lens.core.runs.compare import pairwise
 
     kls, overlaps = [], []
@@ -134,8 +140,8 @@ def own_curves(runs: Sequence[ServedRun]) -> tuple[tuple[float, ...], tuple[floa
             for key in token_keys(step):
                 keys.setdefault(key, len(keys))
         kl, overlap = pairwise(np.stack([step_distribution(s, keys) for s in steps]))
-        n = len(steps)
-        kls.append(float((kl.sum() - np.trace(kl)) / (n * (n - 1))))
+        n, whole = len(steps), not any(s.approximate for s in steps)
+        kls.append(float((kl.sum() - np.trace(kl)) / (n * (n - 1))) if whole else math.nan)
         overlaps.append(float((overlap.sum() - np.trace(overlap)) / (n * (n - 1))))
     return tuple(kls), tuple(overlaps)
 
@@ -143,8 +149,6 @@ def own_curves(runs: Sequence[ServedRun]) -> tuple[tuple[float, ...], tuple[floa
 def served_stats(run: ServedRun) -> Any:
     """A column's :class:`~llm_lens.core.runs.compare.ColumnStats` (log-probs as the server
     reported them)."""
-    import math
-
     from llm_lens.core.runs.compare import ColumnStats
 
     logprobs = [s.logprob for s in run.steps]
@@ -163,7 +167,9 @@ def served_outcome(runs: Sequence[ServedRun]) -> ServedCompareOutcome:
     own_kl, own_overlap = own_curves(runs)
     exact = all(not s.approximate for r in runs for s in r.steps)
     note = "dashed: each column's distribution as the server returned it, on its own text"
-    note += "" if exact else " (approximate: over the returned alternatives only)"
+    if not exact:
+        note += " (approximate: the overlap counts the returned alternatives only, a lower "
+        note += f"bound) · {NO_KL}"
     return ServedCompareOutcome(
         columns=tuple(served_stats(r) for r in runs),
         divergence_step=divergence_step(cast(Any, [[s.token.raw for s in r.steps] for r in runs])),

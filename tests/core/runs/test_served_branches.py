@@ -44,23 +44,27 @@ def test_a_branch_is_the_servers_reply_to_the_text_so_far(served):
     other = next(a for a in alts if not a.chosen)
     items = list(served_branch_job(1, 1, other.text, 3, 2)(bench))
     tags = [t for t, _ in items]
-    assert tags == ["served_root", "run_started", "step", "step", "step", "run_finished",
-                    "branch_done"]  # fmt: skip
-    branch = bench.store.kept[2]
-    before = "".join(s.token.text for s in root.steps[:1])
-    assert branch.prompt.text == root.prompt.text + before + other.text
-    reply = non_streamed(served, branch)["logprobs"]
+    assert tags == ["served_root", "run_started", *["step"] * 5, "run_finished", "branch_done"]
+    path = bench.store.kept[2]
+    assert path.sent["prompt"] == root.prompt.text + root.steps[0].token.text + other.text
     steps = [p for t, p in items if t == "step"]
-    assert [s.token.text for s in steps] == reply["tokens"]
-    assert [s.logprob for s in steps] == pytest.approx(reply["token_logprobs"], abs=1e-4)
-    assert all(s.run_id == 2 for s in steps)
+    assert [s.token for s in steps] == [s.token for s in path.steps]
+    assert [s.index for s in steps] == list(range(5))
+    assert steps[0].token == root.steps[0].token and steps[1].token.text == other.text
+    assert steps[1].prob == pytest.approx(other.prob) and steps[1].rank == 1
+    reply = non_streamed(served, path)["logprobs"]  # the same request, not streamed
+    assert [s.token.text for s in steps[2:]] == reply["tokens"]
+    assert [s.logprob for s in steps[2:]] == pytest.approx(reply["token_logprobs"], abs=1e-4)
+    assert all(s.run_id == 2 for s in steps) and path.steps[-1].finish_reason == "length"
+    assert [s.position for s in steps] == [len(root.prompt) - 1 + i for i in range(5)]
     shown, nodes = items[-1][1]
-    assert shown.run_id == 2 and [n.run_id for n in nodes] == [1, 2]
+    assert shown.run_id == 2 and shown.prompt == root.prompt and [n.run_id for n in nodes] == [1, 2]
     node = nodes[1]
     assert (node.parent_run_id, node.branch_step, node.offset) == (1, 1, 2)
     assert node.forced_token.text == other.text
-    expected = root.steps[0].logprob + math.log(other.prob) + sum(s.logprob for s in steps)
-    assert node.cumulative_logprob == pytest.approx(expected, rel=1e-5)
+    assert node.text == "".join(reply["tokens"])
+    expected = root.steps[0].logprob + math.log(other.prob) + sum(reply["token_logprobs"])
+    assert node.cumulative_logprob == pytest.approx(expected, rel=1e-4)
 
 
 def test_a_branch_of_a_branch_nests_and_a_continuation_goes_on(served):
@@ -68,13 +72,28 @@ def test_a_branch_of_a_branch_nests_and_a_continuation_goes_on(served):
     root = root_run(served, bench)
     list(served_branch_job(1, 2, " Paris", 3, 2)(bench))
     first = bench.store.kept[2]
-    items = list(served_branch_job(2, 2, first.steps[2].token.text, 2, 3, continued=True)(bench))
+    assert len(first.steps) == 6
+    last = first.steps[-1].token.text
+    items = list(served_branch_job(2, 5, last, 2, 3, continued=True)(bench))
     assert "served_root" not in [t for t, _ in items]  # the branch is in the tree already
     nodes = items[-1][1][1]
-    last = nodes[-1]
-    assert (last.parent_run_id, last.depth, last.offset, last.continued) == (2, 2, 6, True)
-    assert bench.store.kept[3].prompt.text == first.prompt.text + first.output_text()
-    assert tree_of(served).all() == nodes and root.run_id == nodes[0].run_id
+    end = nodes[-1]
+    assert (end.parent_run_id, end.depth, end.offset, end.continued) == (2, 2, 6, True)
+    grown = bench.store.kept[3]
+    assert grown.sent["prompt"] == root.prompt.text + first.output_text()
+    assert [s.token for s in grown.steps[:6]] == [s.token for s in first.steps]
+    assert len(grown.steps) == 8 and tree_of(served).all() == nodes
+
+
+def test_a_refused_branch_shows_nothing(served, monkeypatch):
+    from llm_lens.core.engines.openai.client import ServerError
+
+    bench = Workbench(served)
+    root_run(served, bench)
+    served.endpoint = Endpoint(served.endpoint.base_url + "/nowhere")
+    with pytest.raises(ServerError) as said:
+        list(served_branch_job(1, 1, " x", 2, 2)(bench))
+    assert "\n" not in str(said.value) and 2 not in bench.store.kept
 
 
 def test_a_run_no_longer_kept_is_one_line(served):

@@ -6,6 +6,7 @@ column received and says its one line."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from llm_lens.core.engines.openai import Endpoint, OpenAIEngine
 from llm_lens.core.engines.openai.client import ServerError
 from llm_lens.core.runs.served_compare import (
+    NO_KL,
     SOLID_MISSING,
     ServedCompareOutcome,
     ServedCompareStart,
@@ -88,12 +90,32 @@ def test_k_samples_are_each_seeds_own_reply(served):
         assert [s.token.text for s in cols[column]] == [s.token.text for s in alone.steps]
 
 
+def test_own_curves_from_a_whole_distribution_are_exact():
+    from llm_lens.core.records import frozen
+
+    def step(texts, probs):
+        return SimpleNamespace(
+            top_ids=frozen([-1] * len(texts), np.int64), top_texts=tuple(texts),
+            top_probs=frozen(probs, np.float32), approximate=False,
+        )  # fmt: skip
+
+    a = SimpleNamespace(steps=[step(["x", "y"], [0.75, 0.25])])
+    b = SimpleNamespace(steps=[step(["y", "x"], [0.5, 0.5])])
+    kl, overlap = own_curves([a, b])
+    expected = 0.5 * (0.75 * math.log(1.5) + 0.25 * math.log(0.5)
+                      + 0.5 * math.log(0.5 / 0.75) + 0.5 * math.log(2.0))  # fmt: skip
+    assert kl[0] == pytest.approx(expected, rel=1e-5) and overlap[0] == pytest.approx(0.75)
+    b.steps = [SimpleNamespace(**{**vars(b.steps[0]), "approximate": True})]
+    assert math.isnan(own_curves([a, b])[0][0])  # top alternatives only: no KL
+
+
 def test_own_curves_from_the_returned_alternatives(served):
     bench, ids, items = run_job(served, "The capital of France is", False, [GREEDY, GREEDY], 4)
     outcome = items[-1][1]
     runs = [bench.store.kept[i] for i in ids]
-    # the same request twice: equal alternatives, so KL 0 and overlap = the listed mass
-    assert outcome.own_kl_per_step == pytest.approx([0.0] * 4, abs=1e-9)
+    # the same request twice: equal alternatives, so overlap = the listed mass; no KL from
+    # the top alternatives only
+    assert all(math.isnan(v) for v in outcome.own_kl_per_step) and NO_KL in outcome.curves_note
     listed = [float(np.sum(s.top_probs)) for s in runs[0].steps]
     assert outcome.own_overlap_per_step == pytest.approx(listed, rel=1e-6)
     assert outcome.divergence_step is None

@@ -71,11 +71,13 @@ def test_a_branch_is_the_servers_reply_to_the_text_so_far(qtbot, bare_window, ll
     forced = view.alternatives[view.table.currentRow()].text
     with qtbot.waitSignal(ctl.sig_run_finished, timeout=30_000):
         view.branch()
-    branch = kept(bare_window, ctl.run_id)
-    assert branch.prompt.text == "The capital of France is" + root[0] + forced
-    reply = non_streamed(OpenAIEngine(Endpoint(llama_server), None), branch)["logprobs"]
-    assert [s.token.text for s in ctl.steps] == reply["tokens"]
-    qtbot.waitUntil(lambda: view.tree.topLevelItemCount() == 1, timeout=5_000)
+    path = kept(bare_window, ctl.run_id)
+    assert path.sent["prompt"] == "The capital of France is" + root[0] + forced
+    reply = non_streamed(OpenAIEngine(Endpoint(llama_server), None), path)["logprobs"]
+    shown = [s.token.text for s in ctl.steps]  # the path: before, the forced token, the reply
+    assert shown == [root[0], forced, *reply["tokens"]]
+    qtbot.waitUntil(lambda: len(ctl.compare.nodes) == 2, timeout=5_000)  # branch_done
+    assert view.tree.topLevelItemCount() == 1
     top = view.tree.topLevelItem(0)
     assert top.childCount() == 1 and repr(forced) in top.child(0).text(2)
     with qtbot.waitSignal(ctl.sig_run_finished, timeout=10_000):
