@@ -44,6 +44,7 @@ CURVES_NOTE = (
     "text (equal to solid up to the first divergence, red dotted line; after it, how far the "
     "texts have led the model apart) · mean over pairs of columns, one point per step"
 )
+KL_TITLE = "mean pairwise KL divergence"
 MODES = ("side by side: 2–4 configurations", "same settings, K samples (seeds s … s+K−1)")
 
 
@@ -134,7 +135,7 @@ class CompareView(QWidget):
         self.plots.setFixedHeight(170)
         self.curves, self.own_curves, self.cursors, self.diverge_lines = [], [], [], []
         for i, (title, axis) in enumerate(
-            (("mean pairwise KL divergence", "nats"), ("mean pairwise overlap", "Σ min(p, q)"))
+            ((KL_TITLE, "nats"), ("mean pairwise overlap", "Σ min(p, q)"))
         ):
             plot = self.plots.addPlot(row=0, col=i, title=title)
             plot.setLabel("left", axis)
@@ -305,7 +306,9 @@ class CompareView(QWidget):
         for plot in (self.kl_plot, self.overlap_plot):
             plot.setXRange(-0.5, max(steps - 0.5, 0.5), padding=0)
         kls = [v for v in (*same[0], *own[0]) if math.isfinite(v)]
-        self.kl_plot.setYRange(0, max(max(kls, default=0.0) * 1.15, 0.05), padding=0)
+        top = max(max(kls) * 1.15, 0.05) if kls else 1.0
+        self.kl_plot.setYRange(0, top, padding=0)
+        self.kl_plot.setTitle(KL_TITLE if kls or not own[0] else f"{KL_TITLE}: none (see below)")
         d = outcome.divergence_step
         for line in self.diverge_lines:
             line.setVisible(d is not None)

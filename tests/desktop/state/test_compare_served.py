@@ -123,3 +123,39 @@ def test_a_refused_comparison_is_one_line_and_keeps_the_run_shown(qtbot, bare_wi
     assert view.error.isVisibleTo(view) and "401" in view.error.text()
     assert "\n" not in view.error.text()
     assert [s.token.text for s in ctl.steps] == ["Hello", " world"] and not ctl.busy
+
+
+def test_a_whole_distribution_is_labelled_exact(qtbot, bare_window):
+    from llm_lens.core.engines.openai.engine import EVERY_TOKEN
+
+    ctl = bare_window.controller
+    with serving(Fake()) as url:
+        with qtbot.waitSignal(ctl.sig_model_loaded, timeout=30_000):
+            ctl.request_open_server(ServerSpec(url, top_logprobs=EVERY_TOKEN))
+        view = compare(qtbot, bare_window, "Hi", True)
+    assert all(c.header.text().endswith("· exact") for c in view.columns)
+    outcome = ctl.compare.outcome
+    assert all(not s.approximate for c in ctl.compare.columns for s in c)
+    assert outcome.own_kl_per_step == pytest.approx([0.0, 0.0], abs=1e-9)  # one reply twice
+    assert "no KL" not in view.curves_note.text()
+
+
+def test_continue_grows_the_served_run_and_what_if_is_refused(qtbot, bare_window, llama_server):  # noqa: F811
+    ctl, errors = bare_window.controller, []
+    ctl.compare.sig_error.connect(lambda kind, line: errors.append((kind, line)))
+    open_server(qtbot, bare_window, llama_server)
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=30_000):
+        ctl.request_run("Once upon a time", False, GREEDY, 4)
+    first = [s.token.text for s in ctl.steps]
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=30_000):
+        ctl.compare.request_continue(3)
+    grown = [s.token.text for s in ctl.steps]
+    assert grown[:4] == first and len(grown) == 7
+    alone = OpenAIEngine(Endpoint(llama_server), None)
+    run = alone.start(alone.tokenize("Once upon a time", chat=False), GREEDY,
+                      kept(bare_window, ctl.run_id).config)  # fmt: skip
+    run.config = type(run.config)(max_new_tokens=7)
+    run.run_all()
+    assert grown == [s.token.text for s in run.steps]  # greedy goes on as one run would
+    ctl.compare.request_compare("Hi", False, SETTINGS, 3, [(), ("a change",)])
+    assert errors[-1][0] == "compare" and errors[-1][1].startswith("a server runs its model")
