@@ -159,3 +159,18 @@ def test_continue_grows_the_served_run_and_what_if_is_refused(qtbot, bare_window
     assert grown == [s.token.text for s in run.steps]  # greedy goes on as one run would
     ctl.compare.request_compare("Hi", False, SETTINGS, 3, [(), ("a change",)])
     assert errors[-1][0] == "compare" and errors[-1][1].startswith("a server runs its model")
+
+
+def test_a_served_comparison_saves_and_reopens_without_the_server(qtbot, bare_window, tmp_path):
+    ctl, path = bare_window.controller, str(tmp_path / "compared.llmlens")
+    with serving(Fake()) as url:
+        open_server(qtbot, bare_window, url)
+        compare(qtbot, bare_window, "Hi", True)
+    columns = [[s.token.text for s in c] for c in ctl.compare.columns]
+    with qtbot.waitSignal(ctl.sig_saved, timeout=20_000):
+        ctl.sessions.request_save(path)
+    with qtbot.waitSignal(ctl.sig_session_changed, timeout=20_000):
+        bare_window.sessions.open(path)
+    qtbot.waitUntil(lambda: ctl.compare.outcome is not None, timeout=5_000)
+    assert ctl.session.engine["name"] == "openai" and len(ctl.session.comparisons) == 1
+    assert [[s.token.text for s in c] for c in ctl.compare.columns] == columns
