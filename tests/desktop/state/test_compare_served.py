@@ -174,3 +174,17 @@ def test_a_served_comparison_saves_and_reopens_without_the_server(qtbot, bare_wi
     qtbot.waitUntil(lambda: ctl.compare.outcome is not None, timeout=5_000)
     assert ctl.session.engine["name"] == "openai" and len(ctl.session.comparisons) == 1
     assert [[s.token.text for s in c] for c in ctl.compare.columns] == columns
+
+
+def test_stop_ends_a_served_comparison_keeping_its_tokens(qtbot, bare_window):
+    ctl, fake = bare_window.controller, Fake()
+    with serving(fake) as url:
+        open_server(qtbot, bare_window, url)
+        fake.mode = "slow"  # a 2 s pause after each stream's first token
+        view = bare_window.open_compare()
+        ctl.compare.sig_compare_step.connect(lambda *_: ctl.compare.request_stop())
+        ctl.compare.request_compare("Hi", True, SETTINGS, 8)
+        qtbot.waitUntil(lambda: ctl.compare.outcome is not None, timeout=20_000)
+    assert ctl.compare.outcome.finish_reasons == ("cancelled", "cancelled")
+    assert all(len(c) >= 1 for c in ctl.compare.columns) and not ctl.busy
+    qtbot.waitUntil(lambda: "finish: cancelled" in view.columns[0].stats.text(), timeout=5_000)
