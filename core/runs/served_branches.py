@@ -6,10 +6,10 @@ A branch is shown the way it reads, as a local one is: the root's prompt, the st
 branch point, the forced token as the step it replaced (that step's distribution, another
 choice), then the server's reply. It streams like a live run: ``run_started``, ``step`` …,
 ``run_finished``, then ``branch_done`` (the path to show again and every node of the tree).
-The run it branched from joins the tree as a root the first time (``served_root``). The server
-reads the text so far afresh, so its reply follows its own tokenization of that text. The
-alternatives a step offers are the ones the server returned, with no after-sampling
-probability (the server returns no logits to apply the sampler to).
+The run it branched from joins the tree as a root the first time (a ``history`` item, as a
+live run's). The server reads the text so far afresh, so its reply follows its own
+tokenization of that text. The alternatives a step offers are the ones the server returned,
+with no after-sampling probability (the server returns no logits to apply the sampler to).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def served_branch_job(
             raise LensError("that run is no longer kept: run it again on the server to branch it")
         tree = tree_of(engine)
         if tree.add_root(parent):
-            yield "served_root", (shown_of(parent), tree.all())
+            yield "history", (shown_of(parent), tree.all())
         config = RunConfig(max_new_tokens=max_new)
         branch = continuation(parent, step, token_text, config, bench.cancel)
         branch.run_id = new_id

@@ -147,45 +147,34 @@ class CompareController(QObject):
         if problem:
             self.sig_error.emit("branch", problem)
             return
-        ctl = self.ctl
-        if served(ctl):
-            self._served_grow("branch", step, token_id, token_text, max_new)
-            return
-        shown, new_id, recorded = ctl.run_id, ctl.new_run_id(), ctl.recorded_run()
-        self._grow("branch", new_id, grow_job(shown, step, token_id, max_new, new_id, recorded))
+        self._grow("branch", step, token_id, max_new, token_text)
 
     def request_continue(self, max_new: int) -> None:
         """Let the shown run go on for ``max_new`` more tokens with its own sampler settings (a
         run opened from a session is first revived on the loaded model)."""
-        ctl = self.ctl
-        problem = continue_problem(ctl)
+        problem = continue_problem(self.ctl)
         if problem:
             self.sig_error.emit("continue", problem)
             return
-        if served(ctl):  # the last token forced again: the server goes on from the text
-            n, last = len(ctl.steps) - 1, ctl.steps[-1].token
-            self._served_grow("continue", n, last.id, last.text, max_new)
-            return
+        self._grow("continue", None, None, max_new)
+
+    def _grow(self, kind: str, step: int | None, token_id: int | None, max_new: int,
+              text: str | None = None) -> None:  # fmt: skip
+        """Stream the branch (``step`` None: the continuation) into the panes; on a server, a
+        new request on the text so far (``compare_served.branch_job``)."""
+        ctl = self.ctl
         shown, new_id, recorded = ctl.run_id, ctl.new_run_id(), ctl.recorded_run()
-        self._grow("continue", new_id, grow_job(shown, None, None, max_new, new_id, recorded))
-
-    def _served_grow(
-        self, kind: str, step: int, token_id: int, text: str | None, max_new: int
-    ) -> None:
-        """A branch or continuation on the server: a new request on the text so far."""
-        new_id, more = self.ctl.new_run_id(), kind == "continue"
-        args = (step, token_id, text, max_new, new_id, more)
-        job, problem = compare_served.branch_job(self.ctl, *args)
-        if problem:
-            self.sig_error.emit(kind, problem)
+        if served(ctl):
+            job, problem = compare_served.branch_job(ctl, step, token_id, text, max_new, new_id)
+            if problem:
+                self.sig_error.emit(kind, problem)
+                return
         else:
-            self._grow(kind, new_id, job)
-
-    def _grow(self, kind: str, new_id: int, job: Any) -> None:
-        self.ctl.sessions.keep_origin()
-        self.ctl.live.adopt(new_id, self.ctl.run_params)
+            job = grow_job(shown, step, token_id, max_new, new_id, recorded)
+        ctl.sessions.keep_origin()
+        ctl.live.adopt(new_id, ctl.run_params)
         self._kinds[new_id], self.running[kind] = kind, new_id
-        self.ctl.request_stream(new_id, job)
+        ctl.request_stream(new_id, job)
 
     def _run(self, kind: str, job: Any, problem: str = "") -> None:
         problem = problem or job_problem(self.ctl, kind)
@@ -367,12 +356,8 @@ class CompareController(QObject):
         self.shown[shown.run_id] = shown
         self._set_nodes(nodes)
 
-    def _on_served_root(self, item: tuple[ShownRun, tuple[Any, ...]]) -> None:
-        """A served run became the root of its first branch."""
-        self._on_branch_done(item)
-
     def _on_history(self, item: tuple[ShownRun, tuple[Any, ...]]) -> None:
-        """A finished live run became a root of the history."""
+        """A finished live run (or a served run first branched) became a root of the tree."""
         shown, nodes = item
         self.shown[shown.run_id] = shown
         self._set_nodes(nodes)

@@ -41,19 +41,23 @@ def compare_job(
 
 
 def branch_job(
-    ctl: Any, step: int, token_id: int, token_text: str | None, max_new: int, new_id: int,
-    continued: bool = False,
+    ctl: Any, step: int | None, token_id: int | None, token_text: str | None, max_new: int,
+    new_id: int,
 ) -> tuple[Any, str]:  # fmt: skip
     """(the job that branches the shown served run at ``step`` with the alternative
     ``token_text`` (or, without it, the listed one of id ``token_id``), "") or (None, why
-    not)."""
+    not). ``step`` None: the run goes on (its last token forced again)."""
     prompt = ctl.prompt
     if prompt is not None and prompt.chat:
         return None, CHAT_LINE
+    continued = step is None
+    step = len(ctl.steps) - 1 if step is None else step
     shown = ctl.steps[step]
-    if token_text is None:
+    if continued or (token_text is None and token_id == shown.token.id):
+        token_text = shown.token.text
+    elif token_text is None and token_id is not None and token_id >= 0:  # ids, where sent
         listed = dict(zip((int(i) for i in shown.top_ids), shown.top_texts, strict=True))
-        token_text = shown.token.text if token_id == shown.token.id else listed.get(token_id)
+        token_text = listed.get(token_id)
     if token_text is None:
         return None, "pick one of the alternatives the server returned"
     from llm_lens.core.runs.served_branches import served_branch_job

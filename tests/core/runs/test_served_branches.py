@@ -44,7 +44,7 @@ def test_a_branch_is_the_servers_reply_to_the_text_so_far(served):
     other = next(a for a in alts if not a.chosen)
     items = list(served_branch_job(1, 1, other.text, 3, 2)(bench))
     tags = [t for t, _ in items]
-    assert tags == ["served_root", "run_started", *["step"] * 5, "run_finished", "branch_done"]
+    assert tags == ["history", "run_started", *["step"] * 5, "run_finished", "branch_done"]
     path = bench.store.kept[2]
     assert path.sent["prompt"] == root.prompt.text + root.steps[0].token.text + other.text
     steps = [p for t, p in items if t == "step"]
@@ -75,7 +75,7 @@ def test_a_branch_of_a_branch_nests_and_a_continuation_goes_on(served):
     assert len(first.steps) == 6
     last = first.steps[-1].token.text
     items = list(served_branch_job(2, 5, last, 2, 3, continued=True)(bench))
-    assert "served_root" not in [t for t, _ in items]  # the branch is in the tree already
+    assert "history" not in [t for t, _ in items]  # the branch is in the tree already
     nodes = items[-1][1][1]
     end = nodes[-1]
     assert (end.parent_run_id, end.depth, end.offset, end.continued) == (2, 2, 6, True)
