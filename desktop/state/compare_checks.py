@@ -11,19 +11,15 @@ from typing import Any
 
 MIN_SAMPLES = 2  # the view compares runs: one sample has nothing to compare with
 
-# Compare, beam search, branch and continue fork the model's cache: a server keeps none to fork
-SERVED_LINE = (
-    "{kind} needs a model loaded here (File → Open model): a server keeps no cache to fork; "
-    "from a script, core.engines.openai.jobs compares samplers as parallel requests"
-)
-
 
 def job_problem(ctl: Any, kind: str) -> str:
     """Why a comparison or beam search (``kind``) cannot run on the loaded model."""
     if ctl.model_info is None:
         return "no model is loaded yet"
-    if getattr(ctl.model_info, "architecture", "") == "served":
-        return SERVED_LINE.format(kind=kind)
+    if kind == "beam" and getattr(ctl.model_info, "architecture", "") == "served":
+        from llm_lens.desktop.state.compare_served import BEAM_LINE
+
+        return BEAM_LINE
     return ""
 
 

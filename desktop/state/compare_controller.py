@@ -20,6 +20,7 @@ from llm_lens.core.runs.jobs import (
     grow_job,
     register_job,
 )
+from llm_lens.desktop.state import compare_served
 from llm_lens.desktop.state.compare_checks import (
     continue_problem,
     grow_problem,
@@ -27,6 +28,7 @@ from llm_lens.desktop.state.compare_checks import (
     samples_problem,
 )
 from llm_lens.desktop.state.compare_replay import replayed_comparison
+from llm_lens.desktop.state.compare_served import served
 
 GROWING = ("branch", "continue")  # jobs that stream into the panes as the shown run
 
@@ -126,41 +128,56 @@ class CompareController(QObject):
             bench.store.forget([i for i in old if not bench.history.holds(i)])
 
         changes = [tuple(c) for c in interventions]
-        self._run("compare", compare_job(text, chat, configs, max_new, ids, drop, samples, changes))
+        args = (text, chat, configs, max_new, ids, drop, samples, changes)
+        if served(self.ctl):  # one request a column, in flight together
+            self._run("compare", *compare_served.compare_job(self.ctl, *args))
+            return
+        self._run("compare", compare_job(*args))
 
     def request_beam(self, text: str, chat: bool, beams: int, max_new: int) -> None:
         self._run("beam", beam_job(text, chat, beams, max_new))
 
-    def request_branch(self, step: int, token_id: int, max_new: int) -> None:
-        """Continue the shown run as if step ``step`` had chosen ``token_id``; it streams into
-        the panes like a live run and joins the branch tree."""
+    def request_branch(
+        self, step: int, token_id: int, max_new: int, token_text: str | None = None
+    ) -> None:
+        """Continue the shown run as if step ``step`` had chosen ``token_id`` (on a server,
+        which may name tokens by text only: ``token_text``); it streams into the panes like a
+        live run and joins the branch tree."""
         problem = grow_problem(self.ctl, step)
         if problem:
             self.sig_error.emit("branch", problem)
             return
-        ctl = self.ctl
-        shown, new_id, recorded = ctl.run_id, ctl.new_run_id(), ctl.recorded_run()
-        self._grow("branch", new_id, grow_job(shown, step, token_id, max_new, new_id, recorded))
+        self._grow("branch", step, token_id, max_new, token_text)
 
     def request_continue(self, max_new: int) -> None:
         """Let the shown run go on for ``max_new`` more tokens with its own sampler settings (a
         run opened from a session is first revived on the loaded model)."""
-        ctl = self.ctl
-        problem = continue_problem(ctl)
+        problem = continue_problem(self.ctl)
         if problem:
             self.sig_error.emit("continue", problem)
             return
+        self._grow("continue", None, None, max_new)
+
+    def _grow(self, kind: str, step: int | None, token_id: int | None, max_new: int,
+              text: str | None = None) -> None:  # fmt: skip
+        """Stream the branch (``step`` None: the continuation) into the panes; on a server, a
+        new request on the text so far (``compare_served.branch_job``)."""
+        ctl = self.ctl
         shown, new_id, recorded = ctl.run_id, ctl.new_run_id(), ctl.recorded_run()
-        self._grow("continue", new_id, grow_job(shown, None, None, max_new, new_id, recorded))
-
-    def _grow(self, kind: str, new_id: int, job: Any) -> None:
-        self.ctl.sessions.keep_origin()
-        self.ctl.live.adopt(new_id, self.ctl.run_params)
+        if served(ctl):
+            job, problem = compare_served.branch_job(ctl, step, token_id, text, max_new, new_id)
+            if problem:
+                self.sig_error.emit(kind, problem)
+                return
+        else:
+            job = grow_job(shown, step, token_id, max_new, new_id, recorded)
+        ctl.sessions.keep_origin()
+        ctl.live.adopt(new_id, ctl.run_params)
         self._kinds[new_id], self.running[kind] = kind, new_id
-        self.ctl.request_stream(new_id, job)
+        ctl.request_stream(new_id, job)
 
-    def _run(self, kind: str, job: Any) -> None:
-        problem = job_problem(self.ctl, kind)
+    def _run(self, kind: str, job: Any, problem: str = "") -> None:
+        problem = problem or job_problem(self.ctl, kind)
         if problem:
             self.sig_error.emit(kind, problem)
             return
@@ -183,6 +200,8 @@ class CompareController(QObject):
         step = self.ctl.current_step()
         if step is None:
             return []
+        if served(self.ctl):  # the alternatives the server returned
+            return compare_served.alternatives(self.ctl, k)
         params = None if self.ctl.recorded is not None else self.ctl.run_params
         return alternatives(step, k, params)
 
@@ -338,7 +357,7 @@ class CompareController(QObject):
         self._set_nodes(nodes)
 
     def _on_history(self, item: tuple[ShownRun, tuple[Any, ...]]) -> None:
-        """A finished live run became a root of the history."""
+        """A finished live run (or a served run first branched) became a root of the tree."""
         shown, nodes = item
         self.shown[shown.run_id] = shown
         self._set_nodes(nodes)

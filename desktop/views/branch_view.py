@@ -36,6 +36,11 @@ from llm_lens.desktop.views.compare_columns import error_label
 from llm_lens.desktop.widgets.token_text import visible
 
 RUN_ID = Qt.ItemDataRole.UserRole
+SERVED_NOTE = (
+    "served: a branch is a new request on the text so far (the server tokenizes it afresh); "
+    "the alternatives are the ones it returned; after sampling: ? (a server returns no logits "
+    "to apply the sampler to); File → Save session keeps the run shown, not this tree"
+)
 
 
 class BranchView(QWidget):
@@ -79,6 +84,7 @@ class BranchView(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.error = error_label()
+        self.served_note = QLabel(SERVED_NOTE, wordWrap=True, visible=False)
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["run", "prompt / branch point", "forced token", "cum. log-prob",
                                    "text"])  # fmt: skip
@@ -91,6 +97,7 @@ class BranchView(QWidget):
         layout.addWidget(self.header)
         layout.addLayout(top)
         layout.addWidget(self.table, 3)
+        layout.addWidget(self.served_note)
         layout.addWidget(self.error)
         layout.addWidget(QLabel(
             "Runs of this session, with their branches and continuations "
@@ -118,9 +125,12 @@ class BranchView(QWidget):
         for r, alt in enumerate(self.alternatives):
             final = "?" if alt.final_prob is None else f"{alt.final_prob:.4f}"
             label = visible(alt.text) + ("  (chosen)" if alt.chosen else "")
-            for c, text in enumerate((label, str(alt.token_id), f"{alt.prob:.4f}", final)):
+            tid = str(alt.token_id) if alt.token_id >= 0 else "—"  # a server naming texts only
+            for c, text in enumerate((label, tid, f"{alt.prob:.4f}", final)):
                 self.table.setItem(r, c, QTableWidgetItem(text))
         pick = next((r for r, a in enumerate(self.alternatives) if not a.chosen), -1)
+        served = getattr(ctl.model_info, "architecture", "") == "served"
+        self.served_note.setVisible(served and ctl.recorded is None)
         self.table.selectRow(pick)
         if step is None:
             self.header.setText("select a step of a run to branch from")
@@ -137,8 +147,10 @@ class BranchView(QWidget):
         if not 0 <= row < len(self.alternatives):
             self._on_error("branch", "pick an alternative token first")
             return
-        token = self.alternatives[row].token_id
-        self.compare.request_branch(self.controller.selected, token, self.max_tokens.value())
+        alt = self.alternatives[row]
+        self.compare.request_branch(
+            self.controller.selected, alt.token_id, self.max_tokens.value(), alt.text
+        )
 
     def _on_error(self, view: str, message: str) -> None:
         if view == "branch":

@@ -24,6 +24,9 @@ def column_header(start: Any, column: int) -> str:
     samples), then 'clean' or its What-if changes, and whether it read the prompt itself."""
     params = start.params[column]
     header = f"seed {params.seed}" if start.samples else describe_params(params)
+    exact = getattr(start, "exact", ())  # a served comparison: what the server returned
+    if exact:
+        header += " · exact" if exact[column] else f" · approximate (top {start.top_n})"
     changes = start.interventions[column] if start.interventions else ()
     if not changes:
         return f"{header} · clean" if any(start.interventions) else header

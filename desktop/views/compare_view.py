@@ -44,6 +44,7 @@ CURVES_NOTE = (
     "text (equal to solid up to the first divergence, red dotted line; after it, how far the "
     "texts have led the model apart) · mean over pairs of columns, one point per step"
 )
+KL_TITLE = "mean pairwise KL divergence"
 MODES = ("side by side: 2–4 configurations", "same settings, K samples (seeds s … s+K−1)")
 
 
@@ -134,7 +135,7 @@ class CompareView(QWidget):
         self.plots.setFixedHeight(170)
         self.curves, self.own_curves, self.cursors, self.diverge_lines = [], [], [], []
         for i, (title, axis) in enumerate(
-            (("mean pairwise KL divergence", "nats"), ("mean pairwise overlap", "Σ min(p, q)"))
+            ((KL_TITLE, "nats"), ("mean pairwise overlap", "Σ min(p, q)"))
         ):
             plot = self.plots.addPlot(row=0, col=i, title=title)
             plot.setLabel("left", axis)
@@ -256,6 +257,11 @@ class CompareView(QWidget):
             column.sig_show.connect(lambda i=i: self.compare.show_column(i, self.selected))
             self.grid.addWidget(column, i if samples else 0, 0 if samples else i)
             self.columns.append(column)
+        where = getattr(start, "where", "")
+        if where:  # a served comparison: no prefill to share
+            self.info.setText(f"served by {where}: each column is its own request, all in "
+                              "flight together (a server keeps no prefill to share)")  # fmt: skip
+            return
         shared, saved = start.shared_prefill_ms, start.prefill_saved_ms
         own = sum(start.own_prefill)
         alone = f" · {own} column(s) read the prompt under their own changes" if own else ""
@@ -271,11 +277,12 @@ class CompareView(QWidget):
     def _on_finished(self, outcome: Any) -> None:
         self._flush.stop()
         self._draw_new_steps()
-        for column, stats in zip(self.columns, outcome.columns, strict=True):
+        errors = getattr(outcome, "errors", ()) or (None,) * len(outcome.columns)
+        for column, stats, error in zip(self.columns, outcome.columns, errors, strict=True):
             column.stats.setText(
                 f"{stats.length} tokens · {stats.tokens_per_s:.1f} tokens/s · "
                 f"mean log-prob {stats.mean_logprob:.3f} · perplexity {stats.perplexity:.2f} · "
-                f"finish: {stats.finish_reason}"
+                f"finish: {stats.finish_reason}" + (f" · {error}" if error else "")
             )
             column.chips.set_divergence(-1 if outcome.divergence_step is None
                                         else outcome.divergence_step)  # fmt: skip
@@ -283,6 +290,7 @@ class CompareView(QWidget):
         d = outcome.divergence_step
         where = "never (within the shortest column)" if d is None else f"step {d}"
         self.info.setText(f"{self.info.text()} · first divergence: {where}")
+        self.curves_note.setText(getattr(outcome, "curves_note", "") or CURVES_NOTE)
         self._plot(outcome)
 
     def _plot(self, outcome: Any) -> None:
@@ -298,7 +306,9 @@ class CompareView(QWidget):
         for plot in (self.kl_plot, self.overlap_plot):
             plot.setXRange(-0.5, max(steps - 0.5, 0.5), padding=0)
         kls = [v for v in (*same[0], *own[0]) if math.isfinite(v)]
-        self.kl_plot.setYRange(0, max(max(kls, default=0.0) * 1.15, 0.05), padding=0)
+        top = max(max(kls) * 1.15, 0.05) if kls else 1.0
+        self.kl_plot.setYRange(0, top, padding=0)
+        self.kl_plot.setTitle(KL_TITLE if kls or not own[0] else f"{KL_TITLE}: none (see below)")
         d = outcome.divergence_step
         for line in self.diverge_lines:
             line.setVisible(d is not None)

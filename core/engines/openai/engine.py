@@ -45,7 +45,8 @@ MISSING = {
     "kv_cache": f"this server does not show its KV cache: {ELSEWHERE} for its bytes",
     "routing": f"this server reports no router choices: {ELSEWHERE} for experts",
     "interventions": f"a server runs its model unchanged: {ELSEWHERE} to intervene",
-    "branching": "branching from a served run is not available yet: open the model locally",
+    "branching": "a served run branches only on its server (a new request on the text so "
+    "far): open the server (File → Open server…) and run it there",
 }
 _run_ids = itertools.count(1)
 
@@ -78,8 +79,9 @@ class OpenAIEngine:
 
     @property
     def provides(self) -> Provides:
-        fills = {"tokens", "logprobs", "alternatives", "timing", "prefix_cache"}
+        fills = {"tokens", "logprobs", "alternatives", "timing", "prefix_cache", "branching"}
         missing = dict(MISSING)
+        del missing["branching"]  # a continuation of the text so far (core.runs.served_branches)
         if self.whole_distribution:
             fills.add("sampling")
             del missing["sampling"]

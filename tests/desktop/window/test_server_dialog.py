@@ -102,4 +102,4 @@ def test_compare_on_a_server_is_one_line(qtbot, window):
     with qtbot.waitSignal(compare.sig_error, timeout=5_000) as said:
         compare.request_beam("Hi", True, 2, 4)
     kind, line = said.args
-    assert kind == "beam" and "needs a model loaded here" in line and "\n" not in line
+    assert kind == "beam" and "a server keeps no cache to fork" in line and "\n" not in line

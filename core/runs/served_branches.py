@@ -1,0 +1,163 @@
+"""The Branches view's job against a server: a branch (or a continuation) of a served run as a
+new request on the text so far (:func:`~llm_lens.core.engines.openai.jobs.continuation`), kept
+in a tree of the runs branched on that server.
+
+A branch is shown the way it reads, as a local one is: the root's prompt, the steps before the
+branch point, the forced token as the step it replaced (that step's distribution, another
+choice), then the server's reply. It streams like a live run: ``run_started``, ``step`` …,
+``run_finished``, then ``branch_done`` (the path to show again and every node of the tree).
+The run it branched from joins the tree as a root the first time (a ``history`` item, as a
+live run's). The server reads the text so far afresh, so its reply follows its own
+tokenization of that text. The alternatives a step offers are the ones the server returned,
+with no after-sampling probability (the server returns no logits to apply the sampler to).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from llm_lens.core.engines.openai.engine import OpenAIEngine, ServedRun
+from llm_lens.core.engines.openai.jobs import continuation
+from llm_lens.core.errors import LensError
+from llm_lens.core.records import StepRecord, TokenInfo
+from llm_lens.core.runs.branching import Alternative, BranchNode
+from llm_lens.core.runs.jobs import Item, Job, ShownRun
+
+if TYPE_CHECKING:
+    from llm_lens.core.runs.workbench import Workbench
+
+
+def served_alternatives(step: StepRecord, k: int) -> list[Alternative]:
+    """The step's first ``k`` returned alternatives with their probabilities; no
+    after-sampling probability (``final_prob`` None)."""
+    out = []
+    for i in range(min(k, len(step.top_probs))):
+        tid, text = int(step.top_ids[i]), step.top_texts[i]
+        chosen = tid == step.token.id if tid >= 0 else text == step.token.text
+        out.append(Alternative(tid, text, float(step.top_probs[i]), None, chosen))
+    return out
+
+
+def shown_of(run: ServedRun) -> ShownRun:
+    """A served run, to show again in the panes (no prefill: a server shows none)."""
+    return ShownRun(run.run_id, run.prompt, None, tuple(run.steps), run.summary(), run.params)
+
+
+def forced_step(chosen: StepRecord, text: str) -> StepRecord:
+    """The step ``chosen`` with ``text`` chosen instead: its probability, log-probability and
+    rank as the server listed it (NaN and past the listed ones where it did not)."""
+    if text == chosen.token.text:
+        return replace(chosen, finish_reason=None)
+    listed = [n for n, t in enumerate(chosen.top_texts) if t == text]
+    if not listed:
+        token = TokenInfo(-1, text, text.encode())
+        return replace(chosen, token=token, prob=math.nan, logprob=math.nan,
+                       rank=len(chosen.top_texts), finish_reason=None)  # fmt: skip
+    n = listed[0]
+    prob = float(chosen.top_probs[n])
+    token = TokenInfo(int(chosen.top_ids[n]), text, text.encode())
+    logprob = math.log(prob) if prob > 0 else -math.inf
+    return replace(chosen, token=token, prob=prob, logprob=logprob, rank=n, finish_reason=None)
+
+
+def placed(record: StepRecord, run_id: int, index: int, prompt_len: int) -> StepRecord:
+    """``record`` as step ``index`` of a path from a prompt of ``prompt_len`` tokens."""
+    return replace(record, run_id=run_id, index=index, position=prompt_len - 1 + index)
+
+
+def path_run(parent: ServedRun, step: int, text: str, new_id: int) -> ServedRun:
+    """The branch's path so far: the parent's steps before ``step``, then ``text`` forced there
+    (a :class:`ServedRun` that is never iterated: a later branch reads its text)."""
+    n = len(parent.prompt)
+    head = [placed(s, new_id, i, n) for i, s in enumerate(parent.steps[:step])]
+    head.append(placed(forced_step(parent.steps[step], text), new_id, step, n))
+    return ServedRun(parent.engine, parent.prompt, parent.params, parent.config, parent.cancel,
+                     new_id, head)  # fmt: skip
+
+
+@dataclass
+class ServedTree:
+    """The runs branched on one server, as the tree view's nodes (in the order they came)."""
+
+    nodes: dict[int, BranchNode] = field(default_factory=dict)
+
+    def add_root(self, run: ServedRun) -> bool:
+        """Make ``run`` a root unless it is in the tree already; True when it was added."""
+        if run.run_id in self.nodes:
+            return False
+        logprob = sum(s.logprob for s in run.steps)
+        self.nodes[run.run_id] = BranchNode(
+            run.run_id, None, None, None, 0, 0, logprob, run.output_text(), prompt=run.prompt.text
+        )
+        return True
+
+    def add_branch(self, parent_id: int, step: int, path: ServedRun, own: str,
+                   continued: bool) -> None:  # fmt: skip
+        """The path ``path`` branched from run ``parent_id`` at its ``step``; ``own``: the
+        server's reply (the cumulative log-probability is over the whole path)."""
+        up = self.nodes[parent_id]
+        forced = path.steps[step].token
+        logprob = sum(s.logprob for s in path.steps)
+        self.nodes[path.run_id] = BranchNode(
+            path.run_id, parent_id, step, forced, up.depth + 1, step + 1, logprob, own, continued
+        )
+
+    def all(self) -> tuple[BranchNode, ...]:
+        return tuple(self.nodes.values())
+
+
+_trees: weakref.WeakKeyDictionary[OpenAIEngine, ServedTree] = weakref.WeakKeyDictionary()
+
+
+def tree_of(engine: OpenAIEngine) -> ServedTree:
+    """The branch tree of ``engine``'s runs (a new server opened starts a new one)."""
+    return _trees.setdefault(engine, ServedTree())
+
+
+def served_branch_job(
+    shown_id: int, step: int, token_text: str, max_new: int, new_id: int, continued: bool = False
+) -> Job:
+    """Branch the served run ``shown_id`` at path step ``step`` with ``token_text``
+    (``continued``: the token it chose at its last step: the run goes on). Nothing is shown
+    until the server's first token came: a request refused leaves the shown run as it was."""
+
+    def job(bench: Workbench) -> Iterator[Item]:
+        from llm_lens.core.loop.engine import RunConfig
+
+        engine, parent = bench.engine, bench.store.find(shown_id)
+        if not isinstance(engine, OpenAIEngine) or not isinstance(parent, ServedRun):
+            raise LensError("that run is no longer kept: run it again on the server to branch it")
+        tree = tree_of(engine)
+        if tree.add_root(parent):
+            yield "history", (shown_of(parent), tree.all())
+        config = RunConfig(max_new_tokens=max_new)
+        branch = continuation(parent, step, token_text, config, bench.cancel)
+        branch.run_id = new_id
+        replies = iter(branch)
+        first = next(replies, None)  # a refusal raises here, before anything is shown
+        path = path_run(parent, step, token_text, new_id)
+        bench.store.keep(new_id, path)
+        yield "run_started", path.prompt
+        yield from (("step", s) for s in list(path.steps))
+        for record in itertools.chain([first] if first is not None else [], replies):
+            path.steps.append(placed(record, new_id, len(path.steps), len(path.prompt)))
+            yield "step", path.steps[-1]
+        _finish(path, branch)
+        yield "run_finished", path.summary()
+        tree.add_branch(shown_id, step, path, branch.output_text(), continued)
+        yield "branch_done", (shown_of(path), tree.all())
+
+    return job
+
+
+def _finish(path: ServedRun, branch: ServedRun) -> None:
+    """The path ends as the server's reply did (its finish, its line, what it reported)."""
+    path.finish_reason, path.stop_error = branch.finish_reason, branch.stop_error
+    path.reported, path.sent = branch.reported, branch.sent
+    if path.steps:
+        path.steps[-1] = replace(path.steps[-1], finish_reason=branch.finish_reason)

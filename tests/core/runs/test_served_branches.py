@@ -1,0 +1,101 @@
+"""The Branches view's served job against a real llama.cpp server: a branch is the server's
+own reply to the text so far with the forced token; the run it came from becomes the tree's
+root; a branch of a branch nests; the alternatives are the server's."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from llm_lens.core.engines.openai import Endpoint, OpenAIEngine
+from llm_lens.core.errors import LensError
+from llm_lens.core.loop.engine import RunConfig
+from llm_lens.core.runs.served_branches import (
+    served_alternatives,
+    served_branch_job,
+    tree_of,
+)
+from llm_lens.core.runs.workbench import Workbench
+from llm_lens.core.sampling import GREEDY
+from tests.core.engines.openai.conftest import llama_server  # noqa: F401 (the fixture)
+from tests.core.engines.openai.test_llama_server import non_streamed
+
+
+@pytest.fixture
+def served(llama_server):  # noqa: F811 (a new engine: a new tree)
+    return OpenAIEngine(Endpoint(llama_server), None, top_logprobs=4)
+
+
+def root_run(engine, bench, text="The capital of France is", run_id=1):
+    run = engine.start(engine.tokenize(text, chat=False), GREEDY, RunConfig(max_new_tokens=5))
+    run.run_id = run_id
+    run.run_all()
+    bench.store.runs[run_id] = run  # as served_live leaves it
+    return run
+
+
+def test_a_branch_is_the_servers_reply_to_the_text_so_far(served):
+    bench = Workbench(served)
+    root = root_run(served, bench)
+    alts = served_alternatives(root.steps[1], 4)
+    assert [a.text for a in alts] == list(root.steps[1].top_texts[:4])
+    assert alts[0].chosen and all(a.final_prob is None for a in alts)
+    other = next(a for a in alts if not a.chosen)
+    items = list(served_branch_job(1, 1, other.text, 3, 2)(bench))
+    tags = [t for t, _ in items]
+    assert tags == ["history", "run_started", *["step"] * 5, "run_finished", "branch_done"]
+    path = bench.store.kept[2]
+    assert path.sent["prompt"] == root.prompt.text + root.steps[0].token.text + other.text
+    steps = [p for t, p in items if t == "step"]
+    assert [s.token for s in steps] == [s.token for s in path.steps]
+    assert [s.index for s in steps] == list(range(5))
+    assert steps[0].token == root.steps[0].token and steps[1].token.text == other.text
+    assert steps[1].prob == pytest.approx(other.prob) and steps[1].rank == 1
+    reply = non_streamed(served, path)["logprobs"]  # the same request, not streamed
+    assert [s.token.text for s in steps[2:]] == reply["tokens"]
+    assert [s.logprob for s in steps[2:]] == pytest.approx(reply["token_logprobs"], abs=1e-4)
+    assert all(s.run_id == 2 for s in steps) and path.steps[-1].finish_reason == "length"
+    assert [s.position for s in steps] == [len(root.prompt) - 1 + i for i in range(5)]
+    shown, nodes = items[-1][1]
+    assert shown.run_id == 2 and shown.prompt == root.prompt and [n.run_id for n in nodes] == [1, 2]
+    node = nodes[1]
+    assert (node.parent_run_id, node.branch_step, node.offset) == (1, 1, 2)
+    assert node.forced_token.text == other.text
+    assert node.text == "".join(reply["tokens"])
+    expected = root.steps[0].logprob + math.log(other.prob) + sum(reply["token_logprobs"])
+    assert node.cumulative_logprob == pytest.approx(expected, rel=1e-4)
+
+
+def test_a_branch_of_a_branch_nests_and_a_continuation_goes_on(served):
+    bench = Workbench(served)
+    root = root_run(served, bench)
+    list(served_branch_job(1, 2, " Paris", 3, 2)(bench))
+    first = bench.store.kept[2]
+    assert len(first.steps) == 6
+    last = first.steps[-1].token.text
+    items = list(served_branch_job(2, 5, last, 2, 3, continued=True)(bench))
+    assert "history" not in [t for t, _ in items]  # the branch is in the tree already
+    nodes = items[-1][1][1]
+    end = nodes[-1]
+    assert (end.parent_run_id, end.depth, end.offset, end.continued) == (2, 2, 6, True)
+    grown = bench.store.kept[3]
+    assert grown.sent["prompt"] == root.prompt.text + first.output_text()
+    assert [s.token for s in grown.steps[:6]] == [s.token for s in first.steps]
+    assert len(grown.steps) == 8 and tree_of(served).all() == nodes
+
+
+def test_a_refused_branch_shows_nothing(served, monkeypatch):
+    from llm_lens.core.engines.openai.client import ServerError
+
+    bench = Workbench(served)
+    root_run(served, bench)
+    served.endpoint = Endpoint(served.endpoint.base_url + "/nowhere")
+    with pytest.raises(ServerError) as said:
+        list(served_branch_job(1, 1, " x", 2, 2)(bench))
+    assert "\n" not in str(said.value) and 2 not in bench.store.kept
+
+
+def test_a_run_no_longer_kept_is_one_line(served):
+    with pytest.raises(LensError, match="no longer kept"):
+        list(served_branch_job(99, 0, " x", 2, 100)(Workbench(served)))
