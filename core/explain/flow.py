@@ -166,9 +166,10 @@ def _mlp_half(
 def _per_head_out(engine: Any, trace: ContextTrace, layer: int) -> torch.Tensor:
     """(heads, T, hidden): what each head would write for each source token at weight 1."""
     attn, info = engine.anatomy.attn[layer], engine.info
-    w_o = out_weight(attn).float().view(-1, info.num_heads, info.head_dim)  # (hidden, H, hd)
-    groups = info.num_heads // info.num_kv_heads
-    v = trace.layer_values(layer).repeat_interleave(groups, dim=0)  # (H, T, hd)
+    w = out_weight(attn).float()
+    w_o = w.view(w.shape[0], info.num_heads, -1)  # (hidden, H, hd)
+    values = trace.layer_values(layer)  # (this layer's own K/V heads, T, hd): MiMo's differ
+    v = values.repeat_interleave(info.num_heads // values.shape[0], dim=0)  # (H, T, hd)
     return torch.einsum("htk,dhk->htd", v, w_o)
 
 

@@ -81,7 +81,9 @@ class ContextTrace:
     attn: torch.Tensor  # (layers, T, hidden)
     raw_attn: torch.Tensor | None  # (layers, T, hidden), post-norm models only
     heads_in: torch.Tensor  # (layers, heads × head_dim) at the last position
-    values: torch.Tensor | None  # (layers, kv_heads, T, head_dim); None: see layer_values
+    # per layer (kv_heads, T, head_dim), a layer's own K/V heads (MiMo's differ by layer);
+    # None: see layer_values
+    values: list[torch.Tensor] | None
     logits: torch.Tensor  # (vocab,) the last position's logits
     grad_x_input: torch.Tensor  # (T,) gradient × input summed over the embedding dims
     target: int
@@ -210,7 +212,7 @@ def trace_context(
         gxi = (grad * embeds).sum(dim=-1)[0].detach().float()  # (T,)
     # a checkpointed pass ran its layers without the cache: values come with each layer's call
     indices = [getattr(block, "layer_idx", i) for i, block in enumerate(anatomy.attn)]
-    values = None if again else torch.stack(_values(cache, seen, indices))
+    values = None if again else _values(cache, seen, indices)
     raw = hooks.attn.done()  # (L, T, hidden)
     added = hooks.added.done() if hooks.added.count else None
     mlp_last = _stack_last(hooks.mlp, len(anatomy.layers))

@@ -203,6 +203,20 @@ def _layer_head_dims(section: Mapping[str, Any], layers: int, head_dim: int) -> 
     return tuple(dims) if len(set(dims)) > 1 else ()
 
 
+def _layer_kv_heads(section: Mapping[str, Any], layers: int, kv: int) -> tuple[int, ...]:
+    """Per layer, the K/V heads its attention module keeps as transformers' own code builds it
+    from this config (on the meta device: :mod:`.modules`), where layers differ from ``kv``
+    (MiMo-V2-Flash doubles its sliding layers' heads in code, not in its config); empty where
+    every attention layer keeps ``kv``, or the model cannot be built."""
+    from llm_lens.core.kvcache.modules import layers_from_config
+
+    config = _transformers_config(section)
+    built = None if config is None else layers_from_config(config)
+    if built is None or len(built.kv_heads) != layers:
+        return ()
+    return built.kv_heads if any(h not in (0, kv) for h in built.kv_heads) else ()
+
+
 def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
     """Read the KV layout from a parsed config.json; raise ConfigError naming any missing field."""
     if cfg.get("is_encoder_decoder") is True:
@@ -223,11 +237,12 @@ def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
     heads = _require_int(section, _HEAD_KEYS, where)
     latent, latent_mha = _latent(section, heads, where)
     head_dim = _head_dim(section, heads, where)
+    kv = _kv_heads(section, family, heads, where)
     return KVLayout(
         family=family,
         num_layers=layers,
         num_heads=heads,
-        num_kv_heads=_kv_heads(section, family, heads, where),
+        num_kv_heads=kv,
         head_dim=head_dim,
         context_length=_get_int(section, _CONTEXT_KEYS, where),
         windows=_windows(section, layers, where),
@@ -235,4 +250,5 @@ def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
         latent_dim=latent,
         latent_mha_dim=latent_mha,
         layer_head_dims=_layer_head_dims(section, layers, head_dim),
+        layer_kv_heads=() if latent else _layer_kv_heads(section, layers, kv),
     )

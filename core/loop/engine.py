@@ -31,6 +31,7 @@ from llm_lens.core.attention import (
     use_lens_attention,
 )
 from llm_lens.core.attention.lens import differs_note
+from llm_lens.core.attention.verdicts import route_checked
 from llm_lens.core.errors import PromptError
 from llm_lens.core.experts import RouterCapture
 from llm_lens.core.interventions import Intervention, Patcher
@@ -84,7 +85,8 @@ class Engine:
         self.anatomy = Anatomy.of(self.model)
         # attention through transformers' interface, recorded by our function: False for a
         # family whose attention bypasses it (no maps; every other pane still works)
-        self.attention_maps = use_lens_attention(self.model, check=True)
+        # (the check's verdict kept per weights: a reload of the same weights skips it)
+        self.attention_maps = route_checked(self.model, self.info.weights_id)
         if not self.attention_maps and not self.info.attention_note:
             self.info = replace(self.info, attention_note=differs_note(self.model))
             loaded.info = self.info

@@ -1,0 +1,101 @@
+"""The families the sweep found last (tests/newer_families.py), each checked against its own
+model: greedy tokens and logits = ``generate()``, the lens's last row = the output, the cache's
+bytes = the formula from the loaded model and from ``llm-lens kv``'s config alone, and "Why
+this token?" a split or its one-line reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from llm_lens.core import layers
+from llm_lens.core.kvcache import build_report, layout_from_config
+from llm_lens.core.loop.analyses import compute
+from llm_lens.core.loop.engine import Engine, RunConfig
+from llm_lens.core.sampling import GREEDY
+from tests.newer_families import NEWER, newer_model
+
+PROMPT = "The quick brown fox jumps over the lazy dog"
+NEW = 4
+ALL = list(NEWER)
+_runs: dict[str, Any] = {}
+
+
+def _run(name: str, tokenizer: Any) -> Any:
+    """(engine, run) of a finished greedy run of the family, built once."""
+    if name not in _runs:
+        engine = Engine(newer_model(name, tokenizer))
+        run = engine.start(engine.tokenize(PROMPT, chat=False), GREEDY, RunConfig(NEW))
+        run.run_all()
+        _runs[name] = engine, run
+    return _runs[name]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_greedy_tokens_and_logits_equal_generate(tokenizer: Any, name: str) -> None:
+    engine, run = _run(name, tokenizer)
+    prompt = torch.tensor([run.prompt.ids])
+    with torch.inference_mode():
+        ref = engine.model.generate(
+            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW, do_sample=False,
+            output_logits=True, return_dict_in_generate=True,
+        )  # fmt: skip
+    assert run.generated_ids == ref.sequences[0, len(run.prompt) :].tolist()
+    for step, want in zip(run.steps, ref.logits, strict=True):
+        want = want[0].float().numpy()
+        np.testing.assert_allclose(step.logits, want, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_last_lens_row_is_the_models_output(tokenizer: Any, name: str) -> None:
+    engine, run = _run(name, tokenizer)
+    for step in run.steps:
+        with torch.inference_mode():
+            lens = layers.lens_logits(engine, torch.from_numpy(np.array(step.hidden)))
+        scale = np.abs(step.logits).max()
+        np.testing.assert_allclose(lens[-1].numpy(), step.logits, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_cache_bytes_equal_the_formula_and_the_config(tokenizer: Any, name: str) -> None:
+    """Measured = the loaded model's formula at every step, and = ``llm-lens kv``'s from the
+    config.json alone (which builds the config's own modules to learn each layer's heads)."""
+    engine, run = _run(name, tokenizer)
+    cfg = engine.model.config.to_dict()
+    layout = layout_from_config(cfg)
+    for step in run.steps:
+        assert step.kv.bytes_total == step.kv.formula_bytes > 0
+        assert layout.total_bytes(step.kv.tokens, engine.info.dtype_bytes) == step.kv.growing_bytes
+    report = build_report("m", cfg, run.steps[-1].kv.tokens, 1, "float32")
+    assert report["total_bytes"] == run.steps[-1].kv.growing_bytes
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_why_this_token_splits_or_says_why(tokenizer: Any, name: str) -> None:
+    """A split that adds up to the logit (every head of every layer in it), or the whole logit
+    left as the residual with its one-line reason; never an exception."""
+    engine, run = _run(name, tokenizer)
+    step = run.steps[-1]
+    x = compute("explain", engine, run, {"step": len(run.steps) - 1})
+    logit = float(step.logits[step.token.id])
+    parts = x.logits
+    assert parts.heads.shape[0] == engine.info.num_layers
+    if parts.unsplit:
+        assert "\n" not in parts.unsplit and parts.residual == pytest.approx(logit, abs=1e-4)
+    else:
+        assert parts.sum + parts.residual == pytest.approx(logit, abs=1e-3 * abs(logit) + 1e-3)
+
+
+def test_mimo_sliding_layers_keep_twice_the_kv_heads(tokenizer: Any) -> None:
+    """MiMo-V2-Flash's attention module doubles the K/V heads of its sliding layers; its
+    config says 2 for every layer. The loaded model, the config's layout and the cache agree."""
+    engine, run = _run("mimo_v2_flash", tokenizer)
+    assert engine.info.layer_kv_heads == (2, 4)
+    layout = layout_from_config(engine.model.config.to_dict())
+    assert layout.layer_kv_heads == (2, 4) and layout.num_kv_heads == 2
+    kv = run.steps[-1].kv
+    held = layout.held_tokens(kv.tokens)  # the sliding layer: its window − 1
+    assert kv.per_layer[:, 0].tolist() == [2 * 8 * held[0] * 4, 4 * 8 * held[1] * 4]
