@@ -29,6 +29,25 @@ NEWER: dict[str, tuple[str, dict[str, Any]]] = {
         ),
     ),  # fmt: skip
 }
+# families LLM Lens refuses in one line: name -> (model_type, config overrides)
+REFUSED: dict[str, tuple[str, dict[str, Any]]] = {
+    "openai-gpt": (
+        "openai-gpt",
+        dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, **dict.fromkeys(COMMON)),
+    ),
+    "cpmant": (
+        "cpmant",
+        dict(
+            dim_head=8,
+            dim_ff=64,
+            prompt_length=4,
+            num_key_value_heads=None,
+            intermediate_size=None,
+            max_position_embeddings=None,
+            tie_word_embeddings=None,
+        ),
+    ),  # fmt: skip
+}
 _cache: dict[str, Any] = {}
 
 
@@ -37,7 +56,7 @@ def newer_config(name: str, vocab_size: int) -> Any:
     import pytest
     from transformers import CONFIG_MAPPING
 
-    model_type, overrides = NEWER[name]
+    model_type, overrides = {**NEWER, **REFUSED}[name]
     if model_type not in CONFIG_MAPPING:
         pytest.skip(f"the installed transformers has no {model_type}")
     cfg = {**COMMON, **overrides, "vocab_size": vocab_size}

@@ -35,7 +35,7 @@ from llm_lens.core.attention.verdicts import route_checked
 from llm_lens.core.errors import PromptError
 from llm_lens.core.experts import RouterCapture
 from llm_lens.core.interventions import Intervention, Patcher
-from llm_lens.core.kvcache.measure import check_kept
+from llm_lens.core.kvcache.measure import check_fed_a_token_a_step, check_kept
 from llm_lens.core.kvcache.state import own_cache
 from llm_lens.core.loading import LoadedModel
 from llm_lens.core.loop.capture import Capture
@@ -83,6 +83,7 @@ class Engine:
         self.tokenizer = loaded.tokenizer
         self.info = loaded.info
         self.anatomy = Anatomy.of(self.model)
+        check_fed_a_token_a_step(self.model)  # CPM-Ant reads the whole sequence a step
         # attention through transformers' interface, recorded by our function: False for a
         # family whose attention bypasses it (no maps; every other pane still works)
         # (the check's verdict kept per weights: a reload of the same weights skips it)

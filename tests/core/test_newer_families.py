@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from llm_lens.core import layers
+from llm_lens.core.errors import ModelLoadError
 from llm_lens.core.kvcache import build_report, layout_from_config
 from llm_lens.core.loop.analyses import compute
 from llm_lens.core.loop.engine import Engine, RunConfig
 from llm_lens.core.sampling import GREEDY
-from tests.newer_families import NEWER, newer_model
+from tests.newer_families import NEWER, REFUSED, newer_model
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
 NEW = 4
@@ -99,3 +100,23 @@ def test_mimo_sliding_layers_keep_twice_the_kv_heads(tokenizer: Any) -> None:
     kv = run.steps[-1].kv
     held = layout.held_tokens(kv.tokens)  # the sliding layer: its window − 1
     assert kv.per_layer[:, 0].tolist() == [2 * 8 * held[0] * 4, 4 * 8 * held[1] * 4]
+
+
+REFUSALS = {
+    "openai-gpt": "OpenAIGPTLMHeadModel keeps no KV cache (its forward takes none",
+    "cpmant": "CpmAntForCausalLM: generate() feeds it the whole sequence every step",
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_a_model_not_fed_a_token_a_step_is_refused_in_one_line(tokenizer: Any, name: str) -> None:
+    """GPT-1 keeps no cache and CPM-Ant reads the whole sequence each step (prepending its own
+    prompt tokens): transformers' own generate() runs them, one token a step would differ."""
+    loaded = newer_model(name, tokenizer)
+    prompt = torch.tensor([tokenizer("one two three", add_special_tokens=False)["input_ids"]])
+    with torch.inference_mode():  # transformers itself runs it (so the refusal is ours)
+        out = loaded.model.generate(prompt, max_new_tokens=2, do_sample=False)
+    assert out.shape[1] == prompt.shape[1] + 2
+    with pytest.raises(ModelLoadError) as err:
+        Engine(loaded)
+    assert str(err.value).startswith(REFUSALS[name]) and "\n" not in str(err.value)
