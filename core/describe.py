@@ -33,6 +33,8 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
     param = next(model.parameters())
     placed = placement_of(model)
     places = dict.fromkeys(p.where for p in placed)  # in the device map's order
+    fields = _layer_fields(model, head_dim, heads, kv_heads(model, cfg))
+    heads = max(heads, *fields.get("layer_heads", ()), 0)  # the widest layer's
     return ModelInfo(
         name=name,
         source=source,
@@ -53,7 +55,7 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
         attention_note=_attention_note(model),
         placement=tuple((p.name, p.where, p.nbytes) for p in placed),
         quantization=quantization_note(model),
-        **_layer_fields(model, head_dim, heads, kv_heads(model, cfg)),
+        **fields,
     )
 
 
@@ -67,7 +69,7 @@ def _layer_fields(model: Any, head_dim: int, heads: int, kv: int) -> dict[str, A
     """Per layer, from the model's own modules (:class:`~llm_lens.core.anatomy.Anatomy`): its
     mixer kind, its attention's head size (0 without attention) and the elements of constant
     state its cache keeps; nothing when the layers cannot be found (the Engine says why)."""
-    from llm_lens.core.anatomy import Anatomy, kv_heads_of, latent_elements, state_elements
+    from llm_lens.core.anatomy import Anatomy, kv_heads_of, latent_elements, layer_state_elements
 
     try:
         anatomy = Anatomy.of(model)
@@ -79,10 +81,24 @@ def _layer_fields(model: Any, head_dim: int, heads: int, kv: int) -> dict[str, A
     return {
         "layer_kinds": anatomy.kinds,
         "layer_head_dims": dims,
-        "state_elements": tuple(state_elements(m) for m in anatomy.state_mixers),
+        "state_elements": tuple(
+            layer_state_elements(la, m)
+            for la, m in zip(anatomy.layers, anatomy.state_mixers, strict=True)
+        ),
         "latent_dims": tuple(latent_elements(a) for a in anatomy.attn),
         "layer_kv_heads": tuple(kv_heads_of(a, heads, kv) for a in anatomy.attn),
+        **_layer_heads(anatomy.attn, heads),
     }
+
+
+def _layer_heads(attn: list[Any], heads: int) -> dict[str, tuple[int, ...]]:
+    """``layer_heads`` where layers' attention modules have query-head counts of their own
+    (Inkling's sliding layers: ``swa_num_attention_heads``), read from each module; nothing
+    where every attention layer has the config's ``heads``."""
+    from llm_lens.core.anatomy import query_heads_of
+
+    counts = tuple(query_heads_of(a, heads) for a in attn)
+    return {"layer_heads": counts} if any(c not in (0, heads) for c in counts) else {}
 
 
 def _attention_note(model: Any) -> str:

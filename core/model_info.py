@@ -67,6 +67,21 @@ class ModelInfo:
     # per layer, the K/V heads its attention caches (0: none; JetMoE's and MiMo's differ from
     # the model-wide ``num_kv_heads``); empty when unknown (then every layer: num_kv_heads)
     layer_kv_heads: tuple[int, ...] = ()
+    # per layer, its attention's query heads where layers differ (Inkling's sliding layers have
+    # their own count; 0: no attention); empty when every layer has ``num_heads``, which is
+    # then the widest layer's count (every per-head array is that wide)
+    layer_heads: tuple[int, ...] = ()
+
+    def heads_in(self, layer: int) -> int:
+        """The query heads of ``layer``'s attention (``num_heads`` where layers do not differ);
+        the heads past it in a per-head array stay zero."""
+        return self.layer_heads[layer] if layer < len(self.layer_heads) else self.num_heads
+
+    def kv_heads_in(self, layer: int) -> int:
+        """The K/V heads ``layer``'s attention keeps (``num_kv_heads`` where layers do not
+        differ or ``layer`` keeps none of its own)."""
+        own = self.layer_kv_heads[layer] if layer < len(self.layer_kv_heads) else 0
+        return own or self.num_kv_heads
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""
@@ -84,6 +99,17 @@ class ModelInfo:
         """For each KV head, the query heads that share it."""
         per = self.num_heads // self.num_kv_heads
         return tuple(tuple(range(k * per, (k + 1) * per)) for k in range(self.num_kv_heads))
+
+    def gqa_groups_in(self, layer: int) -> tuple[tuple[int, ...], ...]:
+        """``gqa_groups`` of ``layer``'s own query and K/V heads (MiMo's and Inkling's layers
+        differ); the model-wide groups where layers do not."""
+        if not (self.layer_heads or self.layer_kv_heads):
+            return self.gqa_groups
+        heads, kv = self.heads_in(layer), self.kv_heads_in(layer)
+        if not heads or heads % kv:
+            return self.gqa_groups
+        per = heads // kv
+        return tuple(tuple(range(k * per, (k + 1) * per)) for k in range(kv))
 
     @property
     def dtype_bytes(self) -> int:

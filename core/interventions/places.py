@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from llm_lens.core.anatomy import Anatomy
+from llm_lens.core.anatomy import Anatomy, query_heads_of
 from llm_lens.core.experts import find_routers
 from llm_lens.core.interventions.spec import InterventionError
 
@@ -28,12 +28,21 @@ class Sizes:
     heads: int
     hidden: int
     experts: dict[int, int]  # MoE layer -> its number of experts
+    # per layer, its attention's own query heads where layers differ (Inkling); empty: ``heads``
+    layer_heads: tuple[int, ...] = ()
+
+    def heads_in(self, layer: int) -> int:
+        """``layer``'s query heads: its own where layers differ, else ``heads``."""
+        return self.layer_heads[layer] if layer < len(self.layer_heads) else self.heads
 
     @classmethod
     def of(cls, model: Any, anatomy: Anatomy) -> Sizes:
         cfg = model.config.get_text_config(decoder=True)
         experts = {layer: _expert_count(router) for layer, router in find_routers(model)}
-        return cls(len(anatomy.layers), int(cfg.num_attention_heads), int(cfg.hidden_size), experts)
+        heads = int(cfg.num_attention_heads)
+        own = tuple(query_heads_of(a, heads) for a in anatomy.attn)
+        differ = any(h not in (0, heads) for h in own)
+        return cls(len(anatomy.layers), heads, int(cfg.hidden_size), experts, own if differ else ())
 
 
 def _expert_count(router: Any) -> int:

@@ -38,6 +38,7 @@ class BuiltLayers:
 
     state_elements: tuple[int, ...]
     kv_heads: tuple[int, ...]
+    head_dims: tuple[int, ...] = ()  # per layer, its attention's head size (0: none)
 
 
 def layers_from_config(config: Any) -> BuiltLayers | None:
@@ -62,7 +63,7 @@ def _build(config: Any) -> BuiltLayers | None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from llm_lens.core.anatomy import Anatomy, kv_heads_of, state_elements
+    from llm_lens.core.anatomy import Anatomy, kv_heads_of, layer_state_elements
     from llm_lens.core.errors import ModelLoadError
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -76,8 +77,12 @@ def _build(config: Any) -> BuiltLayers | None:
     heads = int(getattr(config, "num_attention_heads", None) or 1)
     default = int(getattr(config, "num_key_value_heads", None) or heads)
     return BuiltLayers(
-        tuple(state_elements(m) for m in anatomy.state_mixers),
+        tuple(
+            layer_state_elements(la, m)
+            for la, m in zip(anatomy.layers, anatomy.state_mixers, strict=True)
+        ),
         tuple(kv_heads_of(a, heads, default) for a in anatomy.attn),
+        tuple(0 if a is None else int(getattr(a, "head_dim", 0) or 0) for a in anatomy.attn),
     )
 
 

@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from llm_lens.core import layers
+from llm_lens.core.attention import attention_map, attention_overview
 from llm_lens.core.errors import ModelLoadError
+from llm_lens.core.interventions import HeadEdit, InterventionError
 from llm_lens.core.kvcache import build_report, layout_from_config
 from llm_lens.core.loop.analyses import compute
 from llm_lens.core.loop.engine import Engine, RunConfig
@@ -102,16 +104,55 @@ def test_mimo_sliding_layers_keep_twice_the_kv_heads(tokenizer: Any) -> None:
     assert kv.per_layer[:, 0].tolist() == [2 * 8 * held[0] * 4, 4 * 8 * held[1] * 4]
 
 
+def test_inkling_layers_have_query_heads_of_their_own(tokenizer: Any) -> None:
+    """Inkling's sliding layer has 8 query heads, its full layer 4: the records are the widest
+    layer's wide, a layer's heads past its own count stay empty, and its map is not asked."""
+    engine, run = _run("inkling", tokenizer)
+    info = engine.info
+    assert info.layer_heads == (8, 4) and info.num_heads == 8
+    assert info.layer_kv_heads == (4, 2) and info.layer_head_dims == (16, 8)
+    assert [len(g) for g in info.gqa_groups_in(0)] == [2] * 4
+    assert [len(g) for g in info.gqa_groups_in(1)] == [2] * 2
+    for step in run.steps:
+        assert step.attention.shape[:2] == (2, 8)
+        np.testing.assert_allclose(step.attention[0].sum(-1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(step.attention[1, :4].sum(-1), 1.0, atol=1e-5)
+        assert not step.attention[1, 4:].any()
+    hidden = np.asarray(run.prefill.hidden)
+    assert attention_map(engine, None, hidden, 1, 5) is None  # layer 1 has no head 5
+    for layer, head in ((0, 7), (1, 3)):
+        amap = attention_map(engine, None, hidden, layer, head)
+        assert amap is not None
+        np.testing.assert_allclose(np.asarray(amap.weights).sum(-1), 1.0, atol=1e-5)
+    overview = attention_overview(engine, None, hidden)
+    assert overview is not None and overview.shape[:2] == (2, 8) and not overview[1, 4:].any()
+
+
+def test_inkling_head_interventions_are_checked_per_layer(tokenizer: Any) -> None:
+    """A head past a layer's own count is refused in one line naming that layer's range; one
+    inside it changes the run (the head's slice of that layer's own heads, not a wider view)."""
+    engine, run = _run("inkling", tokenizer)
+    prompt = engine.tokenize(PROMPT, chat=False)
+    with pytest.raises(InterventionError, match=r"no head 5 \(layer 1 has heads 0-3\)"):
+        engine.start(prompt, GREEDY, RunConfig(1), interventions=[HeadEdit(1, 5)])
+    for layer, head in ((0, 7), (1, 3)):
+        edited = engine.start(prompt, GREEDY, RunConfig(1), interventions=[HeadEdit(layer, head)])
+        edited.run_all()
+        assert not np.allclose(edited.steps[0].logits, run.steps[0].logits)
+
+
 REFUSALS = {
     "openai-gpt": "OpenAIGPTLMHeadModel keeps no KV cache (its forward takes none",
     "cpmant": "CpmAntForCausalLM: generate() feeds it the whole sequence every step",
+    "longcat_flash": "LongcatFlashForCausalLM: each of its 2 blocks holds 2 attention sublayers",
 }
 
 
 @pytest.mark.parametrize("name", list(REFUSED))
-def test_a_model_not_fed_a_token_a_step_is_refused_in_one_line(tokenizer: Any, name: str) -> None:
-    """GPT-1 keeps no cache and CPM-Ant reads the whole sequence each step (prepending its own
-    prompt tokens): transformers' own generate() runs them, one token a step would differ."""
+def test_a_family_the_loop_cannot_follow_is_refused_in_one_line(tokenizer: Any, name: str) -> None:
+    """GPT-1 keeps no cache, CPM-Ant reads the whole sequence each step (prepending its own
+    prompt tokens), LongCat-Flash's blocks each hold two attention sublayers: transformers' own
+    generate() runs them; LLM Lens says in one line why it does not, never a wrong number."""
     loaded = newer_model(name, tokenizer)
     prompt = torch.tensor([tokenizer("one two three", add_special_tokens=False)["input_ids"]])
     with torch.inference_mode():  # transformers itself runs it (so the refusal is ours)

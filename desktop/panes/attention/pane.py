@@ -246,7 +246,7 @@ class AttentionPane(Pane):
 
     def _header(self, step: Any, layer: int, head: int, amap: Any) -> None:
         info = self.controller.info
-        parts = [f"layer {layer}, head {head}: {gqa_note(info, head)}"]
+        parts = [f"layer {layer}, head {head}: {gqa_note(info, head, layer)}"]
         changed = head_change(self.controller.interventions, layer, head)
         parts[:0] = [changed] if changed else []
         if step.index > 0:
@@ -255,7 +255,7 @@ class AttentionPane(Pane):
         if layer < len(windows) and windows[layer]:
             parts.append(f"sliding window: each query sees its last {windows[layer]} positions")
         waiting = self.controller.waiting_text("prompt map", "computing the prompt map…")
-        note = map_note(info, layer, amap, self.block, waiting)
+        note = map_note(info, layer, amap, self.block, waiting, head)
         if note:
             parts.append(note)
         if self.contrast.isChecked() and amap is not None:
