@@ -33,15 +33,19 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
     param = next(model.parameters())
     placed = placement_of(model)
     places = dict.fromkeys(p.where for p in placed)  # in the device map's order
-    fields = _layer_fields(model, head_dim, heads, kv_heads(model, cfg))
-    heads = max(heads, *fields.get("layer_heads", ()), 0)  # the widest layer's
+    kv = kv_heads(model, cfg)
+    fields = _layer_fields(model, head_dim, heads, kv)
+    own = fields.get("layer_heads", ())
+    if own:  # layers with head counts of their own (Inkling): the widest layer's, and its K/V
+        widest = own.index(max(own))
+        heads, kv = own[widest], fields["layer_kv_heads"][widest] or kv
     return ModelInfo(
         name=name,
         source=source,
         architecture=(getattr(cfg, "architectures", None) or [type(model).__name__])[0],
         num_layers=cfg.num_hidden_layers,
         num_heads=heads,
-        num_kv_heads=kv_heads(model, cfg),
+        num_kv_heads=kv,
         head_dim=head_dim,
         hidden_size=cfg.hidden_size,
         vocab_size=cfg.vocab_size,

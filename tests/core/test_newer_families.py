@@ -109,7 +109,7 @@ def test_inkling_layers_have_query_heads_of_their_own(tokenizer: Any) -> None:
     layer's wide, a layer's heads past its own count stay empty, and its map is not asked."""
     engine, run = _run("inkling", tokenizer)
     info = engine.info
-    assert info.layer_heads == (8, 4) and info.num_heads == 8
+    assert info.layer_heads == (8, 4) and (info.num_heads, info.num_kv_heads) == (8, 4)
     assert info.layer_kv_heads == (4, 2) and info.layer_head_dims == (16, 8)
     assert [len(g) for g in info.gqa_groups_in(0)] == [2] * 4
     assert [len(g) for g in info.gqa_groups_in(1)] == [2] * 2
