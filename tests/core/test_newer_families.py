@@ -15,7 +15,7 @@ from llm_lens.core import layers
 from llm_lens.core.attention import attention_map, attention_overview
 from llm_lens.core.errors import ModelLoadError
 from llm_lens.core.interventions import HeadEdit, InterventionError
-from llm_lens.core.kvcache import build_report, layout_from_config
+from llm_lens.core.kvcache import build_report, format_report, layout_from_config
 from llm_lens.core.loop.analyses import compute
 from llm_lens.core.loop.engine import Engine, RunConfig
 from llm_lens.core.sampling import GREEDY
@@ -161,3 +161,16 @@ def test_a_family_the_loop_cannot_follow_is_refused_in_one_line(tokenizer: Any, 
     with pytest.raises(ModelLoadError) as err:
         Engine(loaded)
     assert str(err.value).startswith(REFUSALS[name]) and "\n" not in str(err.value)
+
+
+def test_kv_report_writes_the_per_layer_formula_that_adds_up(tokenizer: Any) -> None:
+    """``llm-lens kv`` on MiMo's config: one term per kind of layer (its full layer's 2 K/V
+    heads, its sliding layer's 4 over its window), and the terms add up to the total."""
+    engine, run = _run("mimo_v2_flash", tokenizer)
+    tokens = run.steps[-1].kv.tokens
+    report = build_report("m", engine.model.config.to_dict(), tokens, 1, "float32")
+    text = format_report(report)
+    held = min(tokens, 4)  # the sliding layer's window − 1
+    want = f"(1 × 2 × 2 × 8 × 4 × {tokens} + 1 × 2 × 4 × 8 × 4 × {held}) = "
+    assert want + f"{report['total_bytes']} bytes" in text
+    assert 2 * 2 * 8 * 4 * tokens + 2 * 4 * 8 * 4 * held == report["total_bytes"]
