@@ -175,6 +175,26 @@ def formula_bytes(
     )
 
 
+def per_layer_terms(info: ModelInfo, tokens: int, windows: Sequence[int] = ()) -> str:
+    """The formula's numbers as one term a kind of layer, "1 × 2 × 2 × 8 × 4 × 9 + …", where
+    attention layers differ in K/V heads or head size (MiMo, Inkling, Gemma 4), so that one
+    product of model-wide numbers would not add up; "" where one product says it (or a layer
+    caches a latent)."""
+    n = info.num_layers
+    heads = info.layer_kv_heads or (info.num_kv_heads,) * n
+    dims = info.layer_head_dims or (info.head_dim,) * n
+    kinds = {(k, d) for k, d in zip(heads, dims, strict=False) if k and d}
+    if any(info.latent_dims) or len(kinds) <= 1:
+        return ""
+    groups: dict[tuple[int, int, int], int] = {}
+    for k, d, w in zip(heads, dims, tuple(windows) or (0,) * n, strict=False):
+        if k and d:
+            key = (k, d, held_tokens(tokens, w))
+            groups[key] = groups.get(key, 0) + 1
+    b = info.dtype_bytes
+    return " + ".join(f"{c} × 2 × {k} × {d} × {b} × {h}" for (k, d, h), c in groups.items())
+
+
 def state_formula_bytes(info: ModelInfo, batch: int = 1) -> int:
     """The constant conv and recurrent state of the non-attention layers, from
     ``info.state_elements`` (:func:`llm_lens.core.kvcache.state.state_elements`)."""

@@ -13,9 +13,11 @@ import torch
 
 from llm_lens.core import layers
 from llm_lens.core.attention import attention_map, attention_overview
+from llm_lens.core.cards import kvcache_card
 from llm_lens.core.errors import ModelLoadError
 from llm_lens.core.interventions import HeadEdit, InterventionError
 from llm_lens.core.kvcache import build_report, format_report, layout_from_config
+from llm_lens.core.kvcache.formula import per_layer_terms
 from llm_lens.core.loop.analyses import compute
 from llm_lens.core.loop.engine import Engine, RunConfig
 from llm_lens.core.sampling import GREEDY
@@ -174,3 +176,16 @@ def test_kv_report_writes_the_per_layer_formula_that_adds_up(tokenizer: Any) -> 
     want = f"(1 × 2 × 2 × 8 × 4 × {tokens} + 1 × 2 × 4 × 8 × 4 × {held}) = "
     assert want + f"{report['total_bytes']} bytes" in text
     assert 2 * 2 * 8 * 4 * tokens + 2 * 4 * 8 * 4 * held == report["total_bytes"]
+
+
+def test_kv_card_sums_per_kind_of_layer(tokenizer: Any) -> None:
+    """The KV cache card's arithmetic adds up where layers differ in K/V heads (MiMo) and in
+    query heads, head size and state (Inkling): each term one kind of layer, the sum the
+    measured K/V."""
+    for name in ("mimo_v2_flash", "inkling"):
+        engine, run = _run(name, tokenizer)
+        step = run.steps[-1]
+        terms = per_layer_terms(engine.info, step.kv.tokens, step.kv.windows)
+        total = sum(int(np.prod([int(x) for x in t.split(" × ")])) for t in terms.split(" + "))
+        assert total == step.kv.growing_bytes == step.kv.formula_bytes - step.kv.state_bytes
+        assert f"{terms} = {total:,} bytes of K/V" in kvcache_card(engine.info, step).headline
