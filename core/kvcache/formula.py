@@ -160,8 +160,11 @@ def formula_bytes(
     """Σ over attention layers of 2 × kv_heads × head_dim × bytes × tokens held (``num_heads``
     overrides kv_heads; a layer with a window > 0 holds at most window − 1 tokens; a layer's own
     head size where ``info.layer_head_dims`` lists it, none for a layer without attention, the
-    latent once per token for a latent-attention layer, ``info.latent_dims``)."""
+    latent once per token for a latent-attention layer, ``info.latent_dims``; ``num_heads``
+    is each layer's own query heads where ``info.layer_heads`` lists them: Inkling's)."""
     kv = info.layer_kv_heads or (info.num_kv_heads,) * info.num_layers
+    if num_heads is not None and info.layer_heads:
+        kv, num_heads = info.layer_heads, 0  # per head K/V of each layer's own query heads
     dims = info.layer_head_dims or (info.head_dim,) * info.num_layers
     latent = info.latent_dims or (0,) * info.num_layers
     windows = tuple(windows) or (0,) * info.num_layers

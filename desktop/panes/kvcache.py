@@ -323,8 +323,8 @@ class KVCachePane(Pane):
     def _held_lines(info: Any, kv: Any) -> list[str]:
         """When the tensors hold another number of heads than the config's KV heads, say so."""
         held = kv.cached_kv_heads
-        if held is None or held == info.num_kv_heads:
-            return []
+        if held is None or held == info.num_kv_heads or held == max(info.layer_kv_heads, default=0):
+            return []  # (layers with K/V heads of their own, MiMo's: the formula has them)
         return [
             f"the cache holds K/V for {held} heads per layer, the config has {info.num_kv_heads} "
             f"KV heads: this model's transformers code stores K/V "

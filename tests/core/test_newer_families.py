@@ -189,3 +189,13 @@ def test_kv_card_sums_per_kind_of_layer(tokenizer: Any) -> None:
         total = sum(int(np.prod([int(x) for x in t.split(" × ")])) for t in terms.split(" + "))
         assert total == step.kv.growing_bytes == step.kv.formula_bytes - step.kv.state_bytes
         assert f"{terms} = {total:,} bytes of K/V" in kvcache_card(engine.info, step).headline
+
+
+def test_inkling_full_mha_counts_each_layers_own_query_heads(tokenizer: Any) -> None:
+    """ "With full MHA" keeps K/V for each layer's own query heads (8 in the sliding layer, 4
+    in the full one), not the widest layer's count in every layer."""
+    engine, run = _run("inkling", tokenizer)
+    kv = run.steps[-1].kv
+    held = [min(kv.tokens, 4), kv.tokens]  # the sliding layer's window − 1; all
+    want = sum(2 * h * d * 4 * n for h, d, n in zip((8, 4), (16, 8), held, strict=True))
+    assert kv.mha_bytes == want + kv.state_bytes

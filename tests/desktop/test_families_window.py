@@ -76,8 +76,10 @@ def test_every_pane_draws_the_newer_family(
         pane.render_and_paint()
         assert f"layer {narrow[0]} has {info.heads_in(narrow[0])} query heads" in pane.header.text()
         assert pane.matrix.size == 0 and pane.explainer() is None  # no map of a head it has not
-        if os.environ.get("LLM_LENS_SHOTS"):  # a look at it: LLM_LENS_SHOTS=folder
-            window.grab().save(os.path.join(os.environ["LLM_LENS_SHOTS"], f"{name}.png"))
+    if os.environ.get("LLM_LENS_SHOTS"):  # a look at it: LLM_LENS_SHOTS=folder
+        window.docks["KV cache"].raise_()
+        window.panes["KV cache"].render_and_paint()
+        window.grab().save(os.path.join(os.environ["LLM_LENS_SHOTS"], f"{name}.png"))
 
 
 def _draw_every_pane(
