@@ -74,14 +74,20 @@ class ModelInfo:
 
     def heads_in(self, layer: int) -> int:
         """The query heads of ``layer``'s attention (``num_heads`` where layers do not differ);
-        the heads past it in a per-head array stay zero."""
-        return self.layer_heads[layer] if layer < len(self.layer_heads) else self.num_heads
+        the heads past it in a per-head array stay zero (a count that is not a whole number up
+        to ``num_heads``, as a hand-edited session file could hold, reads as ``num_heads``)."""
+        own = self.layer_heads[layer] if 0 <= layer < len(self.layer_heads) else None
+        if isinstance(own, int) and not isinstance(own, bool) and 0 <= own <= self.num_heads:
+            return own
+        return self.num_heads
 
     def kv_heads_in(self, layer: int) -> int:
         """The K/V heads ``layer``'s attention keeps (``num_kv_heads`` where layers do not
         differ or ``layer`` keeps none of its own)."""
-        own = self.layer_kv_heads[layer] if layer < len(self.layer_kv_heads) else 0
-        return own or self.num_kv_heads
+        own = self.layer_kv_heads[layer] if 0 <= layer < len(self.layer_kv_heads) else 0
+        if isinstance(own, int) and not isinstance(own, bool) and own > 0:
+            return own
+        return self.num_kv_heads
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""

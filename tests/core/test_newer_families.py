@@ -199,3 +199,14 @@ def test_inkling_full_mha_counts_each_layers_own_query_heads(tokenizer: Any) -> 
     held = [min(kv.tokens, 4), kv.tokens]  # the sliding layer's window − 1; all
     want = sum(2 * h * d * 4 * n for h, d, n in zip((8, 4), (16, 8), held, strict=True))
     assert kv.mha_bytes == want + kv.state_bytes
+
+
+def test_per_layer_head_counts_from_a_hand_edited_file_fall_back_to_the_model_wide() -> None:
+    """A session's model record is read back into a ModelInfo: a per-layer count that is not
+    a whole number up to the model-wide one reads as the model-wide count, never raises."""
+    from llm_lens.core.model_info import ModelInfo
+
+    info = ModelInfo("m", "s", "A", 3, 8, 4, 8, 64, 100, 512, "float32", "cpu", 1, "rope",
+                     None, "w", layer_heads=(4, "x", 99), layer_kv_heads=(2, None, -1))  # type: ignore[arg-type]  # fmt: skip
+    assert [info.heads_in(n) for n in range(4)] == [4, 8, 8, 8]
+    assert [info.kv_heads_in(n) for n in range(4)] == [2, 4, 4, 4]
