@@ -76,7 +76,10 @@ class Anatomy:
         decoder = _decoder(model)
         layers = _layers(model, decoder)
         if layers is None:
-            raise ModelLoadError(f"{name}: cannot find the decoder layers (no list of blocks)")
+            raise ModelLoadError(
+                _sublayers_note(model, decoder)
+                or f"{name}: cannot find the decoder layers (no list of blocks)"
+            )
         attn = [_attention(layer) for layer in layers]
         others = [_other_mixer(layer, a) for layer, a in zip(layers, attn, strict=True)]
         missing = [i for i, (a, o) in enumerate(zip(attn, others, strict=True)) if a is o is None]
@@ -129,6 +132,29 @@ def _layers(model: Any, decoder: Any) -> Any | None:
         if isinstance(module, torch.nn.ModuleList) and len(module) and len(module) == count:
             return module
     return None
+
+
+def _sublayers_note(model: Any, decoder: Any) -> str:
+    """Why a stack whose blocks each hold several attention sublayers is refused (LongCat-Flash:
+    28 blocks of 2, its ``num_hidden_layers`` 56 counting the sublayers, the cache one layer a
+    sublayer); "" where that is not the case."""
+    count = getattr(model.config.get_text_config(decoder=True), "num_hidden_layers", None)
+    for _name, blocks in decoder.named_modules():
+        if not isinstance(blocks, torch.nn.ModuleList) or not len(blocks) or not count:
+            continue
+        per, rest = divmod(count, len(blocks))
+        inner = [
+            m
+            for m in blocks[0].modules()
+            if m is not blocks[0] and isinstance(getattr(m, "layer_idx", None), int)
+        ]
+        if per > 1 and not rest and len(inner) == per:
+            return (
+                f"{type(model).__name__}: each of its {len(blocks)} blocks holds {per} attention "
+                f"sublayers (num_hidden_layers {count} counts them, its cache one layer each), "
+                "and LLM Lens reads one attention per block"
+            )
+    return ""
 
 
 def mixer_kind(name: str, module: Any) -> str | None:
@@ -228,6 +254,25 @@ def state_elements(mixer: Any | None) -> int:
     return _recurrent_elements(mixer)  # no convolution: a recurrence alone (lightning)
 
 
+def layer_state_elements(layer: Any, mixer: Any | None) -> int:
+    """Elements of state one sequence's cache keeps for a whole layer with a non-attention
+    ``mixer``: the mixer's (:func:`state_elements`) and every other causal convolution in the
+    layer (Inkling's keys, values and MLP each pass one, beside its attention's); 0 for a layer
+    without such a mixer."""
+    if mixer is None:
+        return 0
+    inside = {id(m) for m in mixer.modules()}
+    extra = 0
+    for module in layer.modules():
+        if id(module) in inside:
+            continue
+        conv = next((c for c in module.children() if isinstance(c, torch.nn.Conv1d)), None)
+        if conv is not None:
+            kernel = int(getattr(module, "conv_kernel_size", None) or conv.kernel_size[0])
+            extra += conv.in_channels * kernel
+    return state_elements(mixer) + extra
+
+
 def _recurrent_elements(module: Any) -> int:
     """The recurrent state: gated DeltaNet's (value heads, key dim, value dim) matrix per head;
     Mamba's (channels, state) where ``A_log`` is that matrix; Mamba2's (heads, head dim,
@@ -286,6 +331,19 @@ def kv_heads_of(attention: Any | None, heads: int, default: int) -> int:
     groups = getattr(attention, "num_key_value_groups", None)
     if isinstance(groups, int) and groups > 0:
         return int(getattr(attention, "num_heads", None) or heads) // groups
+    return default
+
+
+def query_heads_of(attention: Any | None, default: int) -> int:
+    """The query heads one attention module has: its own ``num_heads`` (Inkling's sliding
+    layers have ``swa_num_attention_heads``), else ``num_attention_heads``, else ``default``;
+    0 for a layer without attention."""
+    if attention is None:
+        return 0
+    for name in ("num_heads", "num_attention_heads"):
+        value = getattr(attention, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
     return default
 
 

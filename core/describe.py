@@ -33,13 +33,19 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
     param = next(model.parameters())
     placed = placement_of(model)
     places = dict.fromkeys(p.where for p in placed)  # in the device map's order
+    kv = kv_heads(model, cfg)
+    fields = _layer_fields(model, head_dim, heads, kv)
+    own = fields.get("layer_heads", ())
+    if own:  # layers with head counts of their own (Inkling): the widest layer's, and its K/V
+        widest = own.index(max(own))
+        heads, kv = own[widest], fields["layer_kv_heads"][widest] or kv
     return ModelInfo(
         name=name,
         source=source,
         architecture=(getattr(cfg, "architectures", None) or [type(model).__name__])[0],
         num_layers=cfg.num_hidden_layers,
         num_heads=heads,
-        num_kv_heads=kv_heads(model, cfg),
+        num_kv_heads=kv,
         head_dim=head_dim,
         hidden_size=cfg.hidden_size,
         vocab_size=cfg.vocab_size,
@@ -53,7 +59,7 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
         attention_note=_attention_note(model),
         placement=tuple((p.name, p.where, p.nbytes) for p in placed),
         quantization=quantization_note(model),
-        **_layer_fields(model, head_dim, heads, kv_heads(model, cfg)),
+        **fields,
     )
 
 
@@ -72,7 +78,7 @@ def _layer_fields(model: Any, head_dim: int, heads: int, kv: int) -> dict[str, A
         find_mlp,
         kv_heads_of,
         latent_elements,
-        state_elements,
+        layer_state_elements,
     )
 
     try:
@@ -85,11 +91,25 @@ def _layer_fields(model: Any, head_dim: int, heads: int, kv: int) -> dict[str, A
     return {
         "layer_kinds": anatomy.kinds,
         "layer_head_dims": dims,
-        "state_elements": tuple(state_elements(m) for m in anatomy.state_mixers),
+        "state_elements": tuple(
+            layer_state_elements(la, m)
+            for la, m in zip(anatomy.layers, anatomy.state_mixers, strict=True)
+        ),
         "latent_dims": tuple(latent_elements(a) for a in anatomy.attn),
         "layer_kv_heads": tuple(kv_heads_of(a, heads, kv) for a in anatomy.attn),
         "layer_mlps": tuple(find_mlp(anatomy, i) is not None for i in range(len(anatomy.layers))),
+        **_layer_heads(anatomy.attn, heads),
     }
+
+
+def _layer_heads(attn: list[Any], heads: int) -> dict[str, tuple[int, ...]]:
+    """``layer_heads`` where layers' attention modules have query-head counts of their own
+    (Inkling's sliding layers: ``swa_num_attention_heads``), read from each module; nothing
+    where every attention layer has the config's ``heads``."""
+    from llm_lens.core.anatomy import query_heads_of
+
+    counts = tuple(query_heads_of(a, heads) for a in attn)
+    return {"layer_heads": counts} if any(c not in (0, heads) for c in counts) else {}
 
 
 def _attention_note(model: Any) -> str:

@@ -70,6 +70,27 @@ class ModelInfo:
     # per layer, whether it has an MLP (or MoE block) an intervention can scale (a pure Mamba
     # layer has none); empty when unknown (then every layer has one)
     layer_mlps: tuple[bool, ...] = ()
+    # per layer, its attention's query heads where layers differ (Inkling's sliding layers have
+    # their own count; 0: no attention); empty when every layer has ``num_heads``, which is
+    # then the widest layer's count (every per-head array is that wide)
+    layer_heads: tuple[int, ...] = ()
+
+    def heads_in(self, layer: int) -> int:
+        """The query heads of ``layer``'s attention (``num_heads`` where layers do not differ);
+        the heads past it in a per-head array stay zero (a count that is not a whole number up
+        to ``num_heads``, as a hand-edited session file could hold, reads as ``num_heads``)."""
+        own = self.layer_heads[layer] if 0 <= layer < len(self.layer_heads) else None
+        if isinstance(own, int) and not isinstance(own, bool) and 0 <= own <= self.num_heads:
+            return own
+        return self.num_heads
+
+    def kv_heads_in(self, layer: int) -> int:
+        """The K/V heads ``layer``'s attention keeps (``num_kv_heads`` where layers do not
+        differ or ``layer`` keeps none of its own)."""
+        own = self.layer_kv_heads[layer] if 0 <= layer < len(self.layer_kv_heads) else 0
+        if isinstance(own, int) and not isinstance(own, bool) and own > 0:
+            return own
+        return self.num_kv_heads
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""
@@ -87,6 +108,17 @@ class ModelInfo:
         """For each KV head, the query heads that share it."""
         per = self.num_heads // self.num_kv_heads
         return tuple(tuple(range(k * per, (k + 1) * per)) for k in range(self.num_kv_heads))
+
+    def gqa_groups_in(self, layer: int) -> tuple[tuple[int, ...], ...]:
+        """``gqa_groups`` of ``layer``'s own query and K/V heads (MiMo's and Inkling's layers
+        differ); the model-wide groups where layers do not."""
+        if not (self.layer_heads or self.layer_kv_heads):
+            return self.gqa_groups
+        heads, kv = self.heads_in(layer), self.kv_heads_in(layer)
+        if not heads or heads % kv:
+            return self.gqa_groups
+        per = heads // kv
+        return tuple(tuple(range(k * per, (k + 1) * per)) for k in range(kv))
 
     @property
     def dtype_bytes(self) -> int:

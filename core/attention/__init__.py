@@ -15,6 +15,8 @@ This package only names its parts, each a module with one job:
   work done ahead (:func:`halting`)
 - :mod:`.prompt_maps` the prompt re-run that recomputes a layer's maps, and the maps kept for the
   next request
+- :mod:`.verdicts` whether a model reproduces through that function, asked once per weights
+  (:func:`route_checked`)
 - :mod:`.views` the entry points: one head's map (:func:`attention_map`) and every head's
   thumbnail (:func:`attention_overview`)
 """

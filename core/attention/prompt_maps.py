@@ -63,6 +63,7 @@ def layer_maps(
         one = _one_head_map(engine, hidden, layer, block, head)
     else:
         one = _rerun_for_maps(engine, hidden, (layer,), block).map_weights[layer]
+    one = _every_head_wide(engine, one)
     if sum(m.nbytes for m in maps.values()) + one.nbytes > MAP_MEMO_BYTES:
         maps.clear()
     if head is None or every_head or one.shape[0] > 1:  # (sinks compute every head at once)
@@ -70,6 +71,17 @@ def layer_maps(
         return one
     maps[(layer, head)] = one
     return _as_every_head(engine, one, head)
+
+
+def _every_head_wide(engine: Any, maps: np.ndarray) -> np.ndarray:
+    """A layer's maps of its own heads (fewer than ``num_heads`` where layers' counts differ:
+    Inkling) as wide as every layer's, the heads it has not zero; one head's map as it is."""
+    heads = engine.info.num_heads
+    if maps.shape[0] in (1, heads):
+        return maps
+    whole = np.zeros((heads, *maps.shape[1:]), np.float32)
+    whole[: maps.shape[0]] = maps
+    return whole
 
 
 def _as_every_head(engine: Any, one: np.ndarray, head: int) -> np.ndarray:
@@ -134,7 +146,8 @@ def _check_one_head(engine: Any, probe: np.ndarray, layer: int, head: int) -> bo
         type(m) is not torch.nn.Linear for m in linears
     ):
         return False
-    heads = sorted({0, head, info.num_heads - 1})  # the first, the asked and the last
+    count, kvs = info.heads_in(layer), info.kv_heads_in(layer)  # this layer's own (Inkling)
+    heads = sorted({0, head, count - 1})  # the first, the asked and the last
     whole = _tap(engine, (layer,), 1, keep=True)
     alone = {h: _tap(engine, (layer,), 1, h, keep=True) for h in heads}
     try:
@@ -149,7 +162,7 @@ def _check_one_head(engine: Any, probe: np.ndarray, layer: int, head: int) -> bo
     q, k = whole.inputs[layer].qkvm[:2]
     tol = max(1e-5, 4 * torch.finfo(q.dtype).eps)
     for h, tap in alone.items():
-        kv = kv_head(h, info.num_heads, info.num_kv_heads)
+        kv = kv_head(h, count, kvs)
         got_q, got_k = tap.inputs[layer].qkvm[:2]  # (batch, 1, probe, head_dim) each
         if got_q.shape[1] != 1 or got_k.shape[1] != 1:
             return False
@@ -172,11 +185,12 @@ def _one_head_projections(engine: Any, layer: int, head: int) -> Iterator[None]:
     one key/value head (:func:`~llm_lens.core.attention.maps._one_head` takes them as they are)."""
     module, info = engine.anatomy.attn[layer], engine.info
     q, k, v = module.q_proj, module.k_proj, module.v_proj
-    kv = kv_head(head, info.num_heads, info.num_kv_heads)
+    count, kvs = info.heads_in(layer), info.kv_heads_in(layer)  # this layer's own (Inkling)
+    kv = kv_head(head, count, kvs)
     pairs = [
-        (q, _columns(q, head, q.out_features // info.num_heads)),
-        (k, _columns(k, kv, k.out_features // info.num_kv_heads)),
-        (v, partial(_zeros, v.out_features // info.num_kv_heads)),
+        (q, _columns(q, head, q.out_features // count)),
+        (k, _columns(k, kv, k.out_features // kvs)),
+        (v, partial(_zeros, v.out_features // kvs)),
     ]  # the replacements skip an offloaded projection's hook: its weights are loaded here
     with weights_of(engine.model, q, k), forwards_replaced(pairs):
         yield
@@ -211,6 +225,7 @@ def every_layer_maps(engine: Any, hidden: np.ndarray, block: int) -> list[np.nda
     missing = tuple(n for n in layers if (n, None) not in maps)
     if missing:
         got = _rerun_for_maps(engine, hidden, missing, block).map_weights
+        got = {n: _every_head_wide(engine, m) for n, m in got.items()}
         kept = sum(m.nbytes for m in got.values()) <= MAP_MEMO_BYTES
         if kept:
             maps.update({(n, None): m for n, m in got.items()})

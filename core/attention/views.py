@@ -24,6 +24,8 @@ def attention_map(
     """
     tokens = hidden.shape[1]
     block = max(1, -(-tokens // max_size))  # ceil
+    if not 0 <= head < engine.info.heads_in(layer):
+        return None  # past this layer's own heads (Inkling's layers differ): no map
     maps = layer_maps(engine, hidden, layer, block, head)
     if maps is None:
         return None

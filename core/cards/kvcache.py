@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from llm_lens.core.cards.common import Explainer
+from llm_lens.core.kvcache.formula import per_layer_terms
 from llm_lens.core.records import ModelInfo, StepRecord
 
 
@@ -25,6 +26,14 @@ def kvcache_card(info: ModelInfo, step: StepRecord) -> Explainer:
         f"{info.head_dim} × {info.dtype_bytes} bytes × {kv.tokens} tokens = "
         f"{kv.formula_bytes:,} bytes; measured {kv.bytes_total:,}."
     )
+    terms = per_layer_terms(info, kv.tokens, kv.windows)
+    if terms:  # layers differ in K/V heads or head size (MiMo, Inkling, Gemma 4)
+        headline = (
+            f"Step {step.index}: Σ layers 2 × its KV heads × its head size × "
+            f"{info.dtype_bytes} bytes × tokens it holds = {terms} = "
+            f"{kv.formula_bytes - kv.state_formula_bytes:,} bytes of K/V; measured "
+            f"{kv.bytes_total - kv.state_bytes:,}."
+        )
     saving = kv.mha_bytes / kv.bytes_total if kv.bytes_total else float("nan")
     numbers = (_sharing_text(info, saving),)
     return Explainer(headline, shows, numbers, (), "Run a longer prompt: the line stays straight.")

@@ -166,9 +166,11 @@ def _mlp_half(
 def _per_head_out(engine: Any, trace: ContextTrace, layer: int) -> torch.Tensor:
     """(heads, T, hidden): what each head would write for each source token at weight 1."""
     attn, info = engine.anatomy.attn[layer], engine.info
-    w_o = out_weight(attn).float().view(-1, info.num_heads, info.head_dim)  # (hidden, H, hd)
-    groups = info.num_heads // info.num_kv_heads
-    v = trace.layer_values(layer).repeat_interleave(groups, dim=0)  # (H, T, hd)
+    w = out_weight(attn).float()
+    heads = info.heads_in(layer)  # this layer's own query heads (Inkling's differ)
+    w_o = w.view(w.shape[0], heads, -1)  # (hidden, H, hd)
+    values = trace.layer_values(layer)  # (this layer's own K/V heads, T, hd): MiMo's differ
+    v = values.repeat_interleave(heads // values.shape[0], dim=0)  # (H, T, hd)
     return torch.einsum("htk,dhk->htd", v, w_o)
 
 
@@ -210,7 +212,8 @@ def _attn_half(
                 reached.add(i)
             for j in np.flatnonzero(imp[r, 1 : i + 2] >= floor).tolist():  # j ≤ i
                 out.add(0, (2 * layer, j), (2 * layer + 1, i), float(imp[r, 1 + j]))
-                out.shares[-1] = shares[:, r, j].copy()  # not a view: the block goes
+                out.shares[-1] = out.zero.copy()  # a layer's own heads, the rest zero
+                out.shares[-1][: len(shares)] = shares[:, r, j]
                 reached.add(j)
     return reached
 

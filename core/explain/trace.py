@@ -80,8 +80,11 @@ class ContextTrace:
     pre: torch.Tensor  # (layers + 1, T, hidden)
     attn: torch.Tensor  # (layers, T, hidden)
     raw_attn: torch.Tensor | None  # (layers, T, hidden), post-norm models only
-    heads_in: torch.Tensor  # (layers, heads × head_dim) at the last position
-    values: torch.Tensor | None  # (layers, kv_heads, T, head_dim); None: see layer_values
+    # per layer (heads × head_dim,) at the last position: a layer's own heads (Inkling's differ)
+    heads_in: list[torch.Tensor]
+    # per layer (kv_heads, T, head_dim), a layer's own K/V heads (MiMo's differ by layer);
+    # None: see layer_values
+    values: list[torch.Tensor] | None
     logits: torch.Tensor  # (vocab,) the last position's logits
     grad_x_input: torch.Tensor  # (T,) gradient × input summed over the embedding dims
     target: int
@@ -210,7 +213,7 @@ def trace_context(
         gxi = (grad * embeds).sum(dim=-1)[0].detach().float()  # (T,)
     # a checkpointed pass ran its layers without the cache: values come with each layer's call
     indices = [getattr(block, "layer_idx", i) for i, block in enumerate(anatomy.attn)]
-    values = None if again else torch.stack(_values(cache, seen, indices))
+    values = None if again else _values(cache, seen, indices)
     raw = hooks.attn.done()  # (L, T, hidden)
     added = hooks.added.done() if hooks.added.count else None
     mlp_last = _stack_last(hooks.mlp, len(anatomy.layers))
@@ -227,7 +230,7 @@ def trace_context(
         pre=hooks.pre.done(),
         attn=raw if added is None else added,
         raw_attn=None if added is None else raw,
-        heads_in=torch.stack([x[0] for x in hooks.heads_in]).float(),
+        heads_in=[x[0].float() for x in hooks.heads_in],
         values=values,
         logits=logits.detach(),
         grad_x_input=gxi,
@@ -263,8 +266,10 @@ def _values(cache: Any, seen: dict[int, torch.Tensor], layers: list[int]) -> lis
 
 
 def _stack_all(weights: list[Any], layers: int) -> torch.Tensor | None:
-    """(layers, heads, T, T) float32 when every layer returned its weights, else None."""
-    return torch.stack(weights).float() if len(weights) == layers else None
+    """(layers, heads, T, T) float32 when every layer returned its weights, all of one shape
+    (not where layers have head counts of their own: then each is recomputed), else None."""
+    same = len({tuple(w.shape) for w in weights}) == 1
+    return torch.stack(weights).float() if len(weights) == layers and same else None
 
 
 def _stack_last(rows: list[Any], layers: int) -> torch.Tensor | None:

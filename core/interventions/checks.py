@@ -47,9 +47,11 @@ def check_one(item: Intervention, sizes: Sizes) -> None:
         raise InterventionError(
             f"{to_spec(item)}: no layer {layer} (the model has layers 0-{sizes.layers - 1})"
         )
-    if isinstance(item, HeadEdit) and not 0 <= item.head < sizes.heads:
+    if isinstance(item, HeadEdit) and not 0 <= item.head < sizes.heads_in(item.layer):
+        where = f"layer {item.layer} has" if sizes.layer_heads else "layers have"
         raise InterventionError(
-            f"{to_spec(item)}: no head {item.head} (layers have heads 0-{sizes.heads - 1})"
+            f"{to_spec(item)}: no head {item.head} ({where} heads "
+            f"0-{sizes.heads_in(item.layer) - 1})"
         )
     if isinstance(item, ResidualAdd) and len(item.vector) != sizes.hidden:
         raise InterventionError(

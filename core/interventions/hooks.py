@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from llm_lens.core.anatomy import Anatomy
+from llm_lens.core.anatomy import Anatomy, query_heads_of
 from llm_lens.core.interventions.checks import check
 from llm_lens.core.interventions.places import block_of, out_projection, router_of
 from llm_lens.core.interventions.spec import (
@@ -102,7 +102,8 @@ class Patcher:
 
     def _head(self, item: HeadEdit, _module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
         x = args[0]  # (batch, seq, heads * head_dim): the heads' outputs side by side
-        heads = x.reshape(*x.shape[:-1], self.heads, -1).clone()  # (batch, seq, heads, head_dim)
+        own = query_heads_of(self.anatomy.attn[item.layer], self.heads)  # Inkling's differ
+        heads = x.reshape(*x.shape[:-1], own, -1).clone()  # (batch, seq, heads, head_dim)
         if item.op == "mean":
             key = (item.layer, item.head)
             if key not in self.means:  # the first pass reads the prompt

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from llm_lens.core.anatomy import Anatomy, find_mlp
+from llm_lens.core.anatomy import Anatomy, find_mlp, query_heads_of
 from llm_lens.core.experts import find_routers
 from llm_lens.core.interventions.spec import InterventionError
 
@@ -28,13 +28,21 @@ class Sizes:
     heads: int
     hidden: int
     experts: dict[int, int]  # MoE layer -> its number of experts
+    # per layer, its attention's own query heads where layers differ (Inkling); empty: ``heads``
+    layer_heads: tuple[int, ...] = ()
+
+    def heads_in(self, layer: int) -> int:
+        """``layer``'s query heads: its own where layers differ, else ``heads``."""
+        return self.layer_heads[layer] if layer < len(self.layer_heads) else self.heads
 
     @classmethod
     def of(cls, model: Any, anatomy: Anatomy) -> Sizes:
         cfg = model.config.get_text_config(decoder=True)
         experts = {layer: _expert_count(router) for layer, router in find_routers(model)}
         heads = int(getattr(cfg, "num_attention_heads", None) or 1)  # Mamba's config has none
-        return cls(len(anatomy.layers), heads, int(cfg.hidden_size), experts)
+        own = tuple(query_heads_of(a, heads) for a in anatomy.attn)
+        differ = any(h not in (0, heads) for h in own)
+        return cls(len(anatomy.layers), heads, int(cfg.hidden_size), experts, own if differ else ())
 
 
 def _expert_count(router: Any) -> int:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm_lens.core.anatomy import Anatomy
+from llm_lens.core.anatomy import Anatomy, query_heads_of
 from llm_lens.core.errors import Cancelled, PromptError
 from llm_lens.core.interventions.places import out_projection
 from llm_lens.core.interventions.resume import Recording, Resumer, record
@@ -98,7 +98,10 @@ class Sweep:
         self.model, self.anatomy = model, anatomy
         self.layers = len(anatomy.layers)
         self.positions = len(clean)
-        self.n_heads = int(model.config.get_text_config(decoder=True).num_attention_heads)
+        heads = int(model.config.get_text_config(decoder=True).num_attention_heads)
+        # per layer its own query heads (Inkling's differ); the map is the widest layer's wide
+        self.own_heads = [query_heads_of(a, heads) for a in anatomy.attn]
+        self.n_heads = max([heads, *self.own_heads])
         device = input_device(model)  # not `meta` where a device map offloaded it
         self.clean_ids = torch.tensor([clean], device=device)  # (1, T)
         self.corrupt_ids = torch.tensor([corrupt], device=device)  # (1, T)
@@ -157,13 +160,14 @@ class Sweep:
             if clean is None:  # a layer without attention has no heads to patch
                 each(self.n_heads)
                 continue
-            hook = partial(_patch_heads, clean[start:], self.n_heads)
+            own = self.own_heads[layer]  # the heads past it stay NaN: the layer has none
+            hook = partial(_patch_heads, clean[start:], own)
             handle = out_projection(self.anatomy, layer).register_forward_pre_hook(hook)
             try:
-                logits = self.resumer.logits(layer, start, self.n_heads, lambda h: h)
+                logits = self.resumer.logits(layer, start, own, lambda h: h)
             finally:
                 handle.remove()
-            out[layer] = metric.of(logits).double().cpu().numpy()
+            out[layer, :own] = metric.of(logits).double().cpu().numpy()
             each(self.n_heads)
         return out
 

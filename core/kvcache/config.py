@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llm_lens.core.kvcache.formula import MAX_COUNT, ConfigError, KVLayout, _show
+from llm_lens.core.kvcache.modules import BuiltLayers
 
 # Spellings of the same quantity across families, in the order they are tried.
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")
@@ -125,7 +126,7 @@ def _plain(value: Any) -> bool:
 
 
 def _window_of(section: Mapping[str, Any], config: Any, key: str, where: str) -> int:
-    window = _get_int(section, (key,), where)
+    window = _get_int(section, (key, key + "_size"), where)  # Inkling: sliding_window_size
     if window is None and isinstance(getattr(config, key, None), int):
         window = int(getattr(config, key))
     if window is None:
@@ -177,8 +178,8 @@ def _windows(section: Mapping[str, Any], layers: int, where: str) -> tuple[int, 
     if isinstance(types, list):
         out = []
         for t in types:
-            if t in ("sliding_attention", "chunked_attention"):
-                key = "sliding_window" if t == "sliding_attention" else "attention_chunk_size"
+            if "sliding" in str(t) or t == "chunked_attention":  # Inkling's "hybrid_sliding"
+                key = "sliding_window" if "sliding" in str(t) else "attention_chunk_size"
                 out.append(_window_of(section, config, key, where))
             else:
                 out.append(0)
@@ -203,6 +204,34 @@ def _layer_head_dims(section: Mapping[str, Any], layers: int, head_dim: int) -> 
     return tuple(dims) if len(set(dims)) > 1 else ()
 
 
+def _built(section: Mapping[str, Any], layers: int) -> BuiltLayers | None:
+    """The layers as transformers' own code builds them from this config (on the meta device:
+    :mod:`.modules`); None where the model cannot be built or its layers are not ``layers``."""
+    from llm_lens.core.kvcache.modules import layers_from_config
+
+    config = _transformers_config(section)
+    built = None if config is None else layers_from_config(config)
+    return built if built is not None and len(built.kv_heads) == layers else None
+
+
+def _layer_kv_heads(built: BuiltLayers | None, kv: int) -> tuple[int, ...]:
+    """Per layer, the K/V heads its attention module keeps as built, where layers differ from
+    ``kv`` (MiMo-V2-Flash doubles its sliding layers' heads in code, not in its config;
+    Inkling's have a count of their own); empty where every attention layer keeps ``kv``."""
+    if built is None:
+        return ()
+    return built.kv_heads if any(h not in (0, kv) for h in built.kv_heads) else ()
+
+
+def _built_head_dims(built: BuiltLayers | None, head_dim: int) -> tuple[int, ...]:
+    """Per layer, its attention module's head size as built, where some differ from
+    ``head_dim`` (Inkling's sliding layers: ``swa_head_dim``); empty where none does."""
+    if built is None or len(built.head_dims) != len(built.kv_heads):
+        return ()
+    dims = tuple(d or head_dim for d in built.head_dims)
+    return dims if any(d != head_dim for d in dims) else ()
+
+
 def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
     """Read the KV layout from a parsed config.json; raise ConfigError naming any missing field."""
     if cfg.get("is_encoder_decoder") is True:
@@ -216,6 +245,9 @@ def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
     else:
         layers = _require_int(section, _LAYER_KEYS, where)
     kv_free = _kv_free(section, layers)
+    built = _built(section, layers) if _get_int(section, _HEAD_KEYS, where) else None
+    if built is not None:  # the modules say which layers attend (Inkling's "hybrid_sliding")
+        kv_free = tuple(h == 0 for h in built.kv_heads)
     if _get_int(section, _HEAD_KEYS, where) is None and all(kv_free):
         # a pure state-space model (Mamba): no layer keeps K/V, its state is constant
         return KVLayout(family, layers, 1, 1, 1, _get_int(section, _CONTEXT_KEYS, where),
@@ -223,16 +255,19 @@ def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
     heads = _require_int(section, _HEAD_KEYS, where)
     latent, latent_mha = _latent(section, heads, where)
     head_dim = _head_dim(section, heads, where)
+    kv = _kv_heads(section, family, heads, where)
     return KVLayout(
         family=family,
         num_layers=layers,
         num_heads=heads,
-        num_kv_heads=_kv_heads(section, family, heads, where),
+        num_kv_heads=kv,
         head_dim=head_dim,
         context_length=_get_int(section, _CONTEXT_KEYS, where),
         windows=_windows(section, layers, where),
         kv_free=kv_free,
         latent_dim=latent,
         latent_mha_dim=latent_mha,
-        layer_head_dims=_layer_head_dims(section, layers, head_dim),
+        layer_head_dims=_layer_head_dims(section, layers, head_dim)
+        or (() if latent else _built_head_dims(built, head_dim)),
+        layer_kv_heads=() if latent else _layer_kv_heads(built, kv),
     )

@@ -63,6 +63,9 @@ class KVLayout:
     # per layer, its own head size where layers differ (Gemma 4's ``per_layer_config``); empty:
     # every layer ``head_dim``
     layer_head_dims: tuple[int, ...] = ()
+    # per layer, its own K/V heads where layers differ (MiMo's sliding layers keep twice its
+    # full layers', as its attention module builds them); empty: every layer ``num_kv_heads``
+    layer_kv_heads: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_heads", "num_kv_heads", "head_dim"):
@@ -111,22 +114,8 @@ class KVLayout:
         self, kv_heads: int, tokens: int, dtype_bytes: int, batch: int, latent: bool = False
     ) -> int:
         _check_positive("tokens", tokens)
-        held = self.held_tokens(tokens)
-        if self.layer_head_dims and not self.latent_dim:
-            return (
-                dtype_bytes
-                * batch
-                * sum(
-                    2 * kv_heads * d * h
-                    for d, h, free in zip(self.layer_head_dims, held, self.kv_free, strict=True)
-                    if not free
-                )
-            )
-        per_token = self._bytes(kv_heads, dtype_bytes, batch, latent)
-        per_layer_token = per_token // max(self.kv_layers, 1)
-        return per_layer_token * sum(
-            h for h, free in zip(held, self.kv_free, strict=True) if not free
-        )
+        per_token = self._per_layer(kv_heads, dtype_bytes, batch, latent)
+        return sum(n * h for n, h in zip(per_token, self.held_tokens(tokens), strict=True))
 
     def mha_bytes_per_token(self, dtype_bytes: int, batch: int = 1) -> int:
         """What a token would cost if every query head kept its own K/V (no GQA/MQA saving)."""
@@ -135,17 +124,29 @@ class KVLayout:
     def _bytes(self, kv_heads: int, dtype_bytes: int, batch: int, latent: bool = False) -> int:
         """One token's bytes over the K/V layers; ``latent``: a latent layer's own latent
         (else what per-head K/V of ``kv_heads`` would cost it)."""
+        return sum(self._per_layer(kv_heads, dtype_bytes, batch, latent))
+
+    def _per_layer(self, kv_heads: int, dtype_bytes: int, batch: int, latent: bool) -> list[int]:
+        """Per layer, the bytes one token adds to it (0 for a layer without K/V): its latent,
+        or a key and a value of each of its K/V heads (``layer_kv_heads`` where the layout's
+        own count is asked for and layers differ; else ``kv_heads``) at its head size."""
         _check_positive("dtype_bytes", dtype_bytes)
         _check_positive("batch", batch)
-        if self.latent_dim:
-            per_layer = self.latent_dim if latent else self.latent_mha_dim
-            return self.kv_layers * per_layer * dtype_bytes * batch
-        if self.layer_head_dims:
-            dims = [
-                d for d, free in zip(self.layer_head_dims, self.kv_free, strict=True) if not free
-            ]
-            return 2 * kv_heads * sum(dims) * dtype_bytes * batch
-        return 2 * self.kv_layers * kv_heads * self.head_dim * dtype_bytes * batch
+        n = self.num_layers
+        dims = self.layer_head_dims or (self.head_dim,) * n
+        own = self.layer_kv_heads if latent and self.layer_kv_heads else (kv_heads,) * n
+        return [
+            0
+            if free
+            else (
+                (self.latent_dim if latent else self.latent_mha_dim)
+                if self.latent_dim
+                else 2 * heads * dim
+            )
+            * dtype_bytes
+            * batch
+            for dim, heads, free in zip(dims, own, self.kv_free, strict=True)
+        ]
 
 
 def held_tokens(seen: int, window: int) -> int:
@@ -159,8 +160,11 @@ def formula_bytes(
     """Σ over attention layers of 2 × kv_heads × head_dim × bytes × tokens held (``num_heads``
     overrides kv_heads; a layer with a window > 0 holds at most window − 1 tokens; a layer's own
     head size where ``info.layer_head_dims`` lists it, none for a layer without attention, the
-    latent once per token for a latent-attention layer, ``info.latent_dims``)."""
+    latent once per token for a latent-attention layer, ``info.latent_dims``; ``num_heads``
+    is each layer's own query heads where ``info.layer_heads`` lists them: Inkling's)."""
     kv = info.layer_kv_heads or (info.num_kv_heads,) * info.num_layers
+    if num_heads is not None and info.layer_heads:
+        kv, num_heads = info.layer_heads, 0  # per head K/V of each layer's own query heads
     dims = info.layer_head_dims or (info.head_dim,) * info.num_layers
     latent = info.latent_dims or (0,) * info.num_layers
     windows = tuple(windows) or (0,) * info.num_layers
@@ -172,6 +176,26 @@ def formula_bytes(
         n * info.dtype_bytes * held_tokens(tokens, w)
         for n, w in zip(per_token, windows, strict=False)
     )
+
+
+def per_layer_terms(info: ModelInfo, tokens: int, windows: Sequence[int] = ()) -> str:
+    """The formula's numbers as one term a kind of layer, "1 × 2 × 2 × 8 × 4 × 9 + …", where
+    attention layers differ in K/V heads or head size (MiMo, Inkling, Gemma 4), so that one
+    product of model-wide numbers would not add up; "" where one product says it (or a layer
+    caches a latent)."""
+    n = info.num_layers
+    heads = info.layer_kv_heads or (info.num_kv_heads,) * n
+    dims = info.layer_head_dims or (info.head_dim,) * n
+    kinds = {(k, d) for k, d in zip(heads, dims, strict=False) if k and d}
+    if any(info.latent_dims) or len(kinds) <= 1:
+        return ""
+    groups: dict[tuple[int, int, int], int] = {}
+    for k, d, w in zip(heads, dims, tuple(windows) or (0,) * n, strict=False):
+        if k and d:
+            key = (k, d, held_tokens(tokens, w))
+            groups[key] = groups.get(key, 0) + 1
+    b = info.dtype_bytes
+    return " + ".join(f"{c} × 2 × {k} × {d} × {b} × {h}" for (k, d, h), c in groups.items())
 
 
 def state_formula_bytes(info: ModelInfo, batch: int = 1) -> int:

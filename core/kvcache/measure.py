@@ -11,6 +11,7 @@ past the window.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -109,3 +110,33 @@ def check_kept(cache: Any, num_layers: int, model_name: str) -> None:
             f"{model_name}: its forward keeps nothing in the KV cache, so LLM Lens cannot "
             "generate with it step by step"
         )
+
+
+def check_fed_a_token_a_step(model: Any) -> None:
+    """Refuse in one line a model whose own generation feeds it the whole sequence at every
+    step, not the new token (CPM-Ant's forward prepends prompt tokens of its own and slices the
+    cached prefix off itself): the loop's one-token steps would fail or silently differ. Asked
+    of the model's own ``prepare_inputs_for_generation``, as ``generate()`` asks it."""
+    import torch
+
+    from llm_lens.core.errors import ModelLoadError
+
+    prepare = getattr(model, "prepare_inputs_for_generation", None)
+    if not callable(prepare):
+        return
+    try:
+        fed = prepare(torch.zeros((1, 3), dtype=torch.long), next_sequence_length=1)["input_ids"]
+    except Exception:  # noqa: BLE001 - a family whose preparation wants more: not this case
+        return
+    if not isinstance(fed, torch.Tensor) or fed.shape[-1] == 1:
+        return
+    name = type(model).__name__
+    if not {"cache", "past_key_values"} & set(inspect.signature(model.forward).parameters):
+        raise ModelLoadError(
+            f"{name} keeps no KV cache (its forward takes none: generate() re-reads the whole "
+            "sequence every step), and LLM Lens runs a model one cached token a step"
+        )
+    raise ModelLoadError(
+        f"{name}: generate() feeds it the whole sequence every step, not the new token (its "
+        "forward drops the cached part itself), and LLM Lens runs a model one token a step"
+    )

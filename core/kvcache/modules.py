@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 STATE_WORDS = ("mamba", "ssm", "conv", "linear", "state", "deltanet", "block_type", "hybrid")
@@ -25,14 +26,44 @@ def may_hold_state(section: Mapping[str, Any]) -> bool:
     return any(w in text for w in STATE_WORDS)
 
 
-def state_elements_from_config(config: Any) -> tuple[int, ...] | None:
-    """Per layer, the elements of conv/recurrent state one sequence's cache keeps, from the
-    modules of ``config`` (a transformers config) built on the meta device; None where the
-    model cannot be built or its layers found."""
+MAX_BUILT_LAYERS = 1024  # a config claiming more layers is not built, even on meta
+_BUILT: dict[str, BuiltLayers | None] = {}  # the last few configs' built layers, by their JSON
+
+
+@dataclass(frozen=True)
+class BuiltLayers:
+    """Per layer, what the model's own modules built from a config keep in the cache: elements
+    of conv/recurrent state per sequence, and K/V heads (0: none; MiMo's sliding layers keep
+    twice its full layers', which its config does not say)."""
+
+    state_elements: tuple[int, ...]
+    kv_heads: tuple[int, ...]
+    head_dims: tuple[int, ...] = ()  # per layer, its attention's head size (0: none)
+
+
+def layers_from_config(config: Any) -> BuiltLayers | None:
+    """The layers of ``config`` (a transformers config) as its own modules build them on the
+    meta device; None where the model cannot be built or its layers found. Kept for the last
+    few configs, since ``llm-lens kv`` asks twice (the K/V layout and the state)."""
+    layers = getattr(config, "num_hidden_layers", None)
+    if isinstance(layers, int) and layers > MAX_BUILT_LAYERS:
+        return None
+    try:
+        key = config.to_json_string(use_diff=False)
+    except Exception:  # noqa: BLE001 - a config that cannot say itself is built each time
+        return _build(config)
+    if key not in _BUILT:
+        if len(_BUILT) >= 8:
+            _BUILT.pop(next(iter(_BUILT)))
+        _BUILT[key] = _build(config)
+    return _BUILT[key]
+
+
+def _build(config: Any) -> BuiltLayers | None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from llm_lens.core.anatomy import Anatomy, state_elements
+    from llm_lens.core.anatomy import Anatomy, kv_heads_of, layer_state_elements
     from llm_lens.core.errors import ModelLoadError
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -43,4 +74,21 @@ def state_elements_from_config(config: Any) -> tuple[int, ...] | None:
         anatomy = Anatomy.of(model)
     except (ModelLoadError, Exception):  # noqa: BLE001 - any family transformers cannot build
         return None
-    return tuple(state_elements(m) for m in anatomy.state_mixers)
+    heads = int(getattr(config, "num_attention_heads", None) or 1)
+    default = int(getattr(config, "num_key_value_heads", None) or heads)
+    return BuiltLayers(
+        tuple(
+            layer_state_elements(la, m)
+            for la, m in zip(anatomy.layers, anatomy.state_mixers, strict=True)
+        ),
+        tuple(kv_heads_of(a, heads, default) for a in anatomy.attn),
+        tuple(0 if a is None else int(getattr(a, "head_dim", 0) or 0) for a in anatomy.attn),
+    )
+
+
+def state_elements_from_config(config: Any) -> tuple[int, ...] | None:
+    """Per layer, the elements of conv/recurrent state one sequence's cache keeps, from the
+    modules of ``config`` (a transformers config) built on the meta device; None where the
+    model cannot be built or its layers found."""
+    built = layers_from_config(config)
+    return None if built is None else built.state_elements

@@ -100,6 +100,8 @@ def build_report(
         **({"kv_layers": layout.kv_layers} if layout.kv_layers < layout.num_layers else {}),
         **({"latent_dim": layout.latent_dim} if layout.latent_dim else {}),
         **({"layer_head_dims": list(layout.layer_head_dims)} if layout.layer_head_dims else {}),
+        **({"layer_kv_heads": list(layout.layer_kv_heads)} if layout.layer_kv_heads else {}),
+        **({"kv_free": list(layout.kv_free)} if any(layout.kv_free) else {}),
         # a hybrid's conv/recurrent state: constant, apart from the K/V that grow
         **({"state_bytes": state} if state else {}),
     }
@@ -157,17 +159,8 @@ def _formula_lines(r: Mapping[str, Any], nbytes: int) -> list[str]:
             f"             {kv_layers} × {r['latent_dim']} × {nbytes} × {r['tokens']}{batch_num}"
             f" = {total} bytes",
         ]
-    if r.get("layer_head_dims"):  # Gemma 4: some layers' heads are wider
-        dims: dict[int, int] = {}
-        for d in r["layer_head_dims"]:
-            dims[d] = dims.get(d, 0) + 1
-        sizes = ", ".join(f"{n} layers of head_dim {d}" for d, n in sorted(dims.items()))
-        return [
-            *kept,
-            "formula      Σ layers 2 × kv_heads × head_dim(layer) × bytes × tokens held"
-            + batch_term,
-            f"head sizes   {sizes}: {total} bytes",
-        ]
+    if r.get("layer_head_dims") or r.get("layer_kv_heads"):
+        return [*kept, *_per_layer_lines(r, nbytes, batch_term, batch_num)]
     if not r.get("sliding_layers"):
         numbers = f"2 × {kv_layers} × {r['num_kv_heads']} × {r['head_dim']} × {nbytes}"
         return [
@@ -191,6 +184,29 @@ def _formula_lines(r: Mapping[str, Any], nbytes: int) -> list[str]:
         f"formula      Σ layers 2 × kv_heads × head_dim × bytes × tokens held{batch_term}",
         f"windows      {kinds}",
         f"             {numbers} × ({terms}){batch_num} = {total} bytes",
+    ]
+
+
+def _per_layer_lines(
+    r: Mapping[str, Any], nbytes: int, batch_term: str, batch_num: str
+) -> list[str]:
+    """The formula where layers differ in K/V heads (MiMo, Inkling) or head size (Gemma 4):
+    one term per group of layers alike in heads, head size and tokens held."""
+    n = int(r["num_layers"])
+    dims = r.get("layer_head_dims") or [r["head_dim"]] * n
+    heads = r.get("layer_kv_heads") or [r["num_kv_heads"]] * n
+    free = r.get("kv_free") or [False] * n
+    groups: dict[tuple[int, int, int], int] = {}
+    for k, d, held, f in zip(heads, dims, r["held_tokens"], free, strict=True):
+        if not f and k:
+            groups[(k, d, held)] = groups.get((k, d, held), 0) + 1
+    terms = " + ".join(
+        f"{c} × 2 × {k} × {d} × {nbytes} × {held}" for (k, d, held), c in groups.items()
+    )
+    return [
+        "formula      Σ layers 2 × kv_heads(layer) × head_dim(layer) × bytes × tokens held"
+        + batch_term,
+        f"             ({terms}){batch_num} = {int(r['total_bytes'])} bytes",
     ]
 
 

@@ -71,5 +71,5 @@ def likely_next(kind: str, args: dict[str, Any], info: Any) -> list[dict[str, An
     return [
         {**args, "layer": n, "head": h}
         for n, h in steps
-        if 0 <= n < info.num_layers and 0 <= h < info.num_heads
+        if 0 <= n < info.num_layers and 0 <= h < info.heads_in(n)
     ]

@@ -31,10 +31,11 @@ from llm_lens.core.attention import (
     use_lens_attention,
 )
 from llm_lens.core.attention.lens import differs_note
+from llm_lens.core.attention.verdicts import route_checked
 from llm_lens.core.errors import PromptError
 from llm_lens.core.experts import RouterCapture
 from llm_lens.core.interventions import Intervention, Patcher
-from llm_lens.core.kvcache.measure import check_kept
+from llm_lens.core.kvcache.measure import check_fed_a_token_a_step, check_kept
 from llm_lens.core.kvcache.state import own_cache
 from llm_lens.core.loading import LoadedModel
 from llm_lens.core.loop.capture import Capture
@@ -82,9 +83,11 @@ class Engine:
         self.tokenizer = loaded.tokenizer
         self.info = loaded.info
         self.anatomy = Anatomy.of(self.model)
+        check_fed_a_token_a_step(self.model)  # CPM-Ant reads the whole sequence a step
         # attention through transformers' interface, recorded by our function: False for a
         # family whose attention bypasses it (no maps; every other pane still works)
-        self.attention_maps = use_lens_attention(self.model, check=True)
+        # (the check's verdict kept per weights: a reload of the same weights skips it)
+        self.attention_maps = route_checked(self.model, self.info.weights_id)
         if not self.attention_maps and not self.info.attention_note:
             self.info = replace(self.info, attention_note=differs_note(self.model))
             loaded.info = self.info

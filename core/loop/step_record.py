@@ -25,12 +25,13 @@ if TYPE_CHECKING:
 def attention_row(info: ModelInfo, cap: Capture, position: int) -> np.ndarray:
     """(layers, heads, position + 1): the new query's probabilities as the model's attention
     function computed them. A windowed layer's keys are the last ones, so its row is placed
-    at their positions (zero before the window); a layer not recorded stays zero."""
+    at their positions (zero before the window); a layer not recorded stays zero, and so do
+    the heads past a layer's own count (``ModelInfo.layer_heads``: Inkling's differ)."""
     out = np.zeros((info.num_layers, info.num_heads, position + 1), np.float32)
     for layer, row in enumerate(cap.attn_rows):
         if row is not None:
             kv = min(row.shape[-1], position + 1)
-            out[layer, :, position + 1 - kv :] = row[:, -kv:].cpu().numpy()
+            out[layer, : row.shape[0], position + 1 - kv :] = row[:, -kv:].cpu().numpy()
     return out
 
 

@@ -18,6 +18,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from llm_lens.core import cards as ex
+from llm_lens.core.kvcache.formula import per_layer_terms
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.whatif import forgotten
 from llm_lens.desktop.widgets.pane import Pane, plain_axis, steady_axes
@@ -254,6 +255,14 @@ class KVCachePane(Pane):
         verdict = ", equal)" if kv.formula_bytes == kv.bytes_total else ", DIFFERENT)"
         measured = f"(measured: {kv.bytes_total:,} bytes{verdict}"
         windows = [w for w in kv.windows if w > 0]
+        terms = per_layer_terms(info, kv.tokens, kv.windows)
+        if terms:  # layers differ in K/V heads or head size (MiMo, Inkling, Gemma 4)
+            state = f" + state({kv.state_formula_bytes:,})" if kv.state_formula_bytes else ""
+            return (
+                f"step {step.index}: Σ layers 2 × kv_heads(layer) × head_dim(layer) × "
+                f"bytes × tokens held = {terms}{state} = {kv.formula_bytes:,} bytes = "
+                f"{human_bytes(kv.formula_bytes)} {measured}"
+            )
         if not windows:
             layers, state = info.num_layers, ""
             if kv.state_per_layer is not None:  # a hybrid: K/V layers only, plus the state
@@ -314,8 +323,8 @@ class KVCachePane(Pane):
     def _held_lines(info: Any, kv: Any) -> list[str]:
         """When the tensors hold another number of heads than the config's KV heads, say so."""
         held = kv.cached_kv_heads
-        if held is None or held == info.num_kv_heads:
-            return []
+        if held is None or held == info.num_kv_heads or held == max(info.layer_kv_heads, default=0):
+            return []  # (layers with K/V heads of their own, MiMo's: the formula has them)
         return [
             f"the cache holds K/V for {held} heads per layer, the config has {info.num_kv_heads} "
             f"KV heads: this model's transformers code stores K/V "

@@ -199,11 +199,13 @@ def test_an_attention_the_app_cannot_reproduce_runs_as_the_models_own(
     model keeps its own attention (its tokens still generate()'s) and the Attention pane gets
     one line instead of maps; with the selection folded in, the maps are the model's."""
     import llm_lens.core.attention.lens as lens
+    from llm_lens.core.attention import verdicts
     from llm_lens.core.loading import LoadedModel
 
     loaded = hybrid_model("deepseek_v32", tokenizer)
     assert Engine(LoadedModel(loaded.model, tokenizer, loaded.info)).attention_maps
     monkeypatch.setattr(lens, "selected_keys_mask", lambda mask, _i, _q, _k: mask)
+    monkeypatch.setattr(verdicts, "_VERDICTS", {})  # the same weights, checked again
     fresh = LoadedModel(loaded.model, tokenizer, loaded.info)
     engine = Engine(fresh)
     assert not engine.attention_maps and engine.model.config._attn_implementation == "eager"

@@ -7,6 +7,7 @@ model load, four tokens and one repaint of each pane per family.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from PySide6.QtWidgets import QApplication
 from llm_lens.core.sampling import GREEDY
 from tests.families import FAMILIES, WINDOW, family_model
 from tests.hybrid_families import HYBRIDS, hybrid_model
+from tests.newer_families import NEWER, newer_model
 
 # longer than the windowed families' sliding window, so their windowed layers are exercised
 PROMPT = "The quick brown fox jumps over the lazy dog and runs far away"
@@ -23,8 +25,6 @@ PROMPT = "The quick brown fox jumps over the lazy dog and runs far away"
 
 @pytest.fixture(scope="module")
 def window(qapp: Any, tmp_path_factory: Any) -> Any:
-    import os
-
     os.environ["LLM_LENS_CONFIG_DIR"] = str(tmp_path_factory.mktemp("config"))
     from llm_lens.desktop.window.main_window import MainWindow
 
@@ -58,6 +58,28 @@ def test_every_pane_draws_the_hybrid_or_state_space_family(
         pane.render_and_paint()
         assert "has no attention map" in pane.header.text()
         assert info.layer_kinds[plain[0]] in pane.header.text()
+
+
+@pytest.mark.parametrize("name", list(NEWER))
+def test_every_pane_draws_the_newer_family(
+    qtbot: Any, window: Any, tokenizer: Any, tmp_path: Path, name: str
+) -> None:
+    """MiMo-V2-Flash (K/V heads by layer) and Inkling (query heads by layer too): every pane
+    draws; a head past a layer's own count says so in the Attention pane's header."""
+    _draw_every_pane(qtbot, window, newer_model(name, tokenizer), tokenizer, tmp_path, name)
+    info, pane = window.controller.info, window.panes["Attention"]
+    narrow = [n for n in range(info.num_layers) if info.heads_in(n) < info.num_heads]
+    if narrow:
+        window.docks["Attention"].raise_()
+        pane.layer_box.setValue(narrow[0])
+        pane.head_box.setValue(info.num_heads - 1)
+        pane.render_and_paint()
+        assert f"layer {narrow[0]} has {info.heads_in(narrow[0])} query heads" in pane.header.text()
+        assert pane.matrix.size == 0 and pane.explainer() is None  # no map of a head it has not
+    if os.environ.get("LLM_LENS_SHOTS"):  # a look at it: LLM_LENS_SHOTS=folder
+        window.docks["KV cache"].raise_()
+        window.panes["KV cache"].render_and_paint()
+        window.grab().save(os.path.join(os.environ["LLM_LENS_SHOTS"], f"{name}.png"))
 
 
 def _draw_every_pane(

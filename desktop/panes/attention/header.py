@@ -6,10 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 
-def gqa_note(info: Any, head: int) -> str:
-    """'head 4 shares KV head 1 with heads 3, 5 (GQA 9:3)' for a grouped-query model."""
+def gqa_note(info: Any, head: int, layer: int | None = None) -> str:
+    """'head 4 shares KV head 1 with heads 3, 5 (GQA 9:3)' for a grouped-query model (of
+    ``layer``'s own heads where layers' counts differ: MiMo, Inkling)."""
+    groups = info.gqa_groups if layer is None else info.gqa_groups_in(layer)
     kind = info.head_sharing
-    for kv, group in enumerate(info.gqa_groups):
+    if groups is not info.gqa_groups:
+        heads, kv = sum(len(g) for g in groups), len(groups)
+        kind = "MHA" if kv >= heads else ("MQA" if kv == 1 else f"GQA {heads}:{kv}")
+    for kv, group in enumerate(groups):
         if head in group:
             others = [str(h) for h in group if h != head]
             if not others:
@@ -28,13 +33,19 @@ def no_attention_note(kind: str) -> str:
     )
 
 
-def map_note(info: Any, layer: int, amap: Any, block: int, waiting: str) -> str:
-    """What the map is or why there is none: a layer without attention, a map still being
-    computed (``waiting``), or one max-pooled in blocks of ``block`` positions."""
+def map_note(info: Any, layer: int, amap: Any, block: int, waiting: str, head: int = 0) -> str:
+    """What the map is or why there is none: a layer without attention, a head past the
+    layer's own count (Inkling's layers differ), a map still being computed (``waiting``),
+    or one max-pooled in blocks of ``block`` positions."""
     if info.attention_note:
         return str(info.attention_note)
     if not info.has_attention(layer):
         return no_attention_note(info.layer_kinds[layer])
+    if head >= info.heads_in(layer):
+        return (
+            f"layer {layer} has {info.heads_in(layer)} query heads (0-"
+            f"{info.heads_in(layer) - 1}), not {info.num_heads}: head {head} is not one of them"
+        )
     if amap is None:
         return waiting
     if block > 1:

@@ -157,7 +157,12 @@ class AttentionPane(Pane):
         self._sync_model(ctl.info)
         self._contrast_for(ctl.prompt)
         layer, head = self.layer_box.value(), self.head_box.value()
-        amap = ctl.request_analysis("attention_map", layer=layer, head=head, max_size=MAP_SIZE)
+        if head >= ctl.info.heads_in(layer):  # not a head of this layer (Inkling's differ)
+            self.matrix = np.zeros((0, 0), np.float32)
+            self.image.clear()
+            amap = None
+        else:
+            amap = ctl.request_analysis("attention_map", layer=layer, head=head, max_size=MAP_SIZE)
         if amap is not None:
             image, size = self._assemble(amap, step, layer, head)
             levels = self._levels()
@@ -246,7 +251,8 @@ class AttentionPane(Pane):
 
     def _header(self, step: Any, layer: int, head: int, amap: Any) -> None:
         info = self.controller.info
-        parts = [f"layer {layer}, head {head}: {gqa_note(info, head)}"]
+        shares = gqa_note(info, head, layer)  # "" for a head the layer has not
+        parts = [f"layer {layer}, head {head}" + (f": {shares}" if shares else "")]
         changed = head_change(self.controller.interventions, layer, head)
         parts[:0] = [changed] if changed else []
         if step.index > 0:
@@ -255,7 +261,7 @@ class AttentionPane(Pane):
         if layer < len(windows) and windows[layer]:
             parts.append(f"sliding window: each query sees its last {windows[layer]} positions")
         waiting = self.controller.waiting_text("prompt map", "computing the prompt map…")
-        note = map_note(info, layer, amap, self.block, waiting)
+        note = map_note(info, layer, amap, self.block, waiting, head)
         if note:
             parts.append(note)
         if self.contrast.isChecked() and amap is not None:

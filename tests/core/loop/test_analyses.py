@@ -50,11 +50,14 @@ def test_the_likely_next_maps_are_a_spin_box_step_away_inside_the_model():
 
     from llm_lens.core.loop.analyses import likely_next
 
-    info = SimpleNamespace(num_layers=30, num_heads=9)
+    info = SimpleNamespace(num_layers=30, num_heads=9, heads_in=lambda n: 4 if n == 7 else 9)
     args = {"layer": 5, "head": 2, "max_size": 512}
     assert [(a["layer"], a["head"], a["max_size"]) for a in likely_next("attention_map", args, info)
             ] == [(6, 2, 512), (5, 3, 512), (4, 2, 512), (5, 1, 512)]  # fmt: skip
     corner = {"layer": 29, "head": 0, "max_size": 256}
     assert [(a["layer"], a["head"]) for a in likely_next("attention_map", corner, info)] == [
         (29, 1), (28, 0)]  # fmt: skip
+    narrow = {"layer": 6, "head": 5, "max_size": 256}  # layer 7 has 4 heads (Inkling's differ)
+    assert [(a["layer"], a["head"]) for a in likely_next("attention_map", narrow, info)] == [
+        (6, 6), (5, 5), (6, 4)]  # fmt: skip
     assert likely_next("lens", {"step": 3}, info) == []

@@ -1,0 +1,212 @@
+"""The families the sweep found last (tests/newer_families.py), each checked against its own
+model: greedy tokens and logits = ``generate()``, the lens's last row = the output, the cache's
+bytes = the formula from the loaded model and from ``llm-lens kv``'s config alone, and "Why
+this token?" a split or its one-line reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from llm_lens.core import layers
+from llm_lens.core.attention import attention_map, attention_overview
+from llm_lens.core.cards import kvcache_card
+from llm_lens.core.errors import ModelLoadError
+from llm_lens.core.interventions import HeadEdit, InterventionError
+from llm_lens.core.kvcache import build_report, format_report, layout_from_config
+from llm_lens.core.kvcache.formula import per_layer_terms
+from llm_lens.core.loop.analyses import compute
+from llm_lens.core.loop.engine import Engine, RunConfig
+from llm_lens.core.sampling import GREEDY
+from tests.newer_families import NEWER, REFUSED, newer_model
+
+PROMPT = "The quick brown fox jumps over the lazy dog"
+NEW = 4
+ALL = list(NEWER)
+_runs: dict[str, Any] = {}
+
+
+def _run(name: str, tokenizer: Any) -> Any:
+    """(engine, run) of a finished greedy run of the family, built once."""
+    if name not in _runs:
+        engine = Engine(newer_model(name, tokenizer))
+        run = engine.start(engine.tokenize(PROMPT, chat=False), GREEDY, RunConfig(NEW))
+        run.run_all()
+        _runs[name] = engine, run
+    return _runs[name]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_greedy_tokens_and_logits_equal_generate(tokenizer: Any, name: str) -> None:
+    engine, run = _run(name, tokenizer)
+    prompt = torch.tensor([run.prompt.ids])
+    with torch.inference_mode():
+        ref = engine.model.generate(
+            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW, do_sample=False,
+            output_logits=True, return_dict_in_generate=True,
+        )  # fmt: skip
+    assert run.generated_ids == ref.sequences[0, len(run.prompt) :].tolist()
+    for step, want in zip(run.steps, ref.logits, strict=True):
+        want = want[0].float().numpy()
+        np.testing.assert_allclose(step.logits, want, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_last_lens_row_is_the_models_output(tokenizer: Any, name: str) -> None:
+    engine, run = _run(name, tokenizer)
+    for step in run.steps:
+        with torch.inference_mode():
+            lens = layers.lens_logits(engine, torch.from_numpy(np.array(step.hidden)))
+        scale = np.abs(step.logits).max()
+        np.testing.assert_allclose(lens[-1].numpy(), step.logits, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_cache_bytes_equal_the_formula_and_the_config(tokenizer: Any, name: str) -> None:
+    """Measured = the loaded model's formula at every step, and = ``llm-lens kv``'s from the
+    config.json alone (which builds the config's own modules to learn each layer's heads)."""
+    engine, run = _run(name, tokenizer)
+    cfg = engine.model.config.to_dict()
+    layout = layout_from_config(cfg)
+    for step in run.steps:
+        assert step.kv.bytes_total == step.kv.formula_bytes > 0
+        assert layout.total_bytes(step.kv.tokens, engine.info.dtype_bytes) == step.kv.growing_bytes
+    report = build_report("m", cfg, run.steps[-1].kv.tokens, 1, "float32")
+    assert report["total_bytes"] == run.steps[-1].kv.growing_bytes
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_why_this_token_splits_or_says_why(tokenizer: Any, name: str) -> None:
+    """A split that adds up to the logit (every head of every layer in it), or the whole logit
+    left as the residual with its one-line reason; never an exception."""
+    engine, run = _run(name, tokenizer)
+    step = run.steps[-1]
+    x = compute("explain", engine, run, {"step": len(run.steps) - 1})
+    logit = float(step.logits[step.token.id])
+    parts = x.logits
+    assert parts.heads.shape[0] == engine.info.num_layers
+    if parts.unsplit:
+        assert "\n" not in parts.unsplit and parts.residual == pytest.approx(logit, abs=1e-4)
+    else:
+        assert parts.sum + parts.residual == pytest.approx(logit, abs=1e-3 * abs(logit) + 1e-3)
+
+
+def test_mimo_sliding_layers_keep_twice_the_kv_heads(tokenizer: Any) -> None:
+    """MiMo-V2-Flash's attention module doubles the K/V heads of its sliding layers; its
+    config says 2 for every layer. The loaded model, the config's layout and the cache agree."""
+    engine, run = _run("mimo_v2_flash", tokenizer)
+    assert engine.info.layer_kv_heads == (2, 4)
+    layout = layout_from_config(engine.model.config.to_dict())
+    assert layout.layer_kv_heads == (2, 4) and layout.num_kv_heads == 2
+    kv = run.steps[-1].kv
+    held = layout.held_tokens(kv.tokens)  # the sliding layer: its window − 1
+    assert kv.per_layer[:, 0].tolist() == [2 * 8 * held[0] * 4, 4 * 8 * held[1] * 4]
+
+
+def test_inkling_layers_have_query_heads_of_their_own(tokenizer: Any) -> None:
+    """Inkling's sliding layer has 8 query heads, its full layer 4: the records are the widest
+    layer's wide, a layer's heads past its own count stay empty, and its map is not asked."""
+    engine, run = _run("inkling", tokenizer)
+    info = engine.info
+    assert info.layer_heads == (8, 4) and (info.num_heads, info.num_kv_heads) == (8, 4)
+    assert info.layer_kv_heads == (4, 2) and info.layer_head_dims == (16, 8)
+    assert [len(g) for g in info.gqa_groups_in(0)] == [2] * 4
+    assert [len(g) for g in info.gqa_groups_in(1)] == [2] * 2
+    for step in run.steps:
+        assert step.attention.shape[:2] == (2, 8)
+        np.testing.assert_allclose(step.attention[0].sum(-1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(step.attention[1, :4].sum(-1), 1.0, atol=1e-5)
+        assert not step.attention[1, 4:].any()
+    hidden = np.asarray(run.prefill.hidden)
+    assert attention_map(engine, None, hidden, 1, 5) is None  # layer 1 has no head 5
+    for layer, head in ((0, 7), (1, 3)):
+        amap = attention_map(engine, None, hidden, layer, head)
+        assert amap is not None
+        np.testing.assert_allclose(np.asarray(amap.weights).sum(-1), 1.0, atol=1e-5)
+    overview = attention_overview(engine, None, hidden)
+    assert overview is not None and overview.shape[:2] == (2, 8) and not overview[1, 4:].any()
+
+
+def test_inkling_head_interventions_are_checked_per_layer(tokenizer: Any) -> None:
+    """A head past a layer's own count is refused in one line naming that layer's range; one
+    inside it changes the run (the head's slice of that layer's own heads, not a wider view)."""
+    engine, run = _run("inkling", tokenizer)
+    prompt = engine.tokenize(PROMPT, chat=False)
+    with pytest.raises(InterventionError, match=r"no head 5 \(layer 1 has heads 0-3\)"):
+        engine.start(prompt, GREEDY, RunConfig(1), interventions=[HeadEdit(1, 5)])
+    for layer, head in ((0, 7), (1, 3)):
+        edited = engine.start(prompt, GREEDY, RunConfig(1), interventions=[HeadEdit(layer, head)])
+        edited.run_all()
+        assert not np.allclose(edited.steps[0].logits, run.steps[0].logits)
+
+
+REFUSALS = {
+    "openai-gpt": "OpenAIGPTLMHeadModel keeps no KV cache (its forward takes none",
+    "cpmant": "CpmAntForCausalLM: generate() feeds it the whole sequence every step",
+    "longcat_flash": "LongcatFlashForCausalLM: each of its 2 blocks holds 2 attention sublayers",
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_a_family_the_loop_cannot_follow_is_refused_in_one_line(tokenizer: Any, name: str) -> None:
+    """GPT-1 keeps no cache, CPM-Ant reads the whole sequence each step (prepending its own
+    prompt tokens), LongCat-Flash's blocks each hold two attention sublayers: transformers' own
+    generate() runs them; LLM Lens says in one line why it does not, never a wrong number."""
+    loaded = newer_model(name, tokenizer)
+    prompt = torch.tensor([tokenizer("one two three", add_special_tokens=False)["input_ids"]])
+    with torch.inference_mode():  # transformers itself runs it (so the refusal is ours)
+        out = loaded.model.generate(prompt, max_new_tokens=2, do_sample=False)
+    assert out.shape[1] == prompt.shape[1] + 2
+    with pytest.raises(ModelLoadError) as err:
+        Engine(loaded)
+    assert str(err.value).startswith(REFUSALS[name]) and "\n" not in str(err.value)
+
+
+def test_kv_report_writes_the_per_layer_formula_that_adds_up(tokenizer: Any) -> None:
+    """``llm-lens kv`` on MiMo's config: one term per kind of layer (its full layer's 2 K/V
+    heads, its sliding layer's 4 over its window), and the terms add up to the total."""
+    engine, run = _run("mimo_v2_flash", tokenizer)
+    tokens = run.steps[-1].kv.tokens
+    report = build_report("m", engine.model.config.to_dict(), tokens, 1, "float32")
+    text = format_report(report)
+    held = min(tokens, 4)  # the sliding layer's window − 1
+    want = f"(1 × 2 × 2 × 8 × 4 × {tokens} + 1 × 2 × 4 × 8 × 4 × {held}) = "
+    assert want + f"{report['total_bytes']} bytes" in text
+    assert 2 * 2 * 8 * 4 * tokens + 2 * 4 * 8 * 4 * held == report["total_bytes"]
+
+
+def test_kv_card_sums_per_kind_of_layer(tokenizer: Any) -> None:
+    """The KV cache card's arithmetic adds up where layers differ in K/V heads (MiMo) and in
+    query heads, head size and state (Inkling): each term one kind of layer, the sum the
+    measured K/V."""
+    for name in ("mimo_v2_flash", "inkling"):
+        engine, run = _run(name, tokenizer)
+        step = run.steps[-1]
+        terms = per_layer_terms(engine.info, step.kv.tokens, step.kv.windows)
+        total = sum(int(np.prod([int(x) for x in t.split(" × ")])) for t in terms.split(" + "))
+        assert total == step.kv.growing_bytes == step.kv.formula_bytes - step.kv.state_bytes
+        assert f"{terms} = {total:,} bytes of K/V" in kvcache_card(engine.info, step).headline
+
+
+def test_inkling_full_mha_counts_each_layers_own_query_heads(tokenizer: Any) -> None:
+    """ "With full MHA" keeps K/V for each layer's own query heads (8 in the sliding layer, 4
+    in the full one), not the widest layer's count in every layer."""
+    engine, run = _run("inkling", tokenizer)
+    kv = run.steps[-1].kv
+    held = [min(kv.tokens, 4), kv.tokens]  # the sliding layer's window − 1; all
+    want = sum(2 * h * d * 4 * n for h, d, n in zip((8, 4), (16, 8), held, strict=True))
+    assert kv.mha_bytes == want + kv.state_bytes
+
+
+def test_per_layer_head_counts_from_a_hand_edited_file_fall_back_to_the_model_wide() -> None:
+    """A session's model record is read back into a ModelInfo: a per-layer count that is not
+    a whole number up to the model-wide one reads as the model-wide count, never raises."""
+    from llm_lens.core.model_info import ModelInfo
+
+    info = ModelInfo("m", "s", "A", 3, 8, 4, 8, 64, 100, 512, "float32", "cpu", 1, "rope",
+                     None, "w", layer_heads=(4, "x", 99), layer_kv_heads=(2, None, -1))  # type: ignore[arg-type]  # fmt: skip
+    assert [info.heads_in(n) for n in range(4)] == [4, 8, 8, 8]
+    assert [info.kv_heads_in(n) for n in range(4)] == [2, 4, 4, 4]
