@@ -24,6 +24,7 @@ from llm_lens.core.interventions import (
     ExpertEdit,
     Forget,
     HeadEdit,
+    HeadPatch,
     Intervention,
     ResidualAdd,
     ResidualPatch,
@@ -77,6 +78,8 @@ def describe(item: Intervention) -> str:
     if isinstance(item, HeadEdit):
         how = "= prompt mean" if item.op == "mean" else _factor(item.factor)
         return f"head {item.layer}.{item.head} {how}"
+    if isinstance(item, HeadPatch):
+        return f"head {item.layer}.{item.head} patched"
     if isinstance(item, BlockEdit):
         part = "MLP" if item.part == "mlp" else "attention"
         return f"{part} {item.layer} {_factor(item.factor)}"
