@@ -27,11 +27,12 @@ from llm_lens.desktop.widgets.token_text import visible_text
 
 KINDS = ("residual", "heads")
 TEACHING = (
-    "Each cell re-runs the corrupted prompt with one piece of the clean run put back: bright "
-    "cells carry what makes the clean answer (1 on the scale = the clean run's metric, 0 = the "
-    "corrupted run's). Click a cell to add that patch to the What-if list."
+    "Each cell re-runs the corrupted prompt with one piece of the clean run put back. Red cells "
+    "carry what makes the clean answer (1 = all of the clean run's metric back), white ones "
+    "change nothing (0 = the corrupted run's), blue ones push further away. Click a cell to add "
+    "that patch to the What-if list."
 )
-COLOURS = "CET-D1"  # diverging: blue below the corrupted run, red towards the clean run
+COLOURS = "CET-D1"  # diverging about 0 (the corrupted run): blue away, red towards the clean run
 MAX_TICKS = 40  # token labels on the position axis before they thin out
 
 
@@ -64,6 +65,7 @@ class SweepMaps(QWidget):
         self.graphics = pg.GraphicsLayoutWidget()
         self.plots: dict[str, Any] = {}
         self.images: dict[str, CellImage] = {}
+        self.caption = self.graphics.addLabel("", row=0, col=0, colspan=2)  # in the PNG too
         for col, (kind, bottom) in enumerate(zip(KINDS, ("position (token)", "head"), strict=True)):
             self._add_map(kind, bottom, col)
         self.bar = pg.ColorBarItem(
@@ -82,7 +84,7 @@ class SweepMaps(QWidget):
         box.addWidget(self.readout)
 
     def _add_map(self, kind: str, bottom: str, col: int) -> None:
-        plot = self.graphics.addPlot(row=0, col=col)
+        plot = self.graphics.addPlot(row=1, col=col)
         plot.setTitle("residual stream patched" if kind == "residual" else "head output patched")
         plot.setLabel("left", "layer")
         plot.setLabel("bottom", bottom)
@@ -109,18 +111,21 @@ class SweepMaps(QWidget):
             self._ticks(kind, layers, cols)
         self.bar.setLevels(self._levels())
         res = sweep.result
+        self.caption.setText(
+            f"clean {sweep.ask.clean!r} → corrupted {sweep.ask.corrupt!r} · metric "
+            f"{sweep.metric_text}: clean {res.clean:.3f}, corrupted {res.corrupt:.3f}"
+        )
         self.readout.setText(
             f"{sweep.metric_text}: clean {res.clean:.3f}, corrupted {res.corrupt:.3f} "
             f"(gap {res.clean - res.corrupt:+.3f}); {sweep.seconds:.1f} s. Hover a cell."
         )
 
     def _levels(self) -> tuple[float, float]:
-        """The colour scale: 0…1 (corrupted…clean), widened to the cells beyond them, kept
-        symmetric about ½ so the diverging map's middle is half the gap."""
-        values = [v for k in KINDS for v in self.images[k].image.ravel() if not math.isnan(v)]
-        low, high = min([0.0, *values]), max([1.0, *values])
-        reach = max(0.5 - low, high - 0.5)
-        return 0.5 - reach, 0.5 + reach
+        """The colour scale: −1…1, widened to the cells beyond, symmetric about 0 so that white
+        is "changes nothing" (the corrupted run's metric) and full red the clean run's."""
+        values = [abs(v) for k in KINDS for v in self.images[k].image.ravel() if not math.isnan(v)]
+        reach = float(max([1.0, *values]))
+        return -reach, reach
 
     def _ticks(self, kind: str, layers: int, cols: int) -> None:
         plot = self.plots[kind]
@@ -139,6 +144,7 @@ class SweepMaps(QWidget):
         for kind in KINDS:
             self.images[kind].clear()
             self.plots[kind].getAxis("bottom").setTicks([[]])
+        self.caption.setText("")
         self.readout.setText("")
 
     # ----------------------------------------------------------------- reading
