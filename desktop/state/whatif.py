@@ -243,7 +243,7 @@ def head_change(interventions: Any, layer: int, head: int) -> str:
     """'intervened: head 7.4 = 0' when a run's interventions change that head (its own edit,
     or its layer's whole attention block); '' when they leave it alone."""
     for item in interventions or ():
-        mine = isinstance(item, HeadEdit) and (item.layer, item.head) == (layer, head)
+        mine = isinstance(item, HeadEdit | HeadPatch) and (item.layer, item.head) == (layer, head)
         block = isinstance(item, BlockEdit) and item.part == "attn" and item.layer == layer
         if mine or block:
             return f"intervened: {describe(item)}"

@@ -32,7 +32,8 @@ from llm_lens.desktop.state.sweep import SweepAsk, SweepMap
 HINT = (
     "The corrupted prompt is the clean one with a word or two changed (as many tokens). The "
     "metric is read at the last position: the answer token's probability, or its logit minus "
-    "the other token's (empty answer: the clean prompt's top token)."
+    "the other token's (empty answer: the clean prompt's top token). A word after a space is "
+    "usually a token that starts with one: ' Paris', not 'Paris'."
 )
 ERROR_STYLE = "QLabel { color: #e07070; }"
 
@@ -54,6 +55,7 @@ class SweepDialog(QDialog):
         self.runner.sig_finished.connect(self._on_finished)
         self.runner.sig_error.connect(self.show_error)
         self.runner.sig_applied.connect(self._on_applied)
+        window.controller.sig_model_loaded.connect(self._on_model_loaded)
         if self.runner.last is not None:
             self._on_finished(self.runner.last)
 
@@ -139,6 +141,13 @@ class SweepDialog(QDialog):
             f"clean: {sweep.ask.clean!r} · corrupted: {sweep.ask.corrupt!r} · metric "
             f"{sweep.metric_text}. Click a cell to add its patch to the What-if list."
         )
+
+    def _on_model_loaded(self, _info: Any) -> None:
+        """The maps were of the model before: they go (a click would patch another model)."""
+        if self.maps.sweep is not None:
+            self.maps.clear()
+            self.status.setStyleSheet("")
+            self.status.setText("a new model is loaded: run the sweep again for its maps")
 
     def show_error(self, message: str) -> None:
         self._running(self.runner.running >= 0)

@@ -62,3 +62,24 @@ def test_the_sweep_of_a_tiny_family_equals_core_and_draws(
     added = bare.whatif.active()[-1]
     assert isinstance(added, HeadPatch) and (added.layer, added.head) == (layer, 1)
     assert added.positions == tuple(range(len(clean)))
+
+
+def test_the_words_of_a_sweep() -> None:
+    """What a request lacks is one line; a cell's share of the gap; a head patch's reading."""
+    from llm_lens.core.interventions.sweep import SweepResult
+    from llm_lens.desktop.state.sweep import SweepMap, ask_problem
+    from llm_lens.desktop.state.whatif import describe, head_change
+
+    assert ask_problem(SweepAsk(CLEAN, " ")).startswith("type a corrupted prompt")
+    assert ask_problem(SweepAsk("", CORRUPT)).startswith("type a clean prompt")
+    assert ask_problem(SweepAsk(CLEAN, CORRUPT, other=" Rome")).startswith("name the answer")
+    assert ask_problem(SweepAsk(CLEAN, CORRUPT)) == ""
+    grid = np.zeros((1, 1))
+    result = SweepResult(Metric(1, 2), 3.0, -1.0, grid, grid)
+    sweep = SweepMap(SweepAsk(CLEAN, CORRUPT), result, ("a",), ("b",), "m", 0.1)
+    assert sweep.restored(1.0) == 0.5 and sweep.restored(-1.0) == 0.0
+    assert math.isnan(sweep.restored(math.nan))
+    patch = HeadPatch(7, 2, (0, 1), ((1.0,), (2.0,)))
+    assert describe(patch) == "head 7.2 patched"
+    assert head_change([patch], 7, 2) == "intervened: head 7.2 patched"
+    assert head_change([patch], 7, 3) == ""
