@@ -78,6 +78,12 @@ class SweepDialog(QDialog):
         self.run_button.clicked.connect(self.start)
         self.cancel_button = QPushButton("Cancel", enabled=False)
         self.cancel_button.clicked.connect(self.runner.cancel)
+        self.try_button = QPushButton("Run corrupted with What-if", enabled=False)
+        self.try_button.setToolTip(
+            "Put the corrupted prompt in the prompt box and run it under the What-if list's "
+            "changes (a clicked cell's patch among them): does the clean answer come back?"
+        )
+        self.try_button.clicked.connect(self.run_corrupted)
         self.progress = QProgressBar(textVisible=True)
         self.progress.setFormat("%v / %m cells")
         self.status = QLabel(HINT, wordWrap=True)
@@ -86,6 +92,7 @@ class SweepDialog(QDialog):
         row.addWidget(self.run_button)
         row.addWidget(self.cancel_button)
         row.addWidget(self.progress, 1)
+        row.addWidget(self.try_button)
         for suffix in ("PNG", "SVG", "CSV"):
             button = QPushButton(f"Export {suffix}…")
             button.clicked.connect(lambda _c=False, s=suffix: self.export_dialog(s))
@@ -133,8 +140,19 @@ class SweepDialog(QDialog):
         self.progress.setRange(0, max(1, total))
         self.progress.setValue(done)
 
+    def run_corrupted(self) -> None:
+        """The swept corrupted prompt into the prompt box, run under the What-if changes."""
+        sweep = self.maps.sweep
+        panel = getattr(self.window_, "prompt_panel", None)
+        if sweep is None or panel is None:
+            return
+        panel.editor.setPlainText(sweep.ask.corrupt)
+        panel.chat_box.setChecked(sweep.ask.chat)
+        panel.run()
+
     def _on_finished(self, sweep: SweepMap) -> None:
         self._running(False)
+        self.try_button.setEnabled(True)
         self.maps.show_sweep(sweep)
         self.status.setStyleSheet("")
         self.status.setText(
@@ -144,6 +162,7 @@ class SweepDialog(QDialog):
 
     def _on_model_loaded(self, _info: Any) -> None:
         """The maps were of the model before: they go (a click would patch another model)."""
+        self.try_button.setEnabled(False)
         if self.maps.sweep is not None:
             self.maps.clear()
             self.status.setStyleSheet("")
@@ -160,8 +179,8 @@ class SweepDialog(QDialog):
     def _on_applied(self, what: str) -> None:
         self.status.setStyleSheet("")
         self.status.setText(
-            f"added to What if?: {what}. Run the corrupted prompt with it (What if? → Run with "
-            "these) to see how much of the clean answer it brings back."
+            f"added to What if?: {what}. Run the corrupted prompt with it (the button above) "
+            "to see how much of the clean answer it brings back."
         )
 
     def export_dialog(self, suffix: str) -> None:

@@ -81,6 +81,7 @@ def test_the_sweep_runs_draws_exports_and_applies(qtbot: Any, window: Any, tmp_p
     np.testing.assert_allclose(maps.images["residual"].image, share)  # the colours drawn
     _hover_and_csv(maps, ref, tmp_path)
     _click_applies(qtbot, window, maps, engine, clean)
+    _run_corrupted(qtbot, window, dialog, ids, ref)
 
 
 def _hover_and_csv(maps: Any, ref: Any, tmp_path: Any) -> None:
@@ -117,6 +118,20 @@ def _click_applies(qtbot: Any, win: Any, maps: Any, engine: Any, clean: list[int
     expected = head_patch_from(engine.model, engine.anatomy, 7, 2, clean)
     assert len(whatif.active()) == 2
     _same(whatif.active()[-1], expected)
+
+
+def _run_corrupted(qtbot: Any, win: Any, dialog: Any, ids: list[int], ref: Any) -> None:
+    """The button runs the corrupted prompt under the clicked patches; with the residual one
+    alone, its first step's metric is that cell of the map."""
+    whatif = win.controller.whatif
+    whatif.switch(1, False)  # the head patch off: the residual patch at layer 4, position 3
+    win.prompt_panel.max_tokens.setValue(1)
+    with qtbot.waitSignal(win.controller.sig_run_finished, timeout=120_000):
+        dialog.try_button.click()
+    ctl = win.controller
+    assert ctl.prompt.text == CORRUPT and len(ctl.interventions) == 1
+    logits = np.asarray(ctl.steps[0].logits, np.float64)
+    assert logits[ids[0]] - logits[ids[1]] == pytest.approx(ref.residual[4, 3], abs=1e-3)
 
 
 def _same(ours: Any, hand: Any) -> None:
