@@ -252,7 +252,7 @@ def head_change(interventions: Any, layer: int, head: int) -> str:
 
 def _place(item: Intervention) -> tuple[Any, ...]:
     """What an intervention acts on: two edits of one place do not stack in the list."""
-    if isinstance(item, HeadEdit):
+    if isinstance(item, HeadEdit | HeadPatch):
         return ("head", item.layer, item.head)
     if isinstance(item, BlockEdit):
         return ("block", item.layer, item.part)

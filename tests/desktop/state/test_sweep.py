@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from PySide6.QtCore import QObject, Signal
 
 from llm_lens.core.interventions import HeadPatch
 from llm_lens.core.interventions.sweep import Metric, patching_sweep
@@ -83,3 +84,13 @@ def test_the_words_of_a_sweep() -> None:
     assert describe(patch) == "head 7.2 patched"
     assert head_change([patch], 7, 2) == "intervened: head 7.2 patched"
     assert head_change([patch], 7, 3) == ""
+    from llm_lens.core.interventions import HeadEdit
+    from llm_lens.desktop.state.whatif import WhatIfList
+
+    class _Ctl(QObject):
+        sig_run_finished = Signal(object)
+
+    whatif = WhatIfList(_Ctl())
+    whatif.add(HeadEdit(7, 2))
+    whatif.add(patch)  # two edits of one head do not stack: the patch replaces the zeroing
+    assert whatif.active() == (patch,)
