@@ -13,6 +13,7 @@ from llm_lens.core.interventions.spec import (
     BlockEdit,
     ExpertEdit,
     HeadEdit,
+    HeadPatch,
     Intervention,
     InterventionError,
     ResidualAdd,
@@ -33,12 +34,26 @@ def check(items: Sequence[Intervention], model: Any, anatomy: Anatomy) -> None:
 
 def _find(item: Intervention, model: Any, anatomy: Anatomy) -> None:
     """The module ``item`` hooks exists (one clear error now, not mid-run)."""
-    if isinstance(item, HeadEdit):
-        out_projection(anatomy, item.layer)
+    if isinstance(item, HeadEdit | HeadPatch):
+        module = out_projection(anatomy, item.layer)
+        if isinstance(item, HeadPatch):
+            _check_head_rows(item, module, Sizes.of(model, anatomy).heads_in(item.layer))
     elif isinstance(item, BlockEdit):
         block_of(anatomy, item.layer, item.part)
     elif isinstance(item, ExpertEdit):
         router_of(model, item.layer)
+
+
+def _check_head_rows(item: HeadPatch, projection: Any, heads: int) -> None:
+    """A head patch's rows are as wide as one head's slice of the projection's input (a
+    Linear's ``in_features``, GPT-2's Conv1D's ``nx``)."""
+    width = getattr(projection, "in_features", None) or getattr(projection, "nx", None)
+    if width is None:
+        return
+    if any(len(r) * heads != int(width) for r in item.values):
+        raise InterventionError(
+            f"{to_spec(item)}: rows must have {int(width) // heads} numbers (one head's output)"
+        )
 
 
 def check_one(item: Intervention, sizes: Sizes) -> None:
@@ -47,7 +62,7 @@ def check_one(item: Intervention, sizes: Sizes) -> None:
         raise InterventionError(
             f"{to_spec(item)}: no layer {layer} (the model has layers 0-{sizes.layers - 1})"
         )
-    if isinstance(item, HeadEdit) and not 0 <= item.head < sizes.heads_in(item.layer):
+    if isinstance(item, HeadEdit | HeadPatch) and not 0 <= item.head < sizes.heads_in(item.layer):
         where = f"layer {item.layer} has" if sizes.layer_heads else "layers have"
         raise InterventionError(
             f"{to_spec(item)}: no head {item.head} ({where} heads "

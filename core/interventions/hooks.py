@@ -25,6 +25,7 @@ from llm_lens.core.interventions.spec import (
     ExpertEdit,
     Forget,
     HeadEdit,
+    HeadPatch,
     Intervention,
     InterventionError,
     ResidualAdd,
@@ -83,7 +84,7 @@ class Patcher:
 
     def _hook(self, item: Intervention) -> list[Any]:
         a = self.anatomy
-        if isinstance(item, HeadEdit):
+        if isinstance(item, HeadEdit | HeadPatch):
             proj = out_projection(a, item.layer)
             return [proj.register_forward_pre_hook(partial(self._head, item))]
         if isinstance(item, BlockEdit):
@@ -100,11 +101,15 @@ class Patcher:
             return [m.register_forward_pre_hook(hook, with_kwargs=True) for m in attns]
         raise TypeError(f"not an intervention: {item!r}")
 
-    def _head(self, item: HeadEdit, _module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    def _head(
+        self, item: HeadEdit | HeadPatch, _module: Any, args: tuple[Any, ...]
+    ) -> tuple[Any, ...]:
         x = args[0]  # (batch, seq, heads * head_dim): the heads' outputs side by side
         own = query_heads_of(self.anatomy.attn[item.layer], self.heads)  # Inkling's differ
         heads = x.reshape(*x.shape[:-1], own, -1).clone()  # (batch, seq, heads, head_dim)
-        if item.op == "mean":
+        if isinstance(item, HeadPatch):
+            _patch_head_rows(heads, item, self.offset)
+        elif item.op == "mean":
             key = (item.layer, item.head)
             if key not in self.means:  # the first pass reads the prompt
                 self.means[key] = heads[..., item.head, :].mean(dim=-2, keepdim=True)
@@ -132,6 +137,18 @@ class Patcher:
         h = args[0] if args else kw["hidden_states"]  # (batch, seq, hidden)
         mask = forget_mask(kw["attention_mask"], position, self.offset, h.shape[1], h)
         return args, kw | {"attention_mask": mask}
+
+
+def _patch_head_rows(heads: Any, item: HeadPatch, offset: int) -> None:
+    """``heads`` (batch, seq, heads, head_dim), whose first position is ``offset``, with head
+    ``item.head`` at each of ``item.positions`` this pass holds set to its row (in place)."""
+    seq = heads.shape[1]
+    picked = [(r, i) for i, p in enumerate(item.positions) if 0 <= (r := p - offset) < seq]
+    if not picked:
+        return
+    values = torch.tensor(item.values, dtype=heads.dtype, device=heads.device)  # (P, head_dim)
+    rows = torch.tensor([r for r, _ in picked], device=heads.device)
+    heads[:, rows, item.head] = values[[i for _, i in picked]]
 
 
 def _scale_output(factor: float, _module: Any, _inputs: Any, output: Any) -> Any:

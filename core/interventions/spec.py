@@ -81,6 +81,30 @@ BLOCK_PARTS = ("attn", "mlp", "mixer")  # what a BlockEdit scales: attention, ML
 
 
 @dataclass(frozen=True)
+class HeadPatch(Intervention):
+    """Head ``head`` of layer ``layer``: its output (its slice of the input to the output
+    projection) at each of ``positions`` replaced by the row of ``values`` for it, the same
+    head's output at the same place in another prompt's run (a patching sweep's head cell)."""
+
+    kind: ClassVar[str] = "head_patch"
+    layer: int
+    head: int
+    positions: tuple[int, ...]
+    values: tuple[tuple[float, ...], ...]
+
+    def __post_init__(self) -> None:
+        rows = tuple(_vector(row, "a patched head output") for row in self.values)
+        if len(rows) != len(self.positions) or not self.positions:
+            raise InterventionError(
+                f"a head patch needs one row per position: {len(self.positions)} positions, "
+                f"{len(rows)} rows"
+            )
+        if len(self.positions) != len(set(self.positions)) or min(self.positions) < 0:
+            raise InterventionError("a head patch's positions are distinct and count from 0")
+        object.__setattr__(self, "values", rows)
+
+
+@dataclass(frozen=True)
 class BlockEdit(Intervention):
     """Layer ``layer``'s attention block (``part="attn"``), MLP (``"mlp"``) or token mixer that
     is not attention (``"mixer"``: a hybrid layer's Mamba, DeltaNet or short convolution): its
@@ -166,7 +190,8 @@ class Forget(Intervention):
 
 
 KINDS: dict[str, type[Intervention]] = {
-    k.kind: k for k in (HeadEdit, BlockEdit, ResidualAdd, ResidualPatch, ExpertEdit, Forget)
+    k.kind: k
+    for k in (HeadEdit, HeadPatch, BlockEdit, ResidualAdd, ResidualPatch, ExpertEdit, Forget)
 }
 
 

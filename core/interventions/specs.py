@@ -29,6 +29,7 @@ from llm_lens.core.interventions.spec import (
     ExpertEdit,
     Forget,
     HeadEdit,
+    HeadPatch,
     Intervention,
     InterventionError,
     ResidualAdd,
@@ -126,6 +127,9 @@ def to_spec(item: Intervention) -> str:
     if isinstance(item, HeadEdit):
         how = "=mean" if item.op == "mean" else "=0" if item.factor == 0 else f"*{item.factor:g}"
         return f"head:{item.layer}.{item.head}{how}"
+    if isinstance(item, HeadPatch):
+        at = ",".join(map(str, item.positions))
+        return f"head:{item.layer}.{item.head}@{at}=<{len(item.values[0])} numbers each>"
     if isinstance(item, BlockEdit):
         return f"{item.part}:{item.layer}" + ("=0" if item.factor == 0 else f"*{item.factor:g}")
     if isinstance(item, ResidualAdd | ResidualPatch):

@@ -31,6 +31,7 @@ import torch
 
 from llm_lens.core.anatomy import Anatomy
 from llm_lens.core.interventions.spec import (
+    HeadPatch,
     InterventionError,
     ResidualAdd,
     ResidualPatch,
@@ -129,6 +130,42 @@ def patch_from(
     h = layer_input(model, anatomy, layer, ids)  # (T, hidden) float64
     rows = h[wanted].cpu().numpy()  # (positions, hidden)
     return ResidualPatch(layer, tuple(wanted), tuple(tuple(r) for r in rows.tolist()))
+
+
+def head_patch_from(
+    model: Any, anatomy: Anatomy, layer: int, head: int, ids: Sequence[int]
+) -> HeadPatch:
+    """Head patching from another prompt: head ``head``'s output at layer ``layer`` (its slice
+    of the input to the attention output projection) at every position of the prompt ``ids``,
+    as the patch that puts it in a run at the same places (a patching sweep's head cell)."""
+    from llm_lens.core.interventions.places import out_projection
+
+    if not 0 <= layer < len(anatomy.layers):
+        raise InterventionError(
+            f"no layer {layer} (the model has layers 0-{len(anatomy.layers) - 1})"
+        )
+    heads = int(model.config.get_text_config(decoder=True).num_attention_heads)
+    if not 0 <= head < heads:
+        raise InterventionError(f"no head {head} (layers have heads 0-{heads - 1})")
+    kept: list[Any] = []
+
+    def grab(_m: Any, args: Any) -> None:
+        kept.append(args[0][0].double().clone())  # (T, heads * head_dim)
+        raise _Enough
+
+    from llm_lens.core.placement import input_device
+
+    device = input_device(model)  # not `meta` where a device map offloaded it
+    handle = out_projection(anatomy, layer).register_forward_pre_hook(grab)
+    try:
+        with torch.inference_mode():
+            model(input_ids=torch.tensor([list(ids)], device=device), use_cache=False)
+    except _Enough:
+        pass
+    finally:
+        handle.remove()
+    rows = kept[0].reshape(len(ids), heads, -1)[:, head].cpu().numpy()  # (T, head_dim)
+    return HeadPatch(layer, head, tuple(range(len(ids))), tuple(map(tuple, rows.tolist())))
 
 
 def steering_vector(

@@ -72,6 +72,12 @@ class WhatIfPane(Pane):
         self.off_button = QPushButton("All off")
         self.off_button.setToolTip("Switch every intervention off: the next run is the clean one")
         self.off_button.clicked.connect(self.all_off)
+        self.sweep_button = QPushButton("Patching sweep…")
+        self.sweep_button.setToolTip(
+            "Map which layers, positions and heads carry a clean prompt's answer into a "
+            "corrupted one; click a cell to add its patch here"
+        )
+        self.sweep_button.clicked.connect(controller.sweep.request_open)
         self._lay_out()
         self.whatif.sig_changed.connect(self.refresh_list)
         controller.sig_run_started.connect(lambda _p: self._show_mark())
@@ -100,6 +106,7 @@ class WhatIfPane(Pane):
         buttons = QHBoxLayout()
         buttons.addWidget(self.run_button)
         buttons.addWidget(self.off_button)
+        buttons.addWidget(self.sweep_button)
         buttons.addStretch(1)
         hint = QLabel(HINT, wordWrap=True)
         hint.setStyleSheet("QLabel { color: #9aa; }")

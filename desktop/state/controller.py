@@ -114,6 +114,9 @@ class Controller(QObject):
 
         self.sessions = SessionController(self)
         self.compare = CompareController(self)
+        from llm_lens.desktop.state.sweep import SweepRunner
+
+        self.sweep = SweepRunner(self)  # patching sweeps: their job, progress and maps
         self.link.start()
 
     def _wire(self) -> None:

@@ -24,6 +24,7 @@ from llm_lens.core.interventions import (
     ExpertEdit,
     Forget,
     HeadEdit,
+    HeadPatch,
     Intervention,
     ResidualAdd,
     ResidualPatch,
@@ -80,6 +81,8 @@ def describe(item: Intervention) -> str:
     if isinstance(item, HeadEdit):
         how = "= prompt mean" if item.op == "mean" else _factor(item.factor)
         return f"head {item.layer}.{item.head} {how}"
+    if isinstance(item, HeadPatch):
+        return f"head {item.layer}.{item.head} patched"
     if isinstance(item, BlockEdit):
         part = {"mlp": "MLP", "mixer": "mixer"}.get(item.part, "attention")
         return f"{part} {item.layer} {_factor(item.factor)}"
@@ -243,7 +246,7 @@ def head_change(interventions: Any, layer: int, head: int) -> str:
     """'intervened: head 7.4 = 0' when a run's interventions change that head (its own edit,
     or its layer's whole attention block); '' when they leave it alone."""
     for item in interventions or ():
-        mine = isinstance(item, HeadEdit) and (item.layer, item.head) == (layer, head)
+        mine = isinstance(item, HeadEdit | HeadPatch) and (item.layer, item.head) == (layer, head)
         block = isinstance(item, BlockEdit) and item.part == "attn" and item.layer == layer
         if mine or block:
             return f"intervened: {describe(item)}"
@@ -252,7 +255,7 @@ def head_change(interventions: Any, layer: int, head: int) -> str:
 
 def _place(item: Intervention) -> tuple[Any, ...]:
     """What an intervention acts on: two edits of one place do not stack in the list."""
-    if isinstance(item, HeadEdit):
+    if isinstance(item, HeadEdit | HeadPatch):
         return ("head", item.layer, item.head)
     if isinstance(item, BlockEdit):
         return ("block", item.layer, item.part)

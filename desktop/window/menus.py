@@ -40,6 +40,8 @@ def build_menus(w: MainWindow) -> None:
     compare.addAction(w._action("&Compare samplers…", w.open_compare, "Ctrl+Shift+C"))
     compare.addAction(w._action("&Branch from this step…", w.open_branch, "Ctrl+B"))
     compare.addAction(w._action("Beam &search…", w.open_beam, "Ctrl+Shift+B"))
+    compare.addAction(w._action("&Patching sweep…", lambda: open_sweep(w)))
+    w.controller.sweep.sig_open_requested.connect(lambda: open_sweep(w))  # What if?'s button
     view = bar.addMenu("&View")
     for dock in w.docks.values():
         view.addAction(dock.toggleViewAction())
@@ -68,6 +70,13 @@ def _build_run_menu(w: MainWindow) -> None:
     run_menu.addAction(w._action("&Next step", lambda: panel.step_by(1), "Alt+Right"))
     run_menu.addAction(w._action("&First step (prefill)", lambda: panel.step_to(0), "Alt+Home"))
     run_menu.addAction(w._action("&Last step", lambda: panel.step_to(-1), "Alt+End"))
+
+
+def open_sweep(w: MainWindow) -> None:
+    """Compare → Patching sweep…: the causal tracing map (:mod:`.sweep_dialog`)."""
+    from llm_lens.desktop.window.sweep_dialog import open_sweep_dialog
+
+    open_sweep_dialog(w)
 
 
 # ----------------------------------------------------------------- open a model

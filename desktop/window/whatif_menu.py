@@ -85,6 +85,8 @@ class WhatIfMenus(QObject):
             action = QAction(describe(item), menu)
             action.triggered.connect(lambda _c=False, i=item: self.whatif.add(i))
             menu.addAction(action)
+        menu.addSeparator()  # which places matter at all: the sweep maps every one
+        menu.addAction("Patching sweep…", self.window.controller.sweep.request_open)
         self.menu = menu
         return menu
 
