@@ -67,6 +67,10 @@ class ModelInfo:
     # per layer, the K/V heads its attention caches (0: none; JetMoE's and MiMo's differ from
     # the model-wide ``num_kv_heads``); empty when unknown (then every layer: num_kv_heads)
     layer_kv_heads: tuple[int, ...] = ()
+    # where the residual is several parallel streams (Gemma 3n, DeepSeek-V4, HY-v4): the one
+    # line saying that each layer's residual shown is what the model's own tail reads (the
+    # vector it collapses them into before its final norm); empty for one stream
+    residual_note: str = ""
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""
