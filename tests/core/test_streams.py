@@ -124,6 +124,29 @@ def test_why_this_token_says_why_it_does_not_split(tokenizer: Any, name: str) ->
     assert np.isfinite(x.inputs.values).all() and np.abs(x.inputs.values).sum() > 0
 
 
+@pytest.mark.parametrize("name", ALL)
+def test_prompt_maps_are_the_models_own_attention(tokenizer: Any, name: str) -> None:
+    """The Attention pane's map re-runs the prompt's tokens (a collapsed residual cannot be a
+    layer's input): every head's map = the model's own eager attention weights."""
+    engine, run = _run(name, tokenizer)
+    if not engine.attention_maps:  # DeepSeek-V4 runs its own attention and says so
+        assert engine.info.attention_note
+        assert compute("attention_map", engine, run, {"layer": 0, "head": 0}) is None
+        return
+    engine.model.set_attn_implementation("eager")
+    try:
+        with torch.inference_mode():
+            ids = torch.tensor([run.prompt.ids])
+            own = engine.model(input_ids=ids, use_cache=False, output_attentions=True).attentions
+    finally:
+        engine.model.set_attn_implementation("llm_lens")
+    for layer in range(engine.info.num_layers):
+        for head in (0, engine.info.num_heads - 1):
+            got = compute("attention_map", engine, run, {"layer": layer, "head": head})
+            want = own[layer][0, head].float().numpy()
+            np.testing.assert_allclose(got.weights, want, atol=1e-5)
+
+
 def _by_hand(engine: Any, name: str, layer: int, edit: Any, ids: torch.Tensor) -> np.ndarray:
     """The model's logits over ``ids`` with ``edit(stack)`` applied by hand to the stream
     stack entering ``layer``, its streams moved to the front ((streams, batch, seq, hidden))."""

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QApplication
 from llm_lens.core.sampling import GREEDY
 from tests.families import FAMILIES, WINDOW, family_model
 from tests.hybrid_families import HYBRIDS, hybrid_model
+from tests.stream_families import STREAMS, stream_model
 
 # longer than the windowed families' sliding window, so their windowed layers are exercised
 PROMPT = "The quick brown fox jumps over the lazy dog and runs far away"
@@ -58,6 +59,17 @@ def test_every_pane_draws_the_hybrid_or_state_space_family(
         pane.render_and_paint()
         assert "has no attention map" in pane.header.text()
         assert info.layer_kinds[plain[0]] in pane.header.text()
+
+
+@pytest.mark.parametrize("name", list(STREAMS))
+def test_every_pane_draws_the_family_of_parallel_residual_streams(
+    qtbot: Any, window: Any, tokenizer: Any, tmp_path: Path, name: str
+) -> None:
+    """Gemma 3n, DeepSeek-V4, HY-v4: every pane draws, and the Layer stack says in one line
+    that the residual it shows is what the model's own tail reads."""
+    _draw_every_pane(qtbot, window, stream_model(name, tokenizer), tokenizer, tmp_path, name)
+    label = window.panes["Layer stack"].streams_label
+    assert label.isVisibleTo(window) and "4 parallel streams" in label.text()
 
 
 def _draw_every_pane(
