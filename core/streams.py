@@ -47,9 +47,10 @@ class Streams:
     def note(self) -> str:
         """The one line the panes and JSON carry where the residual is several streams."""
         return (
-            f"the residual is {self.count} parallel streams; shown as each layer's residual "
-            "(its norm, lens, attribution): the one vector the model's own tail collapses them "
-            "into before its final norm"
+            f"the residual is {self.count} parallel streams: each layer's residual shown (its "
+            "norm, lens) is the one vector the model's own tail collapses them into before its "
+            "final norm; the layers mix the streams, so 'MLP' is that vector's change less the "
+            "attention's output"
         )
 
 
