@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 PROBE_TOKENS = (7, 11)  # probe lengths unlikely to equal a stream count (the second if so)
+COLLAPSE_BUDGET = 1 << 24  # stack elements collapsed in one pass (64 MB of float32)
 
 
 @dataclass(frozen=True)
@@ -115,12 +116,30 @@ def _zeros(anatomy: Any, batch: int, seq: int) -> Any:
 def collapse(anatomy: Any, stacks: list[Any], rest: tuple[Any, ...] | None) -> Any:
     """(N, seq, hidden): each stream stack of ``stacks`` (as a layer returned or received it,
     one sequence each) as the vector the model's final norm reads after its own tail collapses
-    it, in one pass of the model's own forward with no layer run. ``rest``: the items after
-    the stack in the tuple the layers return (HY-v4's top-k indices), None for a bare tensor."""
+    it, from the model's own forward with no layer run: as many stacks a pass as
+    :data:`COLLAPSE_BUDGET` allows (every one at a decode step; one a pass for a long prompt),
+    each freed from ``stacks`` once read. ``rest``: the items after the stack in the tuple the
+    layers return (HY-v4's top-k indices), None for a bare tensor."""
     layout = streams_of(anatomy)
-    batch_axis, seq_axis = layout.batch_seq_axes()
-    stacked = torch.cat(stacks, dim=batch_axis)
-    n, seq = stacked.shape[batch_axis], stacked.shape[seq_axis]
+    batch_axis = layout.batch_seq_axes()[0]
+    out: list[Any] = []
+    group: list[Any] = []
+    size = 0
+    for i, stack in enumerate(stacks):
+        if group and size + stack.numel() > COLLAPSE_BUDGET:
+            out.append(_collapse_group(anatomy, group, rest, batch_axis))
+            group, size = [], 0
+        group.append(stack)
+        size += stack.numel()
+        stacks[i] = None  # the group holds it until its pass; then it is freed
+    out.append(_collapse_group(anatomy, group, rest, batch_axis))
+    return torch.cat(out)
+
+
+def _collapse_group(anatomy: Any, group: list[Any], rest: Any, batch_axis: int) -> Any:
+    stacked = torch.cat(group, dim=batch_axis)
+    group.clear()
+    n, seq = stacked.shape[batch_axis], stacked.shape[layer_seq_axis(anatomy)]
     holder, name = layer_list(anatomy)
     full = getattr(holder, name)
     setattr(holder, name, torch.nn.ModuleList([_Fixed(stacked, rest)]))
@@ -130,6 +149,10 @@ def collapse(anatomy: Any, stacks: list[Any], rest: tuple[Any, ...] | None) -> A
     finally:
         setattr(holder, name, full)
     return read[0]
+
+
+def layer_seq_axis(anatomy: Any) -> int:
+    return streams_of(anatomy).batch_seq_axes()[1]
 
 
 def layer_list(anatomy: Any) -> tuple[Any, str]:

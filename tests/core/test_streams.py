@@ -98,6 +98,19 @@ def test_the_last_residual_is_what_the_final_norm_reads(tokenizer: Any, name: st
     assert norms.shape == (engine.info.num_layers + 1,) and np.isfinite(norms).all()
 
 
+def test_stacks_collapsed_one_a_pass_are_the_same(tokenizer: Any, monkeypatch: Any) -> None:
+    """A long prompt's stacks are collapsed one a pass (the budget): the same rows."""
+    from llm_lens.core import streams
+
+    engine, run = _run("deepseek_v4", tokenizer)
+    monkeypatch.setattr(streams, "COLLAPSE_BUDGET", 1)
+    again = engine.start(run.prompt, GREEDY, RunConfig(NEW))
+    again.run_all()
+    np.testing.assert_allclose(again.prefill.hidden, run.prefill.hidden, rtol=1e-5, atol=1e-6)
+    for a, b in zip(again.steps, run.steps, strict=True):  # (batched matmuls round apart)
+        np.testing.assert_allclose(a.hidden, b.hidden, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_the_lens_last_row_is_the_output(tokenizer: Any, name: str) -> None:
     engine, run = _run(name, tokenizer)
