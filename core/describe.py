@@ -82,16 +82,18 @@ def _layer_fields(model: Any, head_dim: int, heads: int, kv: int) -> dict[str, A
         "state_elements": tuple(state_elements(m) for m in anatomy.state_mixers),
         "latent_dims": tuple(latent_elements(a) for a in anatomy.attn),
         "layer_kv_heads": tuple(kv_heads_of(a, heads, kv) for a in anatomy.attn),
-        "residual_note": _residual_note(anatomy),
+        **_residual_fields(anatomy),
     }
 
 
-def _residual_note(anatomy: Any) -> str:
-    """:meth:`~llm_lens.core.streams.Streams.note` where the residual is several streams."""
+def _residual_fields(anatomy: Any) -> dict[str, Any]:
+    """The residual's parallel streams (:mod:`llm_lens.core.streams`) and, where several, the
+    note saying what is shown of them."""
     from llm_lens.core.streams import streams_of
 
     layout = streams_of(anatomy)
-    return layout.note() if layout.several else ""
+    note = layout.note() if layout.several else ""
+    return {"residual_note": note, "residual_streams": layout.count}
 
 
 def _attention_note(model: Any) -> str:

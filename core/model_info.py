@@ -71,6 +71,7 @@ class ModelInfo:
     # line saying that each layer's residual shown is what the model's own tail reads (the
     # vector it collapses them into before its final norm); empty for one stream
     residual_note: str = ""
+    residual_streams: int = 1  # their count (a residual row: hidden, or streams × hidden)
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""

@@ -57,12 +57,13 @@ def test_the_layout_is_read_from_the_first_layers_input(tokenizer: Any, name: st
     engine, _ = _run(name, tokenizer)
     assert streams_of(engine.anatomy) == Streams(*STREAMS[name][2])
     assert "4 parallel streams" in engine.info.residual_note
+    assert engine.info.residual_streams == 4
     assert "collapses them into before its final norm" in engine.info.residual_note
 
 
 def test_one_stream_has_no_note(engine: Any) -> None:
     assert streams_of(engine.anatomy) == SINGLE
-    assert engine.info.residual_note == ""
+    assert engine.info.residual_note == "" and engine.info.residual_streams == 1
 
 
 @pytest.mark.parametrize("name", ALL)
