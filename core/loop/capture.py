@@ -16,7 +16,7 @@ import torch
 
 from llm_lens.core.anatomy import Anatomy
 from llm_lens.core.attention import Tap, tapping
-from llm_lens.core.streams import collapse
+from llm_lens.core.streams import collapse, streams_of
 
 EMBEDDINGS = "the embeddings (the first layer's input)"
 PASS_THROUGH = (torch.nn.Dropout, torch.nn.Identity)  # children whose output is their input
@@ -101,6 +101,8 @@ class Capture:
 
     def __enter__(self) -> Capture:
         a = self.anatomy
+        if self.probing:
+            streams_of(a)  # found now: a probe pass cannot run inside the model's own pass
         first = a.layers[0].register_forward_pre_hook(self._on_input, with_kwargs=True)
         self._handles.append(first)
         for i, layer in enumerate(a.layers):
@@ -149,7 +151,7 @@ class Capture:
     def _on_input(self, _module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         h = args[0] if args else kwargs["hidden_states"]
         if self.probing:
-            self.probes.append(Probe(EMBEDDINGS, h))
+            self.probes.append(Probe(EMBEDDINGS, self._per_position(h)))
         self._keep(h)
 
     def _on_hidden(self, index: int, _module: Any, _inputs: Any, output: Any) -> None:
@@ -157,8 +159,16 @@ class Capture:
         if isinstance(output, tuple) and h is not None and h.dim() == 4:
             self._rest = tuple(output[1:])
         if self.probing:
-            self.probes.append(Probe(layer_output(index), h))
+            self.probes.append(Probe(layer_output(index), self._per_position(h)))
         self._keep(h)
+
+    def _per_position(self, h: Any) -> Any:
+        """``h`` as (batch, seq, hidden) for a :class:`Probe`: a stack of parallel streams
+        reduced over them (the largest magnitude: NaN and ±Inf survive), so a stream is not
+        counted as a position."""
+        if h.dim() != 4:
+            return h
+        return torch.amax(h.abs(), dim=streams_of(self.anatomy).axis)
 
     def _keep(self, h: Any) -> None:
         """Keep one residual-stream tensor (1, seq, hidden); a prompt's (seq > 1, one sequence)

@@ -236,3 +236,32 @@ def test_the_patching_sweep_says_why_it_is_not_run(tokenizer: Any, name: str) ->
     ids = list(engine.tokenize(PROMPT, chat=False).ids)
     with pytest.raises(InterventionError, match="4 parallel streams"):
         Sweep(engine.model, engine.anatomy, ids, ids)
+
+
+@pytest.mark.parametrize("name", ["deepseek_v4", "hy_v4"])
+def test_a_nan_is_placed_at_its_position_not_its_stream(tokenizer: Any, name: str) -> None:
+    """A NaN in one token's embedding: named at the embeddings, at that token's position alone
+    (each of its streams holds it, and a stream is not a position). (Gemma 3n's cache of
+    shared layers cannot be cropped for the probed pass: the step's own capture places it.)"""
+    from transformers import AutoModelForCausalLM
+
+    from llm_lens.core.errors import NonFiniteError
+    from llm_lens.core.loading import LoadedModel, describe
+    from tests.stream_families import stream_config
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(
+        stream_config(name, len(tokenizer)), attn_implementation="eager"
+    ).eval()
+    engine = Engine(LoadedModel(model, tokenizer, describe(model, name, "test", "tiny")))
+    prompt = engine.tokenize(PROMPT, chat=False)
+    with torch.no_grad():
+        engine.anatomy.embed.weight[prompt.ids[3]] = float("nan")
+    run = engine.start(prompt, GREEDY, RunConfig(NEW))
+    with pytest.raises(NonFiniteError) as caught:
+        run.run_all()
+    assert (caught.value.value, caught.value.where) == (
+        "NaN",
+        "the embeddings (the first layer's input)",
+    )
+    assert caught.value.positions == (3,)
