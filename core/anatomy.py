@@ -64,6 +64,9 @@ class Anatomy:
     # per layer: its mixer that is not attention (Mamba, DeltaNet, convolution), or None;
     # Falcon-H1's layers have attention and this side by side
     state_mixers: list[Any | None] = field(default_factory=list)
+    # how the residual is laid out (core.streams.Streams: several parallel streams in Gemma 3n,
+    # DeepSeek-V4, HY-v4); None until core.streams.streams_of probes it
+    streams: Any = None
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (and so have attention rows and maps)?"""

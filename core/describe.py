@@ -99,6 +99,7 @@ def _layer_fields(model: Any, head_dim: int, heads: int, kv: int) -> dict[str, A
         "layer_kv_heads": tuple(kv_heads_of(a, heads, kv) for a in anatomy.attn),
         "layer_mlps": tuple(find_mlp(anatomy, i) is not None for i in range(len(anatomy.layers))),
         **_layer_heads(anatomy.attn, heads),
+        **_residual_fields(anatomy),
     }
 
 
@@ -110,6 +111,16 @@ def _layer_heads(attn: list[Any], heads: int) -> dict[str, tuple[int, ...]]:
 
     counts = tuple(query_heads_of(a, heads) for a in attn)
     return {"layer_heads": counts} if any(c not in (0, heads) for c in counts) else {}
+
+
+def _residual_fields(anatomy: Any) -> dict[str, Any]:
+    """The residual's parallel streams (:mod:`llm_lens.core.streams`) and, where several, the
+    note saying what is shown of them."""
+    from llm_lens.core.streams import streams_of
+
+    layout = streams_of(anatomy)
+    note = layout.note() if layout.several else ""
+    return {"residual_note": note, "residual_streams": layout.count}
 
 
 def _attention_note(model: Any) -> str:

@@ -22,6 +22,7 @@ import torch
 from llm_lens.core.placement import forwards_replaced
 from llm_lens.core.records import StepRecord, frozen
 from llm_lens.core.runtime import param_dtype
+from llm_lens.core.streams import final_norm_fed, layer_list, streams_of
 
 
 @dataclass(frozen=True)
@@ -55,27 +56,44 @@ def lens_logits(engine: Any, hidden: torch.Tensor) -> torch.Tensor:
     everything after the layers."""
     rows = hidden.reshape(-1, hidden.shape[-1])  # (N, hidden)
     ids = torch.zeros((rows.shape[0], 1), dtype=torch.long, device=rows.device)  # (N, 1)
+    several = streams_of(engine.anatomy).several  # then the rows are what the final norm reads
     try:
-        with _last_layer_outputs(engine.anatomy, rows[:, None, :], alone=True):
+        with _lens_tail(engine.anatomy, rows[:, None, :], alone=True, streams=several):
             logits = engine.model(input_ids=ids, use_cache=False).logits  # (N, 1, vocab)
     except (KeyError, IndexError, TypeError, ValueError, RuntimeError):
-        with _last_layer_outputs(engine.anatomy, rows[:, None, :], alone=False):
+        with _lens_tail(engine.anatomy, rows[:, None, :], alone=False, streams=several):
             logits = engine.model(input_ids=ids, use_cache=False).logits
     out: torch.Tensor = logits[:, -1].float().reshape(*hidden.shape[:-1], -1)
     return out
 
 
 @contextmanager
-def _last_layer_outputs(anatomy: Any, residual: torch.Tensor, alone: bool) -> Iterator[None]:
+def _lens_tail(anatomy: Any, residual: torch.Tensor, alone: bool, streams: bool) -> Iterator[None]:
+    """The residual put where the model's tail reads it: as its last layer's output, or, where
+    the residual is several parallel streams (core.streams), as its final norm's input (the
+    rows are the vector the model's own tail collapsed the streams into)."""
+    if not streams:
+        with _last_layer_outputs(anatomy, residual, alone):
+            yield
+        return
+    with _last_layer_outputs(anatomy, None, alone), final_norm_fed(anatomy, residual):
+        yield
+
+
+@contextmanager
+def _last_layer_outputs(anatomy: Any, residual: torch.Tensor | None, alone: bool) -> Iterator[None]:
     """While open, the decoder's last layer's output tensor is ``residual`` (N, 1, hidden), in
-    the structure the layer returns (a tensor or a tuple); ``alone``: it runs no other layer."""
-    holder, name = _layer_list(anatomy)
+    the structure the layer returns (a tensor or a tuple; its own where None); ``alone``: it
+    runs no other layer."""
+    holder, name = layer_list(anatomy)
     full = getattr(holder, name)
     last = full[-1]
     original = last.forward
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         out = original(*args, **kwargs)
+        if residual is None:
+            return out
         if isinstance(out, tuple):
             return (residual.to(out[0].dtype), *out[1:])
         return residual.to(out.dtype)
@@ -87,16 +105,6 @@ def _last_layer_outputs(anatomy: Any, residual: torch.Tensor, alone: bool) -> It
             yield
     finally:
         setattr(holder, name, full)
-
-
-def _layer_list(anatomy: Any) -> tuple[Any, str]:
-    """The module holding the decoder's list of layers, and that list's attribute name."""
-    for path, module in anatomy.decoder.named_modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) == len(anatomy.layers):
-            if module[0] is anatomy.layers[0]:
-                parent, _, name = path.rpartition(".")
-                return anatomy.decoder.get_submodule(parent), name
-    raise RuntimeError("the decoder's list of layers is not where the anatomy found it")
 
 
 def logit_lens(engine: Any, step: StepRecord, k: int = 5) -> LensResult:

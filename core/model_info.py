@@ -92,6 +92,12 @@ class ModelInfo:
             return own
         return self.num_kv_heads
 
+    # where the residual is several parallel streams (Gemma 3n, DeepSeek-V4, HY-v4): the one
+    # line saying that each layer's residual shown is what the model's own tail reads (the
+    # vector it collapses them into before its final norm); empty for one stream
+    residual_note: str = ""
+    residual_streams: int = 1  # their count (a residual row: hidden, or streams × hidden)
+
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""
         kinds = self.layer_kinds

@@ -25,8 +25,9 @@ import torch
 from llm_lens.core.attention.lens import use_lens_attention
 from llm_lens.core.attention.maps import Halted, halt_check, kv_head
 from llm_lens.core.attention.taps import AttentionInputs, MapReady, Tap, tapping
-from llm_lens.core.placement import forwards_replaced, weights_of
+from llm_lens.core.placement import forwards_replaced, input_device, weights_of
 from llm_lens.core.runtime import param_dtype
+from llm_lens.core.streams import streams_of
 
 MAP_MEMO_BYTES = 64 << 20  # prompt maps kept for the next request (every layer when they fit)
 EVERY_HEAD_SCORES = 1 << 24  # a map request computes every head of its layer up to this many
@@ -36,7 +37,12 @@ KEPT_LAYERS = 3  # layers whose queries and keys a long prompt's maps keep: the 
 
 
 def layer_maps(
-    engine: Any, hidden: np.ndarray, layer: int, block: int, head: int | None = None
+    engine: Any,
+    hidden: np.ndarray,
+    layer: int,
+    block: int,
+    head: int | None = None,
+    ids: Any = None,
 ) -> np.ndarray | None:
     """(heads, T / block, T / block) maps of every head of ``layer`` over the prompt, or when
     ``head`` is given and the prompt is long, that head's alone (``maps[head]``; the other
@@ -47,7 +53,8 @@ def layer_maps(
     layer's attention is read: exact by construction, about one layer's work. A long prompt
     computes one head's T × T scores rather than every head's. Kept (up to
     :data:`MAP_MEMO_BYTES`) for the next request. None when the family's attention does not go
-    through the interface.
+    through the interface. ``ids``: the prompt's tokens, which a model whose residual is several
+    parallel streams runs over instead (:func:`_rerun`).
     """
     maps = _memo(engine, hidden, block)
     if maps is None or not engine.anatomy.has_attention(layer):
@@ -60,9 +67,9 @@ def layer_maps(
     tokens = hidden.shape[1]
     every_head = head is None or engine.info.num_heads * tokens * tokens <= EVERY_HEAD_SCORES
     if head is not None and not every_head:
-        one = _one_head_map(engine, hidden, layer, block, head)
+        one = _one_head_map(engine, hidden, layer, block, head, ids)
     else:
-        one = _rerun_for_maps(engine, hidden, (layer,), block).map_weights[layer]
+        one = _rerun_for_maps(engine, hidden, (layer,), block, ids).map_weights[layer]
     one = _every_head_wide(engine, one)
     if sum(m.nbytes for m in maps.values()) + one.nbytes > MAP_MEMO_BYTES:
         maps.clear()
@@ -90,7 +97,9 @@ def _as_every_head(engine: Any, one: np.ndarray, head: int) -> np.ndarray:
     return whole
 
 
-def _one_head_map(engine: Any, hidden: np.ndarray, layer: int, block: int, head: int) -> np.ndarray:
+def _one_head_map(
+    engine: Any, hidden: np.ndarray, layer: int, block: int, head: int, ids: Any = None
+) -> np.ndarray:
     """One head's (1, T / block, T / block) map.
 
     Where the layer's projections allow it (:func:`_projects_one_head`) and someone waits for
@@ -108,12 +117,12 @@ def _one_head_map(engine: Any, hidden: np.ndarray, layer: int, block: int, head:
     kept.pop(layer, None)
     while len(kept) >= KEPT_LAYERS:  # before the rerun: never more layers' than that at once
         kept.popitem(last=False)
-    ahead = halt_check() is not None
+    ahead = halt_check() is not None or streams_of(engine.anatomy).several
     alone = not ahead and _projects_one_head(engine, hidden, layer, head)
     tap = _tap(engine, (layer,), block, head, keep=True)
     try:
         with _one_head_projections(engine, layer, head) if alone else nullcontext():
-            _rerun(engine, hidden, tap)
+            _rerun(engine, hidden, tap, ids)
     finally:
         if layer in tap.inputs:
             kept[layer] = replace(tap.inputs[layer], head=head if alone else None)
@@ -211,7 +220,9 @@ def _zeros(width: int, x: Any) -> Any:
     return x.new_zeros((*x.shape[:-1], width))
 
 
-def every_layer_maps(engine: Any, hidden: np.ndarray, block: int) -> list[np.ndarray] | None:
+def every_layer_maps(
+    engine: Any, hidden: np.ndarray, block: int, ids: Any = None
+) -> list[np.ndarray] | None:
     """Every layer's (heads, T / block, T / block) maps, computed in one pass over the model
     (the overview's thumbnails); None as for :func:`layer_maps`."""
     maps = _memo(engine, hidden, block)
@@ -224,7 +235,7 @@ def every_layer_maps(engine: Any, hidden: np.ndarray, block: int) -> list[np.nda
             maps.setdefault((n, None), np.zeros((engine.info.num_heads, size, size), np.float32))
     missing = tuple(n for n in layers if (n, None) not in maps)
     if missing:
-        got = _rerun_for_maps(engine, hidden, missing, block).map_weights
+        got = _rerun_for_maps(engine, hidden, missing, block, ids).map_weights
         got = {n: _every_head_wide(engine, m) for n, m in got.items()}
         kept = sum(m.nbytes for m in got.values()) <= MAP_MEMO_BYTES
         if kept:
@@ -236,8 +247,9 @@ def every_layer_maps(engine: Any, hidden: np.ndarray, block: int) -> list[np.nda
 
 def _memo(engine: Any, hidden: np.ndarray, block: int) -> dict[Any, np.ndarray] | None:
     """The engine's kept maps for this prompt and pooling; None when the family's attention
-    does not go through the interface."""
-    if not use_lens_attention(engine.model):
+    does not go through the interface, or its logits differ through it (the Engine found so:
+    ``attention_maps`` False), where routing it there would change the model's own numbers."""
+    if not getattr(engine, "attention_maps", True) or not use_lens_attention(engine.model):
         return None
     memo = engine.map_memo
     # this very array (not a later one at its address), without hashing 19 MB per request
@@ -249,10 +261,12 @@ def _memo(engine: Any, hidden: np.ndarray, block: int) -> dict[Any, np.ndarray] 
     return maps
 
 
-def _rerun_for_maps(engine: Any, hidden: np.ndarray, layers: tuple[int, ...], block: int) -> Tap:
+def _rerun_for_maps(
+    engine: Any, hidden: np.ndarray, layers: tuple[int, ...], block: int, ids: Any = None
+) -> Tap:
     """The tap of a pass over the prompt that records every head's maps of ``layers``."""
     tap = _tap(engine, layers, block)
-    _rerun(engine, hidden, tap)
+    _rerun(engine, hidden, tap, ids)
     return tap
 
 
@@ -262,9 +276,12 @@ def _tap(
     return Tap(engine.anatomy.layer_of, fast=True, maps=layers, block=block, head=head, keep=keep)
 
 
-def _rerun(engine: Any, hidden: np.ndarray, tap: Tap) -> None:
+def _rerun(engine: Any, hidden: np.ndarray, tap: Tap, ids: Any = None) -> None:
     """A pass over the prompt that fills ``tap`` with its layers' maps (and with ``keep``,
     what their attention was handed); each layer's input is its recorded residual."""
+    if streams_of(engine.anatomy).several:
+        _rerun_from_tokens(engine, tap, ids)
+        return
     layers = tap.maps
     dtype = param_dtype(engine.model)
     handles: list[Any] = []
@@ -293,6 +310,20 @@ def _rerun(engine: Any, hidden: np.ndarray, tap: Tap) -> None:
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _rerun_from_tokens(engine: Any, tap: Tap, ids: Any) -> None:
+    """Where the residual is several parallel streams (core.streams) the recorded residual is
+    their collapse and cannot stand in for a layer's input: the model runs over the prompt's
+    own tokens ``ids`` up to the last asked layer."""
+    if ids is None:
+        raise ValueError("a model of several residual streams re-runs its prompt's tokens")
+    tokens = torch.tensor([list(ids)], device=input_device(engine.model))  # (1, T)
+    try:
+        with torch.inference_mode(), tapping(tap):
+            engine.model(input_ids=tokens, use_cache=False, logits_to_keep=1)
+    except MapReady:
+        pass
 
 
 @contextmanager

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from llm_lens.core.explain.hooks import frozen
+from llm_lens.core.streams import streams_of
 
 ONLY_INPUTS = "only the input tokens' share (gradient × input) is shown"
 
@@ -28,6 +29,10 @@ def split_refusal(engine: Any) -> str | None:
     """Why this model's logit cannot split over heads and MLPs, known from its anatomy; None
     where the pass itself must tell (:func:`.trace.check_additive`)."""
     anatomy = engine.anatomy
+    layout = streams_of(anatomy)
+    if layout.several:  # Gemma 3n's AltUp, DeepSeek-V4's hyper-connections
+        what = f"the residual is {layout.count} parallel streams that the layers mix"
+        return f"{what}, so no block's output is added to it as it is; {ONLY_INPUTS}"
     for layer, kind in enumerate(anatomy.kinds):
         if not anatomy.has_attention(layer) or kind not in ("attention", "sparse attention"):
             what = (
@@ -51,10 +56,25 @@ def gradient_pass(engine: Any, ids: Any, target: int) -> tuple[torch.Tensor, tor
     with torch.inference_mode(False), torch.enable_grad(), frozen(model):
         ids_t = torch.tensor(np.asarray(ids), dtype=torch.long, device=engine.device)[None]
         embeds = anatomy.embed(ids_t).detach().requires_grad_(True)  # (1, T, hidden)
-        # a copy goes in: a family that scales its input embeddings in place (CTRL) may
-        out = model(inputs_embeds=embeds.clone(), use_cache=False)
-        logits = out.logits[0, -1].float()  # (vocab,)
+        logits = _logits_from(model, anatomy, ids_t, embeds)  # (vocab,)
         logp = torch.log_softmax(logits, dim=-1)[target]
         (grad,) = torch.autograd.grad(logp, embeds)
         gxi = (grad * embeds).sum(dim=-1)[0].detach().float()  # (T,)
     return logits.detach(), gxi
+
+
+def _logits_from(model: Any, anatomy: Any, ids: Any, embeds: Any) -> torch.Tensor:
+    """The last position's logits (vocab,) of the model run on ``embeds``; where the model
+    cannot run on embeddings alone (DeepSeek-V4's hash-routed layers read the token ids), on
+    ``ids`` with its embedding module's output replaced by ``embeds``."""
+    try:
+        # a copy goes in: a family that scales its input embeddings in place (CTRL) may
+        out = model(inputs_embeds=embeds.clone(), use_cache=False)
+    except (AttributeError, TypeError, ValueError):
+        handle = anatomy.embed.register_forward_hook(lambda *_: embeds.clone())
+        try:
+            out = model(input_ids=ids, use_cache=False)
+        finally:
+            handle.remove()
+    logits: torch.Tensor = out.logits[0, -1].float()
+    return logits

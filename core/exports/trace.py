@@ -26,7 +26,7 @@ SCHEMA = "llm-lens-trace/1"
 MODEL_FIELDS = (
     "name", "source", "architecture", "num_layers", "num_heads", "num_kv_heads", "head_dim",
     "hidden_size", "vocab_size", "context_length", "dtype", "device", "num_parameters",
-    "weights_id", "partly_random", "placement", "quantization",
+    "weights_id", "partly_random", "placement", "quantization", "residual_note",
 )  # fmt: skip
 PARAM_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed")
 
@@ -41,6 +41,7 @@ def _model_fields(get: Any) -> dict[str, Any]:
     out = {k: get(k) for k in MODEL_FIELDS}
     out["placement"] = [_placed(part) for part in out["placement"] or ()]
     out["quantization"] = out["quantization"] or ""
+    out["residual_note"] = out["residual_note"] or ""
     return out
 
 

@@ -153,6 +153,8 @@ def _count(config: dict[str, Any], key: str, spec: str) -> int:
     value = config[key]
     if value is None:
         return 0 if key not in POSITIVE else _refuse_count(spec, key, value)
+    if isinstance(value, list) and value and all(type(v) is int for v in value):
+        value = max(value)  # one per layer (Gemma 3n's intermediate_size): its largest
     if type(value) is not int or not 0 <= value <= COUNT_LIMITS[key]:
         _refuse_count(spec, key, value)
     return int(value)

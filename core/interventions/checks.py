@@ -68,13 +68,15 @@ def check_one(item: Intervention, sizes: Sizes) -> None:
             f"{to_spec(item)}: no head {item.head} ({where} heads "
             f"0-{sizes.heads_in(item.layer) - 1})"
         )
-    if isinstance(item, ResidualAdd) and len(item.vector) != sizes.hidden:
+    widths = sizes.row_widths  # (hidden,), or also hidden × streams (core.streams)
+    wanted = " or ".join(str(w) for w in widths)
+    if isinstance(item, ResidualAdd) and len(item.vector) not in widths:
         raise InterventionError(
             f"{to_spec(item)}: the vector has {len(item.vector)} numbers; "
-            f"the residual stream has {sizes.hidden}"
+            f"the residual stream has {wanted}"
         )
-    if isinstance(item, ResidualPatch) and any(len(r) != sizes.hidden for r in item.values):
-        raise InterventionError(f"{to_spec(item)}: rows must have {sizes.hidden} numbers")
+    if isinstance(item, ResidualPatch) and any(len(r) not in widths for r in item.values):
+        raise InterventionError(f"{to_spec(item)}: rows must have {wanted} numbers")
     if isinstance(item, ExpertEdit):
         count = sizes.experts.get(item.layer)
         if count is None:

@@ -19,7 +19,7 @@ from torch.overrides import TorchFunctionMode
 
 from llm_lens.core.anatomy import Anatomy, query_heads_of
 from llm_lens.core.interventions.checks import check
-from llm_lens.core.interventions.places import block_of, out_projection, router_of
+from llm_lens.core.interventions.places import block_of, out_projection, router_of, stream_rows
 from llm_lens.core.interventions.spec import (
     BlockEdit,
     ExpertEdit,
@@ -32,6 +32,7 @@ from llm_lens.core.interventions.spec import (
     ResidualPatch,
 )
 from llm_lens.core.interventions.steer import forget_mask, residual_rows
+from llm_lens.core.streams import streams_of
 
 CACHE_KWARGS = ("cache", "past_key_values")
 
@@ -122,7 +123,11 @@ class Patcher:
         self, item: ResidualAdd | ResidualPatch, _m: Any, args: tuple[Any, ...], kw: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         h = args[0] if args else kw["hidden_states"]  # (batch, seq, hidden)
-        h = residual_rows(h, item, self.offset)
+        layout = streams_of(self.anatomy)  # several parallel streams: each gets the row
+        if layout.several:
+            h = stream_rows(h, item, self.offset, layout)
+        else:
+            h = residual_rows(h, item, self.offset)
         if args:
             return (h, *args[1:]), kw
         return args, kw | {"hidden_states": h}

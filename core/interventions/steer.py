@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from llm_lens.core.anatomy import Anatomy
+from llm_lens.core.interventions.places import positions_of
 from llm_lens.core.interventions.spec import (
     HeadPatch,
     InterventionError,
@@ -38,6 +39,7 @@ from llm_lens.core.interventions.spec import (
     _finite,
     _vector,
 )
+from llm_lens.core.streams import streams_of
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,11 @@ def layer_input(model: Any, anatomy: Anatomy, layer: int, ids: Sequence[int]) ->
     the layers from ``layer`` on are not run."""
     kept: list[Any] = []
 
+    layout = streams_of(anatomy)  # several parallel streams: (T, streams × hidden)
+
     def grab(_m: Any, args: Any, kwargs: Any) -> None:
-        kept.append((args[0] if args else kwargs["hidden_states"])[0].double().clone())
+        h = args[0] if args else kwargs["hidden_states"]
+        kept.append(positions_of(h, layout).double().clone())
         raise _Enough
 
     device = next(model.parameters()).device

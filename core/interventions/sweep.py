@@ -34,7 +34,9 @@ from llm_lens.core.anatomy import Anatomy, query_heads_of
 from llm_lens.core.errors import Cancelled, PromptError
 from llm_lens.core.interventions.places import out_projection
 from llm_lens.core.interventions.resume import Recording, Resumer, record
+from llm_lens.core.interventions.spec import InterventionError
 from llm_lens.core.placement import input_device
+from llm_lens.core.streams import streams_of
 
 Progress = Callable[[int, int], None]
 CHUNK = 16  # positions patched in one forward of the residual map (one row each): the
@@ -94,6 +96,13 @@ class Sweep:
             raise PromptError(
                 f"the clean and corrupted prompts must have as many tokens: "
                 f"{len(clean)} and {len(corrupt)}"
+            )
+        layout = streams_of(anatomy)
+        if layout.several:  # Gemma 3n, DeepSeek-V4: one vector a cell has no single place
+            raise InterventionError(
+                f"the residual is {layout.count} parallel streams: the patching sweep patches "
+                "one residual vector a cell, so it is not run for this model (a residual patch "
+                "from another prompt, resid:L@P=…, puts back every stream)"
             )
         self.model, self.anatomy = model, anatomy
         self.layers = len(anatomy.layers)

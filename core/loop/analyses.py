@@ -53,9 +53,10 @@ def _compute(kind: str, engine: Any, run: Any, args: dict[str, Any]) -> Any:
         return None
     if kind == "attention_map":
         layer, head, size = args["layer"], args["head"], args.get("max_size", 512)
-        return attention_map(engine, cache, prefill.hidden, layer, head, size)
+        ids = prefill.prompt.ids  # re-run where the residual is several streams
+        return attention_map(engine, cache, prefill.hidden, layer, head, size, ids)
     if kind == "attention_overview":
-        return attention_overview(engine, cache, prefill.hidden)
+        return attention_overview(engine, cache, prefill.hidden, ids=prefill.prompt.ids)
     raise ValueError(f"unknown analysis {kind!r}")
 
 

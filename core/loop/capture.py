@@ -16,6 +16,7 @@ import torch
 
 from llm_lens.core.anatomy import Anatomy
 from llm_lens.core.attention import Tap, tapping
+from llm_lens.core.streams import collapse, streams_of
 
 EMBEDDINGS = "the embeddings (the first layer's input)"
 PASS_THROUGH = (torch.nn.Dropout, torch.nn.Identity)  # children whose output is their input
@@ -84,6 +85,11 @@ class Capture:
         self.tap = Tap(anatomy.layer_of, fast=fast, rows=True)
         self.probes: list[Probe] = []  # every stage's output, in the order computed
         self._last: tuple[Any, Any] | None = None
+        # a model whose residual is several parallel streams (core.streams): each stream stack
+        # as the pass produced it, collapsed after the pass into the vector the model's own
+        # tail reads (the hooks cannot run the model again inside its pass)
+        self._stacks: list[Any] = []
+        self._rest: tuple[Any, ...] | None = None  # what the layers return after the stack
         self._handles: list[Any] = []
         self._stack = ExitStack()
 
@@ -95,6 +101,8 @@ class Capture:
 
     def __enter__(self) -> Capture:
         a = self.anatomy
+        if self.probing:
+            streams_of(a)  # found now: a probe pass cannot run inside the model's own pass
         first = a.layers[0].register_forward_pre_hook(self._on_input, with_kwargs=True)
         self._handles.append(first)
         for i, layer in enumerate(a.layers):
@@ -109,11 +117,15 @@ class Capture:
         self._stack.enter_context(tapping(self.tap))
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, *exc: object) -> None:
         for h in self._handles:
             h.remove()
         self._handles.clear()
         self._stack.close()
+        stacks, self._stacks = self._stacks, []
+        if stacks and kind is None:
+            for row in collapse(self.anatomy, stacks, self._rest).split(1):
+                self._keep(row)  # (1, seq, hidden), in the order the pass made them
 
     @property
     def prompt_positions(self) -> np.ndarray | None:
@@ -139,18 +151,32 @@ class Capture:
     def _on_input(self, _module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         h = args[0] if args else kwargs["hidden_states"]
         if self.probing:
-            self.probes.append(Probe(EMBEDDINGS, h))
+            self.probes.append(Probe(EMBEDDINGS, self._per_position(h)))
         self._keep(h)
 
     def _on_hidden(self, index: int, _module: Any, _inputs: Any, output: Any) -> None:
         h = _first_tensor(output)
+        if isinstance(output, tuple) and h is not None and h.dim() == 4:
+            self._rest = tuple(output[1:])
         if self.probing:
-            self.probes.append(Probe(layer_output(index), h))
+            self.probes.append(Probe(layer_output(index), self._per_position(h)))
         self._keep(h)
+
+    def _per_position(self, h: Any) -> Any:
+        """``h`` as (batch, seq, hidden) for a :class:`Probe`: a stack of parallel streams
+        reduced over them (the largest magnitude: NaN and ±Inf survive), so a stream is not
+        counted as a position."""
+        if h.dim() != 4:
+            return h
+        return torch.amax(h.abs(), dim=streams_of(self.anatomy).axis)
 
     def _keep(self, h: Any) -> None:
         """Keep one residual-stream tensor (1, seq, hidden); a prompt's (seq > 1, one sequence)
-        is copied to ``_positions`` at once and only its last row kept as a tensor."""
+        is copied to ``_positions`` at once and only its last row kept as a tensor. A stack of
+        parallel streams (4-D) is kept whole until the pass ends (:func:`collapse`)."""
+        if h.dim() == 4:
+            self._stacks.append(h)
+            return
         if h.shape[0] == 1 and h.shape[1] > 1:
             if self._positions is None:
                 rows = (len(self.anatomy.layers) + 1, h.shape[1], h.shape[2])

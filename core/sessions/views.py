@@ -82,15 +82,17 @@ def prompt_attention_maps(run: Any) -> np.ndarray | None:
     if prefill.hidden.shape[1] != t or int(prefill.positions[0]) != 0:
         return None
     with hooked_for(run):  # the maps of the model the run saw (a forgotten token hidden)
-        return _all_maps(engine, cache, prefill.hidden, t)
+        return _all_maps(engine, cache, prefill.hidden, t, run.prompt.ids)
 
 
-def _all_maps(engine: Any, cache: Any, hidden: np.ndarray, t: int) -> np.ndarray | None:
+def _all_maps(
+    engine: Any, cache: Any, hidden: np.ndarray, t: int, ids: Any = None
+) -> np.ndarray | None:
     info = engine.info
     out = np.zeros((info.num_layers, info.num_heads, t, t), np.float32)  # (layers, heads, T, T)
     for layer in range(info.num_layers):
         for head in range(info.num_heads):
-            amap = attention_map(engine, cache, hidden, layer, head, t)
+            amap = attention_map(engine, cache, hidden, layer, head, t, ids)
             if amap is None:  # a family whose attention LLM Lens cannot record
                 return None
             out[layer, head] = amap.weights

@@ -187,10 +187,13 @@ class WhatIfList(QObject):
             self.sig_error.emit(f"{path}: not a readable .npy vector ({exc})")
             return False
         width = getattr(self.controller.info, "hidden_size", vector.size)
-        if vector.size != width or not np.isfinite(vector).all():
+        streams = int(getattr(self.controller.info, "residual_streams", 1) or 1)
+        widths = sorted({width, width * streams})  # or each of several streams its own part
+        if vector.size not in widths or not np.isfinite(vector).all():
             self.sig_error.emit(
                 f"{path}: {vector.size} numbers (finite: "
-                f"{bool(np.isfinite(vector).all())}); the stream has {width}"
+                f"{bool(np.isfinite(vector).all())}); the stream has "
+                f"{' or '.join(str(w) for w in widths)}"
             )
             return False
         self.add(ResidualAdd(layer, tuple(positions), tuple(vector * float(strength))))

@@ -18,6 +18,7 @@ from llm_lens.core.sampling import GREEDY
 from tests.families import FAMILIES, WINDOW, family_model
 from tests.hybrid_families import HYBRIDS, hybrid_model
 from tests.newer_families import NEWER, newer_model
+from tests.stream_families import STREAMS, stream_model
 
 # longer than the windowed families' sliding window, so their windowed layers are exercised
 PROMPT = "The quick brown fox jumps over the lazy dog and runs far away"
@@ -80,6 +81,17 @@ def test_every_pane_draws_the_newer_family(
         window.docks["KV cache"].raise_()
         window.panes["KV cache"].render_and_paint()
         window.grab().save(os.path.join(os.environ["LLM_LENS_SHOTS"], f"{name}.png"))
+
+
+@pytest.mark.parametrize("name", list(STREAMS))
+def test_every_pane_draws_the_family_of_parallel_residual_streams(
+    qtbot: Any, window: Any, tokenizer: Any, tmp_path: Path, name: str
+) -> None:
+    """Gemma 3n, DeepSeek-V4, HY-v4: every pane draws, and the Layer stack says in one line
+    that the residual it shows is what the model's own tail reads."""
+    _draw_every_pane(qtbot, window, stream_model(name, tokenizer), tokenizer, tmp_path, name)
+    label = window.panes["Layer stack"].streams_label
+    assert label.isVisibleTo(window) and "4 parallel streams" in label.text()
 
 
 def _draw_every_pane(

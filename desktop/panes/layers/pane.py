@@ -68,6 +68,10 @@ class LayerStackPane(Pane):
         self.non_finite_label = QLabel()
         self.non_finite_label.setStyleSheet(f"color: {NAN_RED}")
         layout.addWidget(self.non_finite_label)
+        self.streams_label = QLabel()  # several parallel residual streams: what is shown
+        self.streams_label.setWordWrap(True)
+        self.streams_label.setVisible(False)
+        layout.addWidget(self.streams_label)
         controller.sig_busy_changed.connect(self.schedule)
         controller.sig_non_finite.connect(self.mark_non_finite)
         self.mark_non_finite(None)
@@ -171,6 +175,9 @@ class LayerStackPane(Pane):
         self._render_prompt_lens(step)
 
     def _render_norms(self, step: Any) -> None:
+        note = str(getattr(self.controller.info, "residual_note", "") or "")
+        self.streams_label.setText(note[:1].upper() + note[1:] + "." if note else "")
+        self.streams_label.setVisible(bool(note))
         resid = step.residual_norms
         layers = np.arange(resid.shape[0])
         self.resid_curve.setData(layers, resid)

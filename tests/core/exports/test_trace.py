@@ -23,7 +23,7 @@ def test_run_dict_is_the_runs_records(tiny_run):
     engine, run = tiny_run
     data = run_dict(engine, run)
     assert data["schema"] == SCHEMA == "llm-lens-trace/1"
-    one_device = {"placement": [], "quantization": ""}  # not split, weights as they are
+    one_device = {"placement": [], "quantization": "", "residual_note": ""}  # one stream too
     assert data["model"] == {k: getattr(engine.info, k) for k in MODEL_FIELDS} | one_device
     assert data["sampling"]["greedy"] is True and data["sampling"]["temperature"] == 0
     assert data["prompt"]["token_ids"] == list(run.prompt.ids) and data["prompt"]["chat"] is False

@@ -111,6 +111,7 @@ def _config_cases(base: Path, tmp: Path) -> list[Case]:
         ("context-zero", {"max_position_embeddings": 0}, "max_position_embeddings is 0"),
         ("context-negative", {"max_position_embeddings": -5}, "max_position_embeddings is -5"),
         ("intermediate-huge", {"intermediate_size": 2**40}, "intermediate_size is 1099511627776"),
+        ("intermediate-per-layer-huge", {"intermediate_size": [32, 2**40]}, "is 1099511627776"),
         ("heads-billion", {"num_attention_heads": 10**9}, "num_attention_heads is 1000000000"),
         ("size-claim", {"hidden_size": 4096}, "at least"),
         ("text-config-layers", {"text_config": {"num_hidden_layers": 10**7}}, "10000000"),
