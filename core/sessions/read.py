@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_lens.core.logits import rebuild_logits
 from llm_lens.core.records import (
     KVCacheStats,
     PrefillCapture,
@@ -25,7 +26,7 @@ from llm_lens.core.records import (
     TokenInfo,
     frozen,
 )
-from llm_lens.core.sessions.compact import decode_weights, from_lower_triangle, rebuild_logits
+from llm_lens.core.sessions.compact import decode_weights, from_lower_triangle
 from llm_lens.core.sessions.container import open_zip, read_arrays, read_manifest
 from llm_lens.core.sessions.format import (
     COMPACT_ARRAYS,
