@@ -27,6 +27,10 @@ TOP_LOGPROBS_HELP = (
     "--engine openai: alternatives to ask for at each step (default 20; -1: every token, which "
     "vLLM started with --max-logprobs -1 returns, making entropy, rank and stages exact)"
 )
+NO_LOGPROBS_HELP = (
+    "--engine openai: ask for no log-probabilities (a server that refuses the field): a "
+    "tokens-only run, its tokens and timing"
+)
 TIMEOUT_HELP = "--engine openai: seconds to wait for the server to answer or send a chunk"
 NOT_SERVED = {
     "intervene": "--intervene changes the model's computation; a server runs its model as is",
@@ -41,6 +45,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-env", default=None, metavar="VAR", help=KEY_ENV_HELP)
     p.add_argument("--top-logprobs", type=int, default=20, help=TOP_LOGPROBS_HELP)
     p.add_argument("--timeout", type=finite_float, default=60.0, help=TIMEOUT_HELP)
+    p.add_argument("--no-logprobs", action="store_true", help=NO_LOGPROBS_HELP)
 
 
 def is_served(args: argparse.Namespace) -> bool:
@@ -78,7 +83,8 @@ def open_served(args: argparse.Namespace) -> Any:
     from llm_lens.core.engines.openai import Endpoint, OpenAIEngine
 
     endpoint = Endpoint(args.base_url, api_key(args), args.timeout)
-    return OpenAIEngine(endpoint, args.model, args.top_logprobs)
+    logprobs = not getattr(args, "no_logprobs", False)
+    return OpenAIEngine(endpoint, args.model, args.top_logprobs, logprobs)
 
 
 def stopped_early(trace: dict[str, Any]) -> int:

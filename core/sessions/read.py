@@ -7,6 +7,7 @@ both share the layout in :mod:`~llm_lens.core.sessions.format`.
 
 from __future__ import annotations
 
+import math
 import os
 import zipfile
 import zlib
@@ -168,7 +169,7 @@ def _kv_state(kv: dict[str, Any]) -> dict[str, Any]:
 
 
 def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRecord:
-    scalars = {k: d[k] for k in STEP_SCALARS}
+    scalars = {k: math.nan if d[k] is None else d[k] for k in STEP_SCALARS}  # null: unreported
     kv = KVCacheStats(
         **{k: d["kv"][k] for k in KV_SCALARS}, per_layer=arr["kv_per_layer"],
         **_kv_layers(d["kv"]), **_kv_state(d["kv"]),

@@ -47,6 +47,11 @@ MISSING = {
     "interventions": f"a server runs its model unchanged: {ELSEWHERE} to intervene",
     "branching": "branching from a served run is not available yet: open the model locally",
 }
+NO_LOGPROBS = (
+    "this server sent no log-probabilities (a tokens-only run): ask one that returns logprobs "
+    "(vLLM, SGLang, llama.cpp) or open the model locally"
+)
+TOKENS_ONLY = frozenset({"tokens", "timing", "prefix_cache"})
 _run_ids = itertools.count(1)
 
 
@@ -57,10 +62,16 @@ class OpenAIEngine:
     name = "openai"
 
     def __init__(
-        self, endpoint: Endpoint, model: str | None, top_logprobs: int = DEFAULT_TOP_LOGPROBS
+        self,
+        endpoint: Endpoint,
+        model: str | None,
+        top_logprobs: int = DEFAULT_TOP_LOGPROBS,
+        logprobs: bool = True,
     ) -> None:
         self.endpoint = endpoint
         self.top_logprobs = top_logprobs
+        self.logprobs = logprobs  # False: not asked for (a server that refuses the field)
+        self.sent_logprobs: bool | None = None  # did the last run's server send any?
         self.listed = _listed_models(endpoint)
         self.model = _choose_model(model, [m["id"] for m in self.listed], endpoint.public)
         self.reported_model: str | None = None  # as the stream's chunks name it
@@ -77,7 +88,14 @@ class OpenAIEngine:
         return self.top_logprobs == EVERY_TOKEN
 
     @property
+    def tokens_only(self) -> bool:
+        """No log-probabilities: not asked for, or the last run's server sent none."""
+        return not self.logprobs or self.sent_logprobs is False
+
+    @property
     def provides(self) -> Provides:
+        if self.tokens_only:
+            return tokens_only_provides()
         fills = {"tokens", "logprobs", "alternatives", "timing", "prefix_cache"}
         missing = dict(MISSING)
         if self.whole_distribution:
@@ -114,6 +132,15 @@ class OpenAIEngine:
 
     def logit_lens(self, step: StepRecord, k: int = 5) -> LensResult | None:
         return None
+
+
+def tokens_only_provides() -> Provides:
+    """What a run without log-probabilities provides: its tokens and the stream's timing; the
+    panes that draw probabilities say :data:`NO_LOGPROBS`."""
+    missing = dict(MISSING) | {
+        c: NO_LOGPROBS for c in ("logprobs", "alternatives", "distribution", "sampling")
+    }
+    return Provides(TOKENS_ONLY, missing, 0, approximate=True)
 
 
 def _listed_models(endpoint: Endpoint) -> list[dict[str, Any]]:
@@ -158,8 +185,9 @@ class ServedRun:
 
     def __iter__(self) -> Iterator[StepRecord]:
         eng = self.engine
+        top = eng.top_logprobs if eng.logprobs else None
         path, self.sent = request_body(
-            eng.model, self.prompt, self.params, self.config, eng.top_logprobs, eng.standard_only
+            eng.model, self.prompt, self.params, self.config, top, eng.standard_only
         )
         t0 = time.perf_counter()
         try:
@@ -207,6 +235,8 @@ class ServedRun:
 
     def _finish(self, reason: str) -> None:
         self.finish_reason = reason
+        if self.reported.tokens:
+            self.engine.sent_logprobs = self.reported.with_logprob > 0
         if self.steps:
             self.steps[-1] = replace(self.steps[-1], finish_reason=reason)
         counted = self.reported.usage.get("prompt_tokens")

@@ -77,7 +77,7 @@ def step_record(
         kv=_no_kv(place.position + 1),
         timing=StepTiming(gap_ms, 0.0, parse_ms, waits_measured=False),
         context_ids=frozen(place.context_ids, np.int64),
-        approximate=not exact,
+        approximate=not exact or token.logprob is None,  # a tokens-only step: nothing exact
         **empty_capture_fields(),  # type: ignore[arg-type]
     )
 

@@ -96,3 +96,38 @@ def test_trace_cli_records_the_engine_and_never_the_key(
     assert trace["engine"]["name"] == "openai" and trace["engine"]["url"] == llama_server
     assert trace["engine"]["model"].endswith(".gguf")
     assert len(trace["steps"]) == 3 and trace["finish_reason"] == "length"
+
+
+def test_a_tokens_only_run_is_the_servers_and_saves(llama_server, tmp_path, capsys):
+    """Asked for no log-probabilities, llama.cpp sends none: the run keeps the server's tokens
+    and the stream's timing, says what it lacks, and saves, reopens and inspects."""
+    import math
+
+    from llm_lens.core.cli.inspect import main as inspect
+    from llm_lens.core.cli.served import write_served_session
+    from llm_lens.core.engines.openai.engine import NO_LOGPROBS
+    from llm_lens.core.exports.trace import json_text, run_dict
+    from llm_lens.core.sessions.read import load_session
+
+    engine = OpenAIEngine(Endpoint(llama_server), None, logprobs=False)
+    prompt = engine.tokenize("The capital of France is", chat=False)
+    run = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=TOKENS))
+    run.run_all()
+    assert "logprobs" not in run.sent and run.finish_reason == "length"
+    reply = non_streamed(engine, run)
+    assert reply["logprobs"] is None and run.output_text() == reply["text"]
+    assert len(run.steps) == TOKENS and all(s.timing.total_ms > 0 for s in run.steps[1:])
+    assert all(math.isnan(s.prob) and s.approximate and not len(s.top_ids) for s in run.steps)
+    assert engine.tokens_only and engine.provides.why_not("logprobs") == NO_LOGPROBS
+    assert engine.provides.has("tokens") and engine.provides.has("timing")
+    trace = json.loads(json_text(run_dict(engine, run)))
+    assert trace["steps"][0]["prob"] is None and trace["engine"]["reported"]["logprobs"] is False
+    assert trace["engine"]["provides"]["missing"]["alternatives"] == NO_LOGPROBS
+    path = tmp_path / "tokens-only.llmlens"
+    assert write_served_session(run, engine, str(path)) > 0
+    (back,) = load_session(path).runs
+    assert [s.token.text for s in back.steps] == [s.token.text for s in run.steps]
+    assert all(math.isnan(s.logprob) and math.isnan(s.entropy) for s in back.steps)
+    capsys.readouterr()
+    assert inspect([str(path)]) == 0
+    assert reply["text"].split()[0] in capsys.readouterr().out
