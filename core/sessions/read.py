@@ -39,6 +39,7 @@ from llm_lens.core.sessions.format import (
     TIMING_FIELDS,
     TIMING_FLAGS,
     TIMING_WAITS,
+    UNREPORTED,
     Session,
     SessionComparison,
     SessionError,
@@ -169,7 +170,8 @@ def _kv_state(kv: dict[str, Any]) -> dict[str, Any]:
 
 
 def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRecord:
-    scalars = {k: math.nan if d[k] is None else d[k] for k in STEP_SCALARS}  # null: unreported
+    scalars: dict[str, Any] = {k: d[k] for k in STEP_SCALARS}
+    scalars |= {k: math.nan for k in UNREPORTED if scalars[k] is None}  # null: not reported
     kv = KVCacheStats(
         **{k: d["kv"][k] for k in KV_SCALARS}, per_layer=arr["kv_per_layer"],
         **_kv_layers(d["kv"]), **_kv_state(d["kv"]),
