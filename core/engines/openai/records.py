@@ -85,8 +85,8 @@ def step_record(
 def _rank(token: ServedToken) -> int:
     """The chosen token's place among the alternatives; their count when it is not listed."""
     for n, alt in enumerate(token.alternatives):
-        same_id = token.token_id >= 0 and alt.token_id == token.token_id
-        if same_id or (token.token_id < 0 and alt.raw == token.raw):
+        ids = token.token_id >= 0 and alt.token_id >= 0  # else (ids from tokenize) the bytes
+        if (alt.token_id == token.token_id) if ids else (alt.raw == token.raw):
             return n
     return len(token.alternatives)
 

@@ -48,7 +48,9 @@ class Reported:
     tokens: int = 0
     with_logprob: int = 0
     with_bytes: int = 0
-    with_ids: int = 0
+    with_ids: int = 0  # sent by the server
+    ids_tokenized: int = 0  # found through its tokenize endpoint
+    ids_missing: str | None = None  # why some tokens kept id -1
     most_alternatives: int = 0
     chunks: int = 0
     model: str | None = None
@@ -73,7 +75,9 @@ class Reported:
             "tokens": n,
             "logprobs": n > 0 and self.with_logprob == n,
             "token_bytes": n > 0 and self.with_bytes == n,
-            "token_ids": n > 0 and self.with_ids == n,
+            "token_ids": n > 0 and self.with_ids + self.ids_tokenized == n,
+            "token_ids_from": self._ids_from(),
+            **({"token_ids_missing": self.ids_missing} if self.ids_missing else {}),
             "alternatives": self.most_alternatives,
             "usage": bool(self.usage),
             "cached_tokens": self.cached_tokens,
@@ -81,6 +85,13 @@ class Reported:
             "server_finish_reason": self.finish_reason,
             "server_timings": dict(self.timings),
         }
+
+    def _ids_from(self) -> str | None:
+        """Where the ids came from: "stream" (sent by the server), "tokenize" (each token's
+        text through its tokenize endpoint), None where no token has one."""
+        if self.with_ids:
+            return "stream"
+        return "tokenize" if self.ids_tokenized else None
 
 
 def tokens_of(events: Iterable[Event], reported: Reported) -> Iterator[ServedToken]:
@@ -174,7 +185,7 @@ def _named(entry: Any) -> tuple[str, bytes, int, bool]:
     if not isinstance(entry, dict) or not isinstance(entry.get("token"), str):
         raise ServerError(f"the server sent a logprobs entry without a token: {str(entry)[:80]!r}")
     text, token_id = _token_id(entry["token"])
-    sent = entry.get("bytes")
+    sent = None if token_id >= 0 else entry.get("bytes")  # vLLM's are those of "token_id:N"
     raw = bytes(sent) if isinstance(sent, list) and all(isinstance(b, int) for b in sent) else None
     return text, raw if raw is not None else text.encode("utf-8"), token_id, raw is not None
 
