@@ -188,10 +188,11 @@ class SessionController(QObject):
                 summary = RunSummary.of(0, prompt, steps, finish)
                 write_report(path, html_report(info.as_dict(), prompt, steps, summary))
             elif getattr(info, "architecture", "") == "served":  # no lens; the engine record
-                run = bench.store.runs.get(run_id)
+                run = None if saved else bench.store.runs.get(run_id)
                 fields = (trace.saved_engine_fields(saved, steps, stop) if saved
                           else trace.engine_fields(bench.engine, run))  # fmt: skip
-                data = trace.served_trace(info.as_dict(), prompt, params, steps, finish, fields)
+                named = run.steps if run is not None else steps  # ids asked after the stream
+                data = trace.served_trace(info.as_dict(), prompt, params, named, finish, fields)
                 trace.write_json(data, path)
             else:
                 lenses = [

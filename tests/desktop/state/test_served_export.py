@@ -45,10 +45,12 @@ def test_a_served_run_exports_its_trace_with_the_engine(qtbot, window, llama_ser
     data = export(qtbot, ctl, tmp_path / "served.json")
     assert [s["token_text"] for s in data["steps"]] == [s.token.text for s in ctl.steps]
     assert [s["logprob"] for s in data["steps"]] == [s.logprob for s in ctl.steps]
+    assert all(s["token_id"] >= 0 for s in data["steps"])  # the server's tokenizer's ids
     assert all(s["logit_lens"] == [] and s["approximate"] for s in data["steps"])
     engine = data["engine"]
     assert engine["name"] == "openai" and engine["url"] == llama_server
     assert engine["reported"]["logprobs"] is True and engine["request"]["top_logprobs"] == 3
+    assert engine["reported"]["token_ids_from"] == "tokenize"
     assert "attention" in engine["provides"]["missing"]
 
 
