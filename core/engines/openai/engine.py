@@ -77,7 +77,7 @@ class OpenAIEngine:
         self.listed = _listed_models(endpoint)
         self.model = _choose_model(model, [m["id"] for m in self.listed], endpoint.public)
         self.ids = TokenIds(endpoint, self.model)
-        # vLLM writes each token as its id when asked (return_tokens_as_token_ids)
+        # vLLM sends each token's id beside its text when asked (return_token_ids)
         self.sends_ids = any(m.get("owned_by") == "vllm" for m in self.listed)
         self.reported_model: str | None = None  # as the stream's chunks name it
         self._info = served_info(self.model, endpoint.public, self.listed)
@@ -197,8 +197,8 @@ class ServedRun:
         path, self.sent = request_body(
             eng.model, self.prompt, self.params, self.config, top, eng.standard_only
         )
-        if eng.sends_ids:
-            self.sent["return_tokens_as_token_ids"] = True
+        if eng.sends_ids:  # each chunk's ids beside its texts (vLLM ≥ 0.10)
+            self.sent["return_token_ids"] = True
         t0 = time.perf_counter()
         events = background_events(eng.endpoint, path, self.sent, self.cancel)
         try:

@@ -15,6 +15,7 @@ from typing import Any
 from llm_lens.core.engines.openai.client import Event, ServerError
 
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's return_tokens_as_token_ids writes tokens so
+# vLLM asked for ``return_token_ids`` adds each chunk's ids (``token_ids``) beside its texts
 
 
 @dataclass(frozen=True)
@@ -108,12 +109,27 @@ def tokens_of(events: Iterable[Event], reported: Reported) -> Iterator[ServedTok
         for choice in data.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            pieces = list(_choice_tokens(choice, event.arrived))
+            pieces = _with_ids(list(_choice_tokens(choice, event.arrived)), choice)
             for n, token in enumerate(pieces):
                 _count(reported, token)
                 yield token if n == 0 else _later(token)
             if choice.get("finish_reason"):
                 reported.finish_reason = str(choice["finish_reason"])
+
+
+def _with_ids(pieces: list[ServedToken], choice: dict[str, Any]) -> list[ServedToken]:
+    """The chunk's tokens with the ids vLLM sends beside them when asked (``return_token_ids``:
+    the choice's ``token_ids``, one per token of the chunk)."""
+    from dataclasses import replace
+
+    ids = choice.get("token_ids")
+    if not isinstance(ids, list) or len(ids) != len(pieces) or not pieces:
+        return pieces
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise ServerError(f"the server sent token ids that are not ids: {str(ids)[:80]!r}")
+    return [
+        p if p.token_id >= 0 else replace(p, token_id=i) for p, i in zip(pieces, ids, strict=True)
+    ]
 
 
 def _later(token: ServedToken) -> ServedToken:
