@@ -2,7 +2,9 @@
 
 The step loop reads each step's logits once through :func:`read_logits`; everything a pane
 shows about a step's distribution (top tokens, the chosen token's probability, rank and the
-entropy) is computed here from the model's own float32 logits.
+entropy) is computed here from the model's own float32 logits. :func:`rebuild_logits` expands
+kept logits and a tail histogram (a compact session's, an NDIF run's) back to the vocabulary.
+torch is imported where it is used: a session file is read without it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from llm_lens.core.records import frozen
 
@@ -32,6 +33,8 @@ class LogitReading:
 
 def entropy(probs: Any) -> float:
     """Shannon entropy in nats of a probability vector (zeros contribute nothing)."""
+    import torch
+
     p = probs.double()
     logp = torch.where(p > 0, p.log(), torch.zeros_like(p))
     return float(-(p * logp).sum())
@@ -39,6 +42,8 @@ def entropy(probs: Any) -> float:
 
 def read_logits(logits: Any, token_id: int, top_n: int) -> LogitReading:
     """Softmax, top-n and the chosen token's place in it, from one (vocab,) logit tensor."""
+    import torch
+
     logits = logits.float()  # (vocab,)
     logp = torch.log_softmax(logits, dim=-1)  # (vocab,)
     top_l, top_i = torch.topk(logits, min(top_n, logits.shape[0]))  # (n,)
@@ -53,3 +58,24 @@ def read_logits(logits: Any, token_id: int, top_n: int) -> LogitReading:
         rank=int((logits > chosen).sum()),
         entropy=entropy(logp.exp()),
     )
+
+
+def rebuild_logits(
+    vocab: int, kept: np.ndarray, values: np.ndarray, counts: np.ndarray, lse: np.ndarray
+) -> np.ndarray:
+    """(vocab,) float32 logits: ``values`` at ``kept`` (ascending ids), and each other token, in
+    id order, at its tail bin's level (the bin's log-sum-exp ``lse`` less the log of its token
+    count ``counts``), so the tail's probability mass at temperature 1 is exact. A compact
+    session's reader and an NDIF run's records both expand their top-N and histogram so."""
+    if kept.size and (kept.min() < 0 or kept.max() >= vocab or np.any(np.diff(kept) <= 0)):
+        raise ValueError("logits: kept ids out of range or not ascending")
+    if int(counts.sum()) != vocab - kept.size or bool((counts < 0).any()):
+        raise ValueError("logits: the tail's counts do not add up to the vocabulary")
+    out = np.empty(vocab, np.float32)
+    mask = np.ones(vocab, bool)
+    mask[kept] = False
+    filled = np.nonzero(counts)[0]
+    levels = lse[filled].astype(np.float64) - np.log(counts[filled].astype(np.float64))
+    out[mask] = np.repeat(levels, counts[filled]).astype(np.float32)
+    out[kept] = values
+    return out

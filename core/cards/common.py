@@ -29,7 +29,10 @@ def count(n: int, noun: str) -> str:
 
 
 def p3(p: float) -> str:
-    """A probability to three decimals, and '< 0.001' for one that would read 0.000."""
+    """A probability to three decimals, and '< 0.001' for one that would read 0.000; "not
+    reported" for NaN (a server that sent no log-probabilities)."""
+    if p != p:  # NaN
+        return "not reported"
     return "< 0.001" if 0 < p < 0.0005 else f"{p:.3f}"
 
 

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from llm_lens.core.cli.args import finite_float
+from llm_lens.core.cli.args import INTERRUPTED, ctrl_c_cancels, finite_float
 from llm_lens.core.errors import LensError
+
+T = TypeVar("T")
 
 ENGINES = ("local", "openai")
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
@@ -26,6 +30,10 @@ KEY_ENV_HELP = (
 TOP_LOGPROBS_HELP = (
     "--engine openai: alternatives to ask for at each step (default 20; -1: every token, which "
     "vLLM started with --max-logprobs -1 returns, making entropy, rank and stages exact)"
+)
+NO_LOGPROBS_HELP = (
+    "--engine openai: ask for no log-probabilities (a server that refuses the field): a "
+    "tokens-only run, its tokens and timing"
 )
 TIMEOUT_HELP = "--engine openai: seconds to wait for the server to answer or send a chunk"
 NOT_SERVED = {
@@ -41,6 +49,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-env", default=None, metavar="VAR", help=KEY_ENV_HELP)
     p.add_argument("--top-logprobs", type=int, default=20, help=TOP_LOGPROBS_HELP)
     p.add_argument("--timeout", type=finite_float, default=60.0, help=TIMEOUT_HELP)
+    p.add_argument("--no-logprobs", action="store_true", help=NO_LOGPROBS_HELP)
 
 
 def is_served(args: argparse.Namespace) -> bool:
@@ -78,19 +87,39 @@ def open_served(args: argparse.Namespace) -> Any:
     from llm_lens.core.engines.openai import Endpoint, OpenAIEngine
 
     endpoint = Endpoint(args.base_url, api_key(args), args.timeout)
-    return OpenAIEngine(endpoint, args.model, args.top_logprobs)
+    logprobs = not getattr(args, "no_logprobs", False)
+    return OpenAIEngine(endpoint, args.model, args.top_logprobs, logprobs)
+
+
+def keep_on_ctrl_c(work: Callable[[threading.Event], T]) -> tuple[T, threading.Event]:
+    """``work(cancel)`` (a served run) with Ctrl+C setting ``cancel``: the stream ends within
+    a fraction of a second (it is read on a thread of its own) and the run keeps every token
+    received, finishing "cancelled", so that its trace and session are still written. A
+    second Ctrl+C interrupts at once, writing nothing."""
+    cancel = threading.Event()
+    done: list[T] = []
+    try:
+        with ctrl_c_cancels(cancel):
+            done.append(work(cancel))
+    except KeyboardInterrupt:
+        if not done:  # the second Ctrl+C, inside the work
+            raise
+    return done[0], cancel
 
 
 def stopped_early(trace: dict[str, Any]) -> int:
-    """1, after one line, when a served run stopped on an error (its trace keeps every token
-    received); else 0."""
-    line = trace.get("stop_error")
-    if not line:
-        return 0
+    """1, after one line, when a served run stopped on an error; 130 when Ctrl+C stopped it
+    (either way its trace keeps every token received); else 0."""
     import sys
 
     count = len(trace.get("steps", []))
     kept = f"the {count} tokens received are in the trace"
+    if trace.get("finish_reason") == "cancelled":
+        print(f"llm-lens trace: interrupted (Ctrl+C); {kept}", file=sys.stderr)
+        return INTERRUPTED
+    line = trace.get("stop_error")
+    if not line:
+        return 0
     print(f"llm-lens trace: error: {line} ({kept})", file=sys.stderr)
     return 1
 

@@ -179,7 +179,8 @@ def start_run(
                 print(file=sys.stderr)  # the streamed text ends its line, whatever happens
         return run
 
-    run, cancel = cancellable(generate)
+    keep = served.keep_on_ctrl_c if served.is_served(args) else cancellable  # tokens kept
+    run, cancel = keep(generate)
     return engine, run, cancel
 
 

@@ -127,6 +127,35 @@ def engine_fields(engine: Any, run: Any) -> dict[str, Any]:
     return {"engine": record} | ({"stop_error": stop} if stop else {})
 
 
+def saved_engine_fields(
+    engine: dict[str, Any], steps: Sequence[StepRecord], stop_error: str | None = None
+) -> dict[str, Any]:
+    """The ``engine`` record of a run reopened from a session that another engine made: its
+    saved identity (the URL without credentials) and what that engine provides (a tokens-only
+    run's where its steps carry no log-probability); ``stop_error`` where it stopped on one."""
+    from llm_lens.core.engines.openai.live import recorded_provides, run_provides
+
+    provides = run_provides(recorded_provides(engine), steps)
+    record = dict(engine) | ({"provides": provides.as_dict()} if provides else {})
+    return {"engine": record} | ({"stop_error": stop_error} if stop_error else {})
+
+
+def served_trace(
+    model: dict[str, Any],
+    prompt: PromptTokens,
+    params: dict[str, Any],
+    steps: Sequence[StepRecord],
+    finish_reason: str | None,
+    engine: dict[str, Any],
+) -> dict[str, Any]:
+    """The trace of a served run from its records (the window's export, live or reopened):
+    no logit lens (a server reports no hidden states: each step's ``logit_lens`` is []) and
+    ``engine`` (:func:`engine_fields` of the live run, :func:`saved_engine_fields` of a
+    reopened one)."""
+    lenses: list[LensResult | None] = [None] * len(steps)
+    return trace_dict(model, prompt, params, steps, lenses, finish_reason) | engine
+
+
 def intervention_rows(interventions: Sequence[Any]) -> list[dict[str, Any]]:
     """Each intervention as its dict (:meth:`~llm_lens.core.interventions.Intervention.to_dict`)
     with its SPEC string beside it, so a reader sees at once that the run was changed."""

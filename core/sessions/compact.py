@@ -68,24 +68,6 @@ def tail_histogram(logits: np.ndarray, kept: np.ndarray) -> tuple[np.ndarray, np
     return counts, lse.astype(np.float32)
 
 
-def rebuild_logits(
-    vocab: int, kept: np.ndarray, values: np.ndarray, counts: np.ndarray, lse: np.ndarray
-) -> np.ndarray:
-    """(vocab,) float32 logits: the kept values, and each tail bin's level on its tokens."""
-    if kept.size and (kept.min() < 0 or kept.max() >= vocab or np.any(np.diff(kept) <= 0)):
-        raise ValueError("logits: kept ids out of range or not ascending")
-    if int(counts.sum()) != vocab - kept.size or bool((counts < 0).any()):
-        raise ValueError("logits: the tail's counts do not add up to the vocabulary")
-    out = np.empty(vocab, np.float32)
-    mask = np.ones(vocab, bool)
-    mask[kept] = False
-    filled = np.nonzero(counts)[0]
-    levels = lse[filled].astype(np.float64) - np.log(counts[filled].astype(np.float64))
-    out[mask] = np.repeat(levels, counts[filled]).astype(np.float32)
-    out[kept] = values
-    return out
-
-
 def encode_weights(weights: np.ndarray) -> np.ndarray:
     """uint8 codes of attention weights in [0, 1]: ``round(255 √w)``."""
     w = np.clip(np.nan_to_num(np.asarray(weights, np.float32)), 0.0, 1.0)

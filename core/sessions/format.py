@@ -229,6 +229,9 @@ VECTORS = ("hidden", "attn_update")
 OPTIONAL = (*VECTORS, "logits", "logit_ids", "logit_values", "tail_counts", "tail_lse")
 STAGE_ARRAYS = (("stage_top_ids", "int32", "top_ids"), ("stage_top_probs", "float32", "top_probs"))
 STEP_SCALARS = ("run_id", "index", "position", "prob", "logprob", "rank", "entropy")
+# a step with no distribution (a served token the server sent no log-probability for) writes
+# these as null: not reported, read back as NaN; a NaN anywhere else is still refused
+UNREPORTED = ("prob", "logprob", "entropy")
 KV_SCALARS = (
     "tokens", "bytes_total", "bytes_added", "formula_bytes", "mha_bytes", "device_allocated",
     "device_reserved",

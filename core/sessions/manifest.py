@@ -6,6 +6,7 @@ and the manifest as strict JSON. The arrays beside it are planned and written by
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from llm_lens.core.sessions.format import (
     TIMING_FIELDS,
     TIMING_FLAGS,
     TIMING_WAITS,
+    UNREPORTED,
     SessionError,
 )
 
@@ -40,6 +42,8 @@ def step_json(s: StepRecord) -> dict[str, Any]:
     """A step's scalars, token, stages, KV and timing as the manifest keeps them; its arrays
     are members of their own (planned by :mod:`llm_lens.core.sessions.write`)."""
     d: dict[str, Any] = {k: getattr(s, k) for k in STEP_SCALARS}
+    if s.logits.size == 0:  # a served step: what the server did not report is null
+        d |= {k: None for k in UNREPORTED if math.isnan(d[k])}
     d["token"] = token_json(s.token)
     d["top_texts"] = list(s.top_texts)
     d["stages"] = [

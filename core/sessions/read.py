@@ -7,6 +7,7 @@ both share the layout in :mod:`~llm_lens.core.sessions.format`.
 
 from __future__ import annotations
 
+import math
 import os
 import zipfile
 import zlib
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_lens.core.logits import rebuild_logits
 from llm_lens.core.records import (
     KVCacheStats,
     PrefillCapture,
@@ -25,7 +27,7 @@ from llm_lens.core.records import (
     TokenInfo,
     frozen,
 )
-from llm_lens.core.sessions.compact import decode_weights, from_lower_triangle, rebuild_logits
+from llm_lens.core.sessions.compact import decode_weights, from_lower_triangle
 from llm_lens.core.sessions.container import open_zip, read_arrays, read_manifest
 from llm_lens.core.sessions.format import (
     COMPACT_ARRAYS,
@@ -37,6 +39,7 @@ from llm_lens.core.sessions.format import (
     TIMING_FIELDS,
     TIMING_FLAGS,
     TIMING_WAITS,
+    UNREPORTED,
     Session,
     SessionComparison,
     SessionError,
@@ -167,7 +170,8 @@ def _kv_state(kv: dict[str, Any]) -> dict[str, Any]:
 
 
 def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRecord:
-    scalars = {k: d[k] for k in STEP_SCALARS}
+    scalars: dict[str, Any] = {k: d[k] for k in STEP_SCALARS}
+    scalars |= {k: math.nan for k in UNREPORTED if scalars[k] is None}  # null: not reported
     kv = KVCacheStats(
         **{k: d["kv"][k] for k in KV_SCALARS}, per_layer=arr["kv_per_layer"],
         **_kv_layers(d["kv"]), **_kv_state(d["kv"]),

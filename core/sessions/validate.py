@@ -247,12 +247,13 @@ def _check_step(s: dict[str, Any], where: str, index: int, vocab: _Vocab) -> Non
     # a served step before the prompt's length is known (a stream cut before its usage): -1
     _int(_field(s, "position", where), f"{where}.position", vocab.low)
     _check_token(_field(s, "token", where), f"{where}.token", vocab)
-    _num(_field(s, "prob", where), f"{where}.prob", 0.0, 1.0)
+    # null: a number the engine did not report (a server that sent no log-probabilities)
+    _opt(_field(s, "prob", where), lambda v, w: _num(v, w, 0.0, 1.0), f"{where}.prob")
     logprob = _field(s, "logprob", where)
     if logprob != -math.inf:  # a chosen token whose probability underflowed float32
-        _num(logprob, f"{where}.logprob", high=0.0)
+        _opt(logprob, lambda v, w: _num(v, w, high=0.0), f"{where}.logprob")
     _int(_field(s, "rank", where), f"{where}.rank", 0, vocab.high)
-    _num(_field(s, "entropy", where), f"{where}.entropy", 0.0)
+    _opt(_field(s, "entropy", where), lambda v, w: _num(v, w, 0.0), f"{where}.entropy")
     for i, text in enumerate(_list(_field(s, "top_texts", where), f"{where}.top_texts")):
         _str(text, f"{where}.top_texts[{i}]")
     for i, g in enumerate(_list(_field(s, "stages", where), f"{where}.stages")):

@@ -51,6 +51,7 @@ class LogitsPane(Pane):
         "(Ctrl+Enter) to see it."
     )
     card_follows_params = True
+    capability = "logprobs"  # a tokens-only served run has none: the note says so
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
         super().__init__(controller, parent)

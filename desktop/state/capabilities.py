@@ -30,6 +30,8 @@ class Capabilities(QObject):
         """None when the shown run's engine fills ``capability``; else what it lacks and how
         to get it (``Provides.why_not``)."""
         shown = self.ctl.shown
+        from llm_lens.core.engines.openai.live import run_provides
+
         engine = None if shown.recorded is None else getattr(shown.session, "engine", None)
         found = self.provides if shown.recorded is None else None
         if engine:  # a reopened session's run made by another engine
@@ -37,6 +39,6 @@ class Capabilities(QObject):
                 from llm_lens.core.engines.ndif.live import recorded_provides
             else:
                 from llm_lens.core.engines.openai.live import recorded_provides
-
             found = recorded_provides(engine)
+        found = run_provides(found, self.ctl.steps)  # a server that sent no logprobs
         return None if found is None else found.why_not(capability)

@@ -177,7 +177,9 @@ class SessionController(QObject):
         steps, prompt, info, recorded = list(ctl.steps), ctl.prompt, ctl.info, ctl.recorded
         params = dict(recorded.run.params) if recorded else dataclasses.asdict(ctl.run_params)
         finish = ctl.summary.finish_reason if ctl.summary else None
-        worker = ctl.worker
+        worker, run_id = ctl.worker, ctl.run_id
+        saved = getattr(ctl.session, "engine", None) if recorded else None
+        stop = (ctl.summary.extra.get("stop_error") if ctl.summary else None) or None
 
         def job(bench: Any) -> Any:
             from llm_lens.core.exports import trace
@@ -188,6 +190,13 @@ class SessionController(QObject):
             if kind == "report":
                 summary = RunSummary.of(0, prompt, steps, finish)
                 write_report(path, html_report(info.as_dict(), prompt, steps, summary))
+            elif getattr(info, "architecture", "") == "served":  # no lens; the engine record
+                run = None if saved else bench.store.runs.get(run_id)
+                fields = (trace.saved_engine_fields(saved, steps, stop) if saved
+                          else trace.engine_fields(bench.engine, run))  # fmt: skip
+                named = run.steps if run is not None else steps  # ids asked after the stream
+                data = trace.served_trace(info.as_dict(), prompt, params, named, finish, fields)
+                trace.write_json(data, path)
             else:
                 lenses = [
                     recorded.get("lens", {"step": s.index, "k": 1}) if recorded

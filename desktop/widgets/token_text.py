@@ -93,7 +93,10 @@ def piece_label(text: str, raw: bytes, special: bool = False) -> str:
 
 
 def prob_colour(p: float) -> QColor:
-    """Red (improbable) through amber to green (certain): light fills that take black text."""
+    """Red (improbable) through amber to green (certain): light fills that take black text;
+    light grey where the probability is not known (a server that sent no logprobs: NaN)."""
+    if p != p:  # NaN
+        return QColor.fromHsvF(0.0, 0.0, 0.85)
     return QColor.fromHsvF(max(0.0, min(1.0, p)) / 3.0, 0.5, 0.95)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from llm_lens.core.logits import entropy, read_logits
+from llm_lens.core.logits import entropy, read_logits, rebuild_logits
 
 
 def softmax64(x: np.ndarray) -> np.ndarray:
@@ -50,3 +50,12 @@ def test_entropy_in_nats_with_zeros_contributing_nothing():
     assert entropy(torch.tensor([1.0, 0.0, 0.0])) == 0.0
     p = torch.tensor([0.5, 0.5, 0.0], dtype=torch.float16)
     assert entropy(p) == pytest.approx(math.log(2))
+
+
+def test_rebuild_logits_refuses_ids_it_cannot_place():
+    counts, lse = np.array([3], np.int32), np.array([0.0], np.float32)
+    back = rebuild_logits(5, np.array([1, 3]), np.array([2.0, 4.0], np.float32), counts, lse)
+    assert back.tolist() == pytest.approx([-math.log(3), 2.0, -math.log(3), 4.0, -math.log(3)])
+    for kept in ([3, 1], [1, 5]):  # not ascending; past the vocabulary
+        with pytest.raises(ValueError, match="kept ids"):
+            rebuild_logits(5, np.array(kept), np.zeros(2, np.float32), counts, lse)

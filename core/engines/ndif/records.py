@@ -24,6 +24,7 @@ from llm_lens.core.experts import ExpertRouting
 from llm_lens.core.kvcache import formula_bytes, held_tokens
 from llm_lens.core.kvcache.formula import state_formula_bytes
 from llm_lens.core.layers import LensResult
+from llm_lens.core.logits import rebuild_logits
 from llm_lens.core.records import KVCacheStats, ModelInfo, StepRecord, StepTiming, frozen
 from llm_lens.core.tokens import TokenText
 
@@ -60,22 +61,6 @@ def step_logits(reading: dict[str, Any], vocab: int, full: Any | None) -> tuple[
     known = np.array([kept[i] for i in order.tolist()], np.float32)
     counts, lse = reading["tail_counts"].numpy(), reading["tail_lse"].numpy()
     return rebuild_logits(vocab, order, known, counts, lse), vocab - order.size
-
-
-def rebuild_logits(
-    vocab: int, kept: np.ndarray, values: np.ndarray, counts: np.ndarray, lse: np.ndarray
-) -> np.ndarray:
-    """(vocab,) float32: ``values`` at ``kept`` (ascending ids), each other token at its tail
-    bin's level (the bin's log-sum-exp less the log of its count), in id order, as a compact
-    session's reader does."""
-    out = np.empty(vocab, np.float32)
-    mask = np.ones(vocab, bool)
-    mask[kept] = False
-    filled = np.nonzero(counts)[0]
-    levels = lse[filled].astype(np.float64) - np.log(counts[filled].astype(np.float64))
-    out[mask] = np.repeat(levels, counts[filled]).astype(np.float32)
-    out[kept] = values
-    return out
 
 
 def step_timing(clock: Any, overhead_ms: float = 0.0) -> StepTiming:

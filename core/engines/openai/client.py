@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,18 @@ from llm_lens.core.errors import LensError
 
 DEFAULT_TIMEOUT_S = 60.0
 MAX_ERROR_TEXT = 160
+
+
+def _shut(response: http.client.HTTPResponse) -> None:
+    """Shut the response's socket down (a read blocked on it in another thread returns); a
+    response already closed is left as it is."""
+    raw = getattr(getattr(response, "fp", None), "raw", None)
+    sock = getattr(raw, "_sock", None)
+    if isinstance(sock, socket.socket):
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 class _Stay(urllib.request.HTTPRedirectHandler):
@@ -104,13 +117,22 @@ class Endpoint:
         with self.open(path, body) as response:
             return self._json(self._read(response), path)
 
-    def stream(self, path: str, body: dict[str, Any]) -> Iterator[Event]:
+    def stream(
+        self,
+        path: str,
+        body: dict[str, Any],
+        on_open: Callable[[Callable[[], None]], None] | None = None,
+    ) -> Iterator[Event]:
         """POST ``body`` and yield each event's JSON as it arrives, until ``[DONE]``.
 
         A stream that ends without ``[DONE]``, a chunk that is not JSON, an error event or a
         read that times out raises :class:`ServerError`; events already yielded stay yielded.
+        ``on_open`` is handed a function that, called from another thread, ends the stream
+        (its socket shut down: a blocked read wakes, and the server stops generating).
         """
         with self.open(path, body) as response:
+            if on_open is not None:
+                on_open(lambda: _shut(response))
             kind = response.headers.get("Content-Type", "")
             if not kind.startswith("text/event-stream"):
                 raise ServerError(self._not_streamed(response, kind))

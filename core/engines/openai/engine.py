@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from llm_lens.core.engines.base import EngineIdentity, Provides
 from llm_lens.core.engines.openai.client import Endpoint, ServerError
+from llm_lens.core.engines.openai.ids import TokenIds
 from llm_lens.core.engines.openai.prompt import served_info, tokenize_served
+from llm_lens.core.engines.openai.reader import background_events
 from llm_lens.core.engines.openai.records import StepPlace, step_record
 from llm_lens.core.engines.openai.request import OPENAI_HOST, request_body
 from llm_lens.core.engines.openai.stream import Reported, tokens_of
@@ -48,6 +50,11 @@ MISSING = {
     "branching": "a served run branches only on its server (a new request on the text so "
     "far): open the server (File → Open server…) and run it there",
 }
+NO_LOGPROBS = (
+    "this server sent no log-probabilities (a tokens-only run): ask one that returns logprobs "
+    "(vLLM, SGLang, llama.cpp) or open the model locally"
+)
+TOKENS_ONLY = frozenset({"tokens", "timing", "prefix_cache"})
 _run_ids = itertools.count(1)
 
 
@@ -58,12 +65,21 @@ class OpenAIEngine:
     name = "openai"
 
     def __init__(
-        self, endpoint: Endpoint, model: str | None, top_logprobs: int = DEFAULT_TOP_LOGPROBS
+        self,
+        endpoint: Endpoint,
+        model: str | None,
+        top_logprobs: int = DEFAULT_TOP_LOGPROBS,
+        logprobs: bool = True,
     ) -> None:
         self.endpoint = endpoint
         self.top_logprobs = top_logprobs
+        self.logprobs = logprobs  # False: not asked for (a server that refuses the field)
+        self.sent_logprobs: bool | None = None  # did the last run's server send any?
         self.listed = _listed_models(endpoint)
         self.model = _choose_model(model, [m["id"] for m in self.listed], endpoint.public)
+        self.ids = TokenIds(endpoint, self.model)
+        # vLLM sends each token's id beside its text when asked (return_token_ids)
+        self.sends_ids = any(m.get("owned_by") == "vllm" for m in self.listed)
         self.reported_model: str | None = None  # as the stream's chunks name it
         self._info = served_info(self.model, endpoint.public, self.listed)
 
@@ -78,10 +94,20 @@ class OpenAIEngine:
         return self.top_logprobs == EVERY_TOKEN
 
     @property
+    def tokens_only(self) -> bool:
+        """No log-probabilities: not asked for, or the last run's server sent none."""
+        return not self.logprobs or self.sent_logprobs is False
+
+    @property
     def provides(self) -> Provides:
+        if self.tokens_only:
+            return tokens_only_provides()
         fills = {"tokens", "logprobs", "alternatives", "timing", "prefix_cache", "branching"}
         missing = dict(MISSING)
         del missing["branching"]  # a continuation of the text so far (core.runs.served_branches)
+        if self.sends_ids or self.ids.dialect is not None:  # ids from the stream or tokenize
+            fills.add("token_ids")
+            del missing["token_ids"]
         if self.whole_distribution:
             fills.add("sampling")
             del missing["sampling"]
@@ -116,6 +142,15 @@ class OpenAIEngine:
 
     def logit_lens(self, step: StepRecord, k: int = 5) -> LensResult | None:
         return None
+
+
+def tokens_only_provides() -> Provides:
+    """What a run without log-probabilities provides: its tokens and the stream's timing; the
+    panes that draw probabilities say :data:`NO_LOGPROBS`."""
+    missing = dict(MISSING) | {
+        c: NO_LOGPROBS for c in ("logprobs", "alternatives", "distribution", "sampling")
+    }
+    return Provides(TOKENS_ONLY, missing, 0, approximate=True)
 
 
 def _listed_models(endpoint: Endpoint) -> list[dict[str, Any]]:
@@ -160,16 +195,22 @@ class ServedRun:
 
     def __iter__(self) -> Iterator[StepRecord]:
         eng = self.engine
+        top = eng.top_logprobs if eng.logprobs else None
         path, self.sent = request_body(
-            eng.model, self.prompt, self.params, self.config, eng.top_logprobs, eng.standard_only
+            eng.model, self.prompt, self.params, self.config, top, eng.standard_only
         )
+        if eng.sends_ids:  # each chunk's ids beside its texts (vLLM ≥ 0.10)
+            self.sent["return_token_ids"] = True
         t0 = time.perf_counter()
+        events = background_events(eng.endpoint, path, self.sent, self.cancel)
         try:
-            for step in self._steps(eng.endpoint.stream(path, self.sent), t0):
+            for step in self._steps(events, t0):
                 yield step
                 if self.cancel.is_set():
-                    self._finish("cancelled")
-                    return
+                    break
+            if self.cancel.is_set():  # noticed within reader.POLL_S, a chunk or not
+                self._finish("cancelled")
+                return
         except ServerError as exc:
             self.stop_error = str(exc)
             self._finish("error")
@@ -181,7 +222,8 @@ class ServedRun:
     def _steps(self, events: Any, t0: float) -> Iterator[StepRecord]:
         previous = t0
         context = list(self.prompt.ids)
-        for token in tokens_of(events, self.reported):
+        for sent in tokens_of(events, self.reported):
+            token = self.engine.ids.with_texts(sent)
             parsed = time.perf_counter()
             self.engine.reported_model = self.reported.model or self.engine.reported_model
             gap = (token.arrived - previous) * 1e3 if token.first_in_chunk else 0.0
@@ -192,6 +234,19 @@ class ServedRun:
             context.append(token.token_id)
             self.steps.append(record)
             yield record
+
+    def _name_ids(self, reason: str) -> None:
+        """Give the text-only tokens their ids (the server's tokenize endpoint), once the
+        stream has ended; not after an error (the server may not answer) nor a cancel (a
+        server may finish the abandoned generation before it answers: llama-cpp-python did,
+        for a minute, here)."""
+        if all(s.token.id >= 0 for s in self.steps):
+            return
+        if reason in ("error", "cancelled"):
+            self.reported.ids_missing = f"the run ended ({reason}) before its ids were asked: -1"
+            return
+        named = self.engine.ids.named_steps(self.steps, self.prompt.ids)
+        self.steps[:], self.reported.ids_tokenized, self.reported.ids_missing = named
 
     def _reason(self) -> str:
         """The server's finish reason in the local loop's words."""
@@ -209,6 +264,9 @@ class ServedRun:
 
     def _finish(self, reason: str) -> None:
         self.finish_reason = reason
+        if self.reported.tokens:
+            self.engine.sent_logprobs = self.reported.with_logprob > 0
+        self._name_ids(reason)
         if self.steps:
             self.steps[-1] = replace(self.steps[-1], finish_reason=reason)
         counted = self.reported.usage.get("prompt_tokens")

@@ -10,9 +10,10 @@ A run that fails after its first token ends with ``finish_reason`` "error" and i
 
 from __future__ import annotations
 
+import math
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +24,10 @@ from llm_lens.core.engines.openai.engine import (
     MISSING,
     OpenAIEngine,
     ServedRun,
+    tokens_only_provides,
 )
 from llm_lens.core.errors import LensError
+from llm_lens.core.records import StepRecord
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 SERVED_FILLS = frozenset({"tokens", "logprobs", "alternatives", "timing", "prefix_cache"})
@@ -40,6 +43,7 @@ class ServerSpec:
     key_env: str = DEFAULT_KEY_ENV
     timeout_s: float = 60.0
     top_logprobs: int = DEFAULT_TOP_LOGPROBS
+    logprobs: bool = True  # False: ask for none (a server that refuses the field)
 
     def check(self) -> None:
         """One line for what cannot be a server's address or a variable's name."""
@@ -58,7 +62,7 @@ class ServerSpec:
 def open_server(spec: ServerSpec) -> OpenAIEngine:
     """The engine of ``spec`` (asks the server which models it serves: a wrong URL or key is
     one line here)."""
-    return OpenAIEngine(spec.endpoint(), spec.model or None, spec.top_logprobs)
+    return OpenAIEngine(spec.endpoint(), spec.model or None, spec.top_logprobs, spec.logprobs)
 
 
 def served_models(spec: ServerSpec) -> list[str]:
@@ -94,6 +98,18 @@ def recorded_provides(engine: dict[str, Any] | None) -> Provides | None:
     if not engine or engine.get("name") != OpenAIEngine.name:
         return None
     return Provides(SERVED_FILLS, MISSING, DEFAULT_TOP_LOGPROBS, approximate=True)
+
+
+def run_provides(found: Provides | None, steps: Sequence[StepRecord]) -> Provides | None:
+    """``found`` (an engine's, or a reopened session's; None: a local model's, everything)
+    narrowed to a tokens-only run's where the shown run's steps carry no log-probability (its
+    server sent none): the panes that draw probabilities then say why in one line."""
+    if found is None or not steps:
+        return found
+    first = steps[0]
+    if first.logits.size == 0 and math.isnan(first.logprob) and len(first.top_ids) == 0:
+        return tokens_only_provides()
+    return found
 
 
 def served_session(session: Any, engine: Any) -> Any:

@@ -102,11 +102,13 @@ DIALECTS: tuple[tuple[str, Ids], ...] = (
 def _named(endpoint: Endpoint, model: str, ids: list[int], kind: str) -> tuple[TokenInfo, ...]:
     """Each id with its text from the server's detokenize endpoint (empty where it has none or
     the prompt is longer than :data:`MAX_NAMED`)."""
-    texts = [_detokenize(endpoint, model, i, kind) if len(ids) <= MAX_NAMED else "" for i in ids]
+    texts = [detokenize(endpoint, model, i, kind) if len(ids) <= MAX_NAMED else "" for i in ids]
     return tuple(TokenInfo(i, t, t.encode("utf-8")) for i, t in zip(ids, texts, strict=True))
 
 
-def _detokenize(endpoint: Endpoint, model: str, token: int, kind: str) -> str:
+def detokenize(endpoint: Endpoint, model: str, token: int, kind: str) -> str:
+    """One id's text through the detokenize endpoint of the dialect ``kind`` ("" where the
+    server has none)."""
     try:
         if kind == "llama-cpp-python":
             reply = endpoint.post_json("//extras/detokenize", {"tokens": [token], "model": model})

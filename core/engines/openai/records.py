@@ -27,6 +27,8 @@ from llm_lens.core.records import (
     frozen,
 )
 
+WHOLE_MASS_TOLERANCE = 1e-3  # how far from 1 the mass of "every token" may be to count exact
+
 
 @dataclass(frozen=True)
 class StepPlace:
@@ -50,10 +52,14 @@ def step_record(
     """The record of one served token. ``gap_ms`` is the wait for its chunk (from the request
     for the first token: the time to first token; 0 for a token that shared a chunk with the
     one before); ``parse_ms`` our own reading of it. ``exact``: the alternatives are the whole
-    distribution (a server asked for every token's log-probability)."""
+    distribution (a server asked for every token's log-probability), as far as their mass is 1
+    within :data:`WHOLE_MASS_TOLERANCE`."""
     alts = token.alternatives
     logprobs = np.array([a.logprob for a in alts], np.float64)  # (N,)
     probs = np.exp(logprobs)  # (N,)
+    # "every token" is exact only where the mass is all there: the completions format keys
+    # the alternatives by text, so tokens of one text collapse into one (vLLM: 313 of 49152)
+    exact = exact and abs(float(probs.sum()) - 1.0) <= WHOLE_MASS_TOLERANCE
     logprob = math.nan if token.logprob is None else token.logprob
     entropy = float(-(probs * logprobs).sum()) if len(alts) else math.nan
     ids = frozen([a.token_id for a in alts], np.int64)
@@ -77,7 +83,7 @@ def step_record(
         kv=_no_kv(place.position + 1),
         timing=StepTiming(gap_ms, 0.0, parse_ms, waits_measured=False),
         context_ids=frozen(place.context_ids, np.int64),
-        approximate=not exact,
+        approximate=not exact or token.logprob is None,  # a tokens-only step: nothing exact
         **empty_capture_fields(),  # type: ignore[arg-type]
     )
 
@@ -85,8 +91,8 @@ def step_record(
 def _rank(token: ServedToken) -> int:
     """The chosen token's place among the alternatives; their count when it is not listed."""
     for n, alt in enumerate(token.alternatives):
-        same_id = token.token_id >= 0 and alt.token_id == token.token_id
-        if same_id or (token.token_id < 0 and alt.raw == token.raw):
+        ids = token.token_id >= 0 and alt.token_id >= 0  # else (ids from tokenize) the bytes
+        if (alt.token_id == token.token_id) if ids else (alt.raw == token.raw):
             return n
     return len(token.alternatives)
 

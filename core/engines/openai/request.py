@@ -49,11 +49,12 @@ def request_body(
     prompt: PromptTokens,
     params: SamplingParams,
     config: RunConfig,
-    top_logprobs: int,
+    top_logprobs: int | None,
     standard_only: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """(path under the API root, JSON body) for a chat prompt (the server applies its chat
-    template to the typed text) or a raw one (the text as typed, /completions)."""
+    template to the typed text) or a raw one (the text as typed, /completions).
+    ``top_logprobs`` None asks for no log-probabilities (a tokens-only run)."""
     body: dict[str, Any] = {
         "model": model,
         "stream": True,
@@ -65,9 +66,11 @@ def request_body(
         body["stop"] = list(config.stop_strings)
     if prompt.chat:
         body["messages"] = [{"role": "user", "content": prompt.text}]
-        body["logprobs"] = True
-        body["top_logprobs"] = top_logprobs
+        if top_logprobs is not None:
+            body["logprobs"] = True
+            body["top_logprobs"] = top_logprobs
         return CHAT_PATH, body
     body["prompt"] = prompt.text
-    body["logprobs"] = top_logprobs
+    if top_logprobs is not None:
+        body["logprobs"] = top_logprobs
     return COMPLETIONS_PATH, body

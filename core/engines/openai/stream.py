@@ -15,6 +15,7 @@ from typing import Any
 from llm_lens.core.engines.openai.client import Event, ServerError
 
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's return_tokens_as_token_ids writes tokens so
+# vLLM asked for ``return_token_ids`` adds each chunk's ids (``token_ids``) beside its texts
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,9 @@ class Reported:
     tokens: int = 0
     with_logprob: int = 0
     with_bytes: int = 0
-    with_ids: int = 0
+    with_ids: int = 0  # sent by the server
+    ids_tokenized: int = 0  # found through its tokenize endpoint
+    ids_missing: str | None = None  # why some tokens kept id -1
     most_alternatives: int = 0
     chunks: int = 0
     model: str | None = None
@@ -73,7 +76,9 @@ class Reported:
             "tokens": n,
             "logprobs": n > 0 and self.with_logprob == n,
             "token_bytes": n > 0 and self.with_bytes == n,
-            "token_ids": n > 0 and self.with_ids == n,
+            "token_ids": n > 0 and self.with_ids + self.ids_tokenized == n,
+            "token_ids_from": self._ids_from(),
+            **({"token_ids_missing": self.ids_missing} if self.ids_missing else {}),
             "alternatives": self.most_alternatives,
             "usage": bool(self.usage),
             "cached_tokens": self.cached_tokens,
@@ -81,6 +86,13 @@ class Reported:
             "server_finish_reason": self.finish_reason,
             "server_timings": dict(self.timings),
         }
+
+    def _ids_from(self) -> str | None:
+        """Where the ids came from: "stream" (sent by the server), "tokenize" (each token's
+        text through its tokenize endpoint), None where no token has one."""
+        if self.with_ids:
+            return "stream"
+        return "tokenize" if self.ids_tokenized else None
 
 
 def tokens_of(events: Iterable[Event], reported: Reported) -> Iterator[ServedToken]:
@@ -97,12 +109,27 @@ def tokens_of(events: Iterable[Event], reported: Reported) -> Iterator[ServedTok
         for choice in data.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            pieces = list(_choice_tokens(choice, event.arrived))
+            pieces = _with_ids(list(_choice_tokens(choice, event.arrived)), choice)
             for n, token in enumerate(pieces):
                 _count(reported, token)
                 yield token if n == 0 else _later(token)
             if choice.get("finish_reason"):
                 reported.finish_reason = str(choice["finish_reason"])
+
+
+def _with_ids(pieces: list[ServedToken], choice: dict[str, Any]) -> list[ServedToken]:
+    """The chunk's tokens with the ids vLLM sends beside them when asked (``return_token_ids``:
+    the choice's ``token_ids``, one per token of the chunk)."""
+    from dataclasses import replace
+
+    ids = choice.get("token_ids")
+    if not isinstance(ids, list) or len(ids) != len(pieces) or not pieces:
+        return pieces
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise ServerError(f"the server sent token ids that are not ids: {str(ids)[:80]!r}")
+    return [
+        p if p.token_id >= 0 else replace(p, token_id=i) for p, i in zip(pieces, ids, strict=True)
+    ]
 
 
 def _later(token: ServedToken) -> ServedToken:
@@ -174,7 +201,7 @@ def _named(entry: Any) -> tuple[str, bytes, int, bool]:
     if not isinstance(entry, dict) or not isinstance(entry.get("token"), str):
         raise ServerError(f"the server sent a logprobs entry without a token: {str(entry)[:80]!r}")
     text, token_id = _token_id(entry["token"])
-    sent = entry.get("bytes")
+    sent = None if token_id >= 0 else entry.get("bytes")  # vLLM's are those of "token_id:N"
     raw = bytes(sent) if isinstance(sent, list) and all(isinstance(b, int) for b in sent) else None
     return text, raw if raw is not None else text.encode("utf-8"), token_id, raw is not None
 

@@ -60,6 +60,7 @@ class SamplingPane(Pane):
         "drawn. Run a prompt (Ctrl+Enter) to see it."
     )
     card_follows_params = True
+    capability = "alternatives"  # a tokens-only served run has none: the note says so
     live_interval_ms = 150  # three plots
 
     def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:

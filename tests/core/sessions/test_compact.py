@@ -8,13 +8,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from llm_lens.core.logits import rebuild_logits
 from llm_lens.core.sessions.compact import (
     decode_weights,
     encode_weights,
     from_lower_triangle,
     kept_ids,
     lower_triangle,
-    rebuild_logits,
     tail_histogram,
     weight_error_bound,
 )

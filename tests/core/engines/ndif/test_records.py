@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from llm_lens.core.engines.ndif import records
+from llm_lens.core.logits import rebuild_logits
 from llm_lens.core.sessions import compact
 
 
@@ -16,15 +17,25 @@ def test_payload_bytes_counts_every_tensor():
     assert records.payload_bytes({"x": 1.0, "y": "text"}) == 0
 
 
-def test_rebuilt_logits_equal_the_session_reader_s():
+def test_step_logits_expand_the_top_n_and_tail_as_the_session_reader_does():
+    """The top-N and the chosen token exact, the rest from the histogram: one function
+    (core/logits.py) for this and the compact session's reader."""
     rng = np.random.default_rng(0)
     logits = rng.normal(size=300).astype(np.float32) * 3
-    kept = np.sort(rng.choice(300, 20, replace=False)).astype(np.int64)
+    top = np.argsort(-logits)[:20]
+    chosen = int(np.argsort(-logits)[40])  # sampled from below the top 20
+    kept = np.sort(np.append(top, chosen)).astype(np.int64)
     counts, lse = compact.tail_histogram(logits, kept)
-    want = compact.rebuild_logits(300, kept, logits[kept], counts, lse)
-    np.testing.assert_array_equal(
-        records.rebuild_logits(300, kept, logits[kept], counts, lse), want
-    )
+    reading = {
+        "top_ids": torch.from_numpy(top), "top_logits": torch.from_numpy(logits[top]),
+        "token": chosen, "chosen_logit": float(logits[chosen]),
+        "tail_counts": torch.from_numpy(counts), "tail_lse": torch.from_numpy(lse),
+    }  # fmt: skip
+    got, tail = records.step_logits(reading, 300, None)
+    assert tail == 300 - 21
+    np.testing.assert_array_equal(got[kept], logits[kept])
+    np.testing.assert_array_equal(got, rebuild_logits(300, kept, logits[kept], counts, lse))
+    assert records.rebuild_logits is rebuild_logits  # no copy of its own
 
 
 def test_formula_kv_equals_the_measured_cache(greedy_run, engine):

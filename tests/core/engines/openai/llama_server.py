@@ -30,18 +30,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_until_up(url: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
+def wait_until_up(url: str, process: subprocess.Popen, timeout_s: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"the llama.cpp server exited with status {process.returncode}")
+            raise RuntimeError(f"the server exited with status {process.returncode}")
         try:
             with urllib.request.urlopen(f"{url}/models", timeout=2) as reply:
                 json.load(reply)
                 return
         except OSError:
             time.sleep(0.3)
-    raise RuntimeError(f"the llama.cpp server did not start within {START_TIMEOUT_S} s")
+    raise RuntimeError(f"the server did not start within {timeout_s:g} s")
 
 
 def server_command(port: int, threads: int = 1) -> list[str]:

@@ -68,6 +68,7 @@ def test_greedy_chat_tokens_equal_the_local_engines(served, greedy_run):
     run = served.start(prompt, GREEDY, RunConfig(max_new_tokens=len(greedy_run.steps)))
     run.run_all()
     assert [s.token.text for s in run.steps] == [s.token.text for s in greedy_run.steps]
+    assert [s.token.id for s in run.steps] == [s.token.id for s in greedy_run.steps]
     local = [s.logprob for s in greedy_run.steps]
     assert [s.logprob for s in run.steps] == pytest.approx(local, abs=LOGPROB_TOLERANCE)
 
@@ -96,3 +97,105 @@ def test_trace_cli_records_the_engine_and_never_the_key(
     assert trace["engine"]["name"] == "openai" and trace["engine"]["url"] == llama_server
     assert trace["engine"]["model"].endswith(".gguf")
     assert len(trace["steps"]) == 3 and trace["finish_reason"] == "length"
+
+
+def test_a_tokens_only_run_is_the_servers_and_saves(llama_server, tmp_path, capsys):
+    """Asked for no log-probabilities, llama.cpp sends none: the run keeps the server's tokens
+    and the stream's timing, says what it lacks, and saves, reopens and inspects."""
+    import math
+
+    from llm_lens.core.cli.inspect import main as inspect
+    from llm_lens.core.cli.served import write_served_session
+    from llm_lens.core.engines.openai.engine import NO_LOGPROBS
+    from llm_lens.core.exports.trace import json_text, run_dict
+    from llm_lens.core.sessions.read import load_session
+
+    engine = OpenAIEngine(Endpoint(llama_server), None, logprobs=False)
+    prompt = engine.tokenize("The capital of France is", chat=False)
+    run = engine.start(prompt, GREEDY, RunConfig(max_new_tokens=TOKENS))
+    run.run_all()
+    assert "logprobs" not in run.sent and run.finish_reason == "length"
+    reply = non_streamed(engine, run)
+    assert reply["logprobs"] is None and run.output_text() == reply["text"]
+    assert len(run.steps) == TOKENS and all(s.timing.total_ms > 0 for s in run.steps[1:])
+    assert all(math.isnan(s.prob) and s.approximate and not len(s.top_ids) for s in run.steps)
+    assert engine.tokens_only and engine.provides.why_not("logprobs") == NO_LOGPROBS
+    assert engine.provides.has("tokens") and engine.provides.has("timing")
+    trace = json.loads(json_text(run_dict(engine, run)))
+    assert trace["steps"][0]["prob"] is None and trace["engine"]["reported"]["logprobs"] is False
+    assert trace["engine"]["provides"]["missing"]["alternatives"] == NO_LOGPROBS
+    path = tmp_path / "tokens-only.llmlens"
+    assert write_served_session(run, engine, str(path)) > 0
+    (back,) = load_session(path).runs
+    assert [s.token.text for s in back.steps] == [s.token.text for s in run.steps]
+    assert all(math.isnan(s.logprob) and math.isnan(s.entropy) for s in back.steps)
+    capsys.readouterr()
+    assert inspect([str(path)]) == 0
+    assert reply["text"].split()[0] in capsys.readouterr().out
+
+
+def test_token_ids_are_the_gguf_tokenizers(served, engine):
+    """llama.cpp sends texts only: each is put through its tokenize endpoint after the stream,
+    and the ids are the ones the bundled GGUF's tokenizer (transformers', here) has for them."""
+    prompt = served.tokenize("The capital of France is", chat=False)
+    run = served.start(prompt, GREEDY, RunConfig(max_new_tokens=TOKENS))
+    run.run_all()
+    reported = run.engine_record()["reported"]
+    assert reported["token_ids"] and reported["token_ids_from"] == "tokenize"
+    assert "token_ids_missing" not in reported and served.provides.has("token_ids")
+    ids = [s.token.id for s in run.steps]
+    assert [engine.tokenizer.decode([i]) for i in ids] == [s.token.text for s in run.steps]
+    assert [engine.tokenizer.convert_ids_to_tokens(i) for i in ids] == [
+        engine.tokenizer.tokenize(s.token.text)[0] for s in run.steps
+    ]
+    last = run.steps[-1]
+    assert list(last.context_ids) == [*prompt.ids, *ids[:-1]]
+
+
+def test_a_cancel_is_noticed_without_waiting_for_a_chunk(served):
+    """Another request holds the server (it serves one at a time): no chunk comes, and the
+    cancel still ends the run within a fraction of a second."""
+    import threading
+    import time
+
+    from llm_lens.core.engines.openai.reader import POLL_S
+
+    never_ends = {str(i): -100.0 for i in (0, 1, 2)}  # SmolLM2's end-of-text tokens
+    body = {"prompt": "Once upon a time", "max_tokens": 150, "temperature": 0.0,
+            "stream": False, "logit_bias": never_ends}  # fmt: skip
+    prompt = served.tokenize("Hi", chat=False)  # before: tokenize too waits for the server
+    holder = threading.Thread(target=served.endpoint.post_json, args=("completions", body))
+    holder.start()
+    time.sleep(0.3)  # the holder's request is in
+    cancel = threading.Event()
+    run = served.start(prompt, GREEDY, RunConfig(64), cancel)
+    threading.Timer(0.5, cancel.set).start()
+    started = time.perf_counter()
+    run.run_all()
+    waited = time.perf_counter() - started
+    held = holder.is_alive()  # the server was still busy with the other request
+    holder.join()
+    assert held and run.finish_reason == "cancelled" and not run.steps
+    assert waited < 0.5 + 4 * POLL_S + 0.3  # the timer, the poll, a loaded machine's slack
+
+
+def test_ctrl_c_keeps_the_tokens_received(served):
+    """The first Ctrl+C of ``trace --engine openai`` ends the stream; the run keeps its tokens
+    and the trace says so (exit 130)."""
+    import os
+    import signal
+
+    from llm_lens.core.cli.served import keep_on_ctrl_c, stopped_early
+    from llm_lens.core.exports.trace import run_dict
+
+    def work(cancel):
+        run = served.start(served.tokenize("Tell me a story", chat=False), GREEDY,
+                           RunConfig(max_new_tokens=200), cancel)  # fmt: skip
+        for step in run:
+            if step.index == 1:
+                os.kill(os.getpid(), signal.SIGINT)  # its handler sets the cancel
+        return run
+
+    run, cancel = keep_on_ctrl_c(work)
+    assert cancel.is_set() and run.finish_reason == "cancelled" and len(run.steps) == 2
+    assert stopped_early(run_dict(served, run)) == 130

@@ -25,11 +25,18 @@ def test_completions_logprobs_ranked_by_value():
 
 
 def test_chat_bytes_and_vllm_token_ids():
-    entry = {"token": "token_id:42", "logprob": -1.0, "bytes": [0xE4, 0xBD],
-             "top_logprobs": [{"token": "token_id:42", "logprob": -1.0}]}  # fmt: skip
-    tokens, reported = read({"choices": [{"index": 0, "logprobs": {"content": [entry]}}]})
-    assert tokens[0].token_id == 42 and tokens[0].raw == b"\xe4\xbd" and tokens[0].bytes_sent
-    assert reported.as_dict()["token_ids"] and reported.as_dict()["token_bytes"]
+    """vLLM asked for ids writes "token_id:N" and, as bytes, that text's: the id is kept, the
+    bytes are not the token's (its text comes from the server's detokenize endpoint)."""
+    vllm = {"token": "token_id:42", "logprob": -1.0, "bytes": list(b"token_id:42"),
+            "top_logprobs": [{"token": "token_id:42", "logprob": -1.0}]}  # fmt: skip
+    plain = {"token": "\u4f60", "logprob": -0.5, "bytes": [0xE4, 0xBD], "top_logprobs": []}
+    chunk = {"choices": [{"index": 0, "logprobs": {"content": [vllm, plain]}}]}
+    tokens, reported = read(chunk)
+    assert tokens[0].token_id == 42 and tokens[0].raw == b"" and not tokens[0].bytes_sent
+    assert tokens[0].alternatives[0].token_id == 42
+    assert tokens[1].token_id == -1 and tokens[1].raw == b"\xe4\xbd" and tokens[1].bytes_sent
+    said = reported.as_dict()
+    assert not said["token_ids"] and not said["token_bytes"] and said["token_ids_from"] == "stream"
 
 
 def test_llama_server_timings_give_the_cached_tokens():
