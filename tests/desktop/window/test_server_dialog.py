@@ -84,7 +84,8 @@ def test_a_served_run_saved_from_the_window_reopens_without_the_server(qtbot, wi
     with serving(Fake()) as url:
         open_and_run(qtbot, window, url)
     ctl, path = window.controller, str(tmp_path / "served.llmlens")
-    with qtbot.waitSignal(ctl.sig_saved, timeout=20_000):
+    mine = lambda saved, _size: saved == path  # noqa: E731  # not the run end's autosave
+    with qtbot.waitSignal(ctl.sig_saved, timeout=20_000, check_params_cb=mine):
         ctl.sessions.request_save(path)
     with qtbot.waitSignal(ctl.sig_session_changed, timeout=20_000):
         window.sessions.open(path)  # the server is gone: the window's open-session path
