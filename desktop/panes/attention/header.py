@@ -56,7 +56,7 @@ def rows_note(head_rows: bool) -> str:
     """What a map of brought-back rows shows, and how the next run gets more heads."""
     note = "rows brought back for the heads you open: the prompt's last token's and each new "
     note += "token's (the prompt's other rows stayed on the server)"
-    return note + ("; another head's come with the next run" if head_rows else "")
+    return note + ("; another head's rows come with the next run" if head_rows else "")
 
 
 def next_run_line(layer: int, head: int, why: str) -> str:
