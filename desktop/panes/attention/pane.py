@@ -37,6 +37,7 @@ from llm_lens.desktop.panes.attention.header import (
     has_rows,
     map_note,
     next_run_line,
+    no_attention_note,
     rows_note,
 )
 from llm_lens.desktop.panes.attention.image import assemble_map
@@ -157,9 +158,8 @@ class AttentionPane(Pane):
 
     # ----------------------------------------------------------------- render
     def missing_line(self) -> str | None:
-        """The engine's line where the shown run has no maps. An engine that brings back the
-        rows of opened heads (NDIF) draws a head the run brought back; another head is opened
-        here for the next run, and the line says so."""
+        """The engine's line where the shown run has no maps; with NDIF (rows of opened heads)
+        none for a head the run brought back, else the head is opened for the next run."""
         line = super().missing_line()
         ctl = self.controller
         capabilities = getattr(ctl, "capabilities", None)
@@ -167,6 +167,8 @@ class AttentionPane(Pane):
             return line
         self._sync_model(ctl.info)
         layer, head = self.layer_box.value(), self.head_box.value()
+        if not ctl.info.has_attention(layer):  # a Mamba or DeltaNet layer: no rows to send
+            return no_attention_note(ctl.info.layer_kinds[layer])
         if capabilities.head_rows():
             capabilities.open_head(layer, head)
         if ctl.current_step() is not None and has_rows(ctl.steps, layer, head):
@@ -184,9 +186,8 @@ class AttentionPane(Pane):
         self._sync_model(ctl.info)
         self._contrast_for(ctl.prompt)
         layer, head = self.layer_box.value(), self.head_box.value()
-        rows = self.rows_only()
-        amap = None if rows else ctl.request_analysis(
-            "attention_map", layer=layer, head=head, max_size=MAP_SIZE)  # fmt: skip
+        rows, ask = self.rows_only(), {"layer": layer, "head": head, "max_size": MAP_SIZE}
+        amap = None if rows else ctl.request_analysis("attention_map", **ask)
         if amap is not None or rows:
             image, size = self._assemble(amap, step, layer, head)
             levels = self._levels()
