@@ -74,13 +74,16 @@ class Provides:
     ``top_n`` is how many alternatives a step carries (0: none; -1: the whole vocabulary).
     ``approximate`` is True when the distribution a step carries is only the alternatives an
     engine returned: entropy, rank and the sampling stages computed from it are approximate, and
-    each :class:`StepRecord` says so (``approximate``).
+    each :class:`StepRecord` says so (``approximate``). ``head_rows`` is True when the engine
+    lacks whole attention maps but brings back the attention rows of the heads a run asks for
+    (``RunRequest.heads``: NDIF's opened heads).
     """
 
     fills: frozenset[str]
     missing: Mapping[str, str] = field(default_factory=dict)
     top_n: int = 0
     approximate: bool = False
+    head_rows: bool = False
 
     def __post_init__(self) -> None:
         unknown = (set(self.fills) | set(self.missing)) - set(CAPABILITIES)

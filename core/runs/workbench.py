@@ -46,6 +46,8 @@ class RunRequest:
     config: RunConfig
     parse_special: bool = False  # special-token text the user typed becomes control tokens
     interventions: tuple[Any, ...] = ()  # core.interventions values hooked on for the run
+    heads: tuple[tuple[int, int], ...] = ()  # (layer, head) opened: an engine without whole
+    # maps brings back their attention rows (NDIF; Provides.head_rows); the local one has all
 
 
 class Workbench:

@@ -131,6 +131,10 @@ class PositionsPane(Pane):
         info = ctl.info
         if info is None:
             return
+        if step is None and self.missing_line() is not None:  # NDIF, a server: none comes
+            self._key = None  # the engine's line says why, no stale "reading…" above it
+            self._show_note("")
+            return
         prompt = ctl.prompt
         n = len(prompt) if prompt is not None else EMPTY_POSITIONS
         key = (info.weights_id, n, None if prompt is None else tuple(prompt.ids))

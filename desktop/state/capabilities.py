@@ -12,6 +12,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject
 
+OPENED_HEADS = 32  # heads a run brings back the rows of, at most: the last opened
+
 
 class Capabilities(QObject):
     """``provides``: what the loaded engine fills (the worker's ``sig_provides``, before its
@@ -21,10 +23,31 @@ class Capabilities(QObject):
         super().__init__(controller)  # on the GUI thread: the worker's signals queue here
         self.ctl = controller
         self.provides: Any = None
+        self.opened: dict[tuple[int, int], None] = {}  # heads opened, oldest first (NDIF)
         controller.worker.sig_provides.connect(self._on_provides)
 
     def _on_provides(self, provides: Any) -> None:
         self.provides = provides
+        self.opened.clear()  # a new model: its heads are opened anew
+
+    def head_rows(self) -> bool:
+        """True when the loaded engine brings back the rows of the heads a run asks for
+        (``Provides.head_rows``: NDIF) rather than whole maps."""
+        return bool(getattr(self.provides, "head_rows", False))
+
+    def open_head(self, layer: int, head: int) -> None:
+        """The Attention pane shows ``(layer, head)``: the next run asks for its rows (the
+        last :data:`OPENED_HEADS` opened)."""
+        key = (int(layer), int(head))
+        self.opened.pop(key, None)
+        self.opened[key] = None
+        while len(self.opened) > OPENED_HEADS:
+            del self.opened[next(iter(self.opened))]
+
+    def heads(self) -> tuple[tuple[int, int], ...]:
+        """The heads the next run asks the engine for (``RunRequest.heads``), sorted; none
+        where the engine draws whole maps."""
+        return tuple(sorted(self.opened)) if self.head_rows() else ()
 
     def why_not(self, capability: str) -> str | None:
         """None when the shown run's engine fills ``capability``; else what it lacks and how

@@ -58,7 +58,9 @@ class LiveRun(QObject):
         changes = self.next_changes = ctl.whatif.active()
         ctl.update_shown(run_id=ctl.new_run_id(), run_params=params, follow_live=True)
         ctl.set_busy(True)
-        ctl.link.run(RunRequest(ctl.run_id, text, chat, params, config, parse_special, changes))
+        heads = ctl.capabilities.heads()  # NDIF: the opened heads' attention rows
+        request = RunRequest(ctl.run_id, text, chat, params, config, parse_special, changes, heads)
+        ctl.link.run(request)
 
     def adopt(self, run_id: int, params: Any) -> None:
         """Make ``run_id`` the shown live run before a job streams it (a branch)."""

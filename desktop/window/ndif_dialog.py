@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from llm_lens.core.engines.ndif.engine import WHOLE
 from llm_lens.core.engines.ndif.live import NdifSpec
 from llm_lens.core.engines.ndif.status import KEY_ENV, NO_KEY
 from llm_lens.core.errors import LensError
@@ -49,7 +50,7 @@ HINT = (
     "each layer's residual norm, computed on the server; the attention rows of the heads you "
     "open. Whole maps, residual vectors and interventions need the model opened locally."
 )
-FULL = "the whole distribution each step (exact sampling stages; more bytes)"
+FULL = f"{WHOLE} (exact sampling stages; more bytes)"  # the Sampling note names it
 PLACEHOLDER = {False: "org/name, e.g. meta-llama/Llama-3.1-8B", True: "empty: the bundled model"}
 
 

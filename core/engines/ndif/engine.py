@@ -42,10 +42,10 @@ class NdifEngine:
         self.model = model  # the nnsight wrapper
         self.hf_model = hf_model
         self.tokenizer = tokenizer
-        self.info = info
         self.remote: bool | str = how.get("remote", "local")
         self.key: str | None = how.get("key")  # held in memory only
         self.host: str | None = how.get("host")
+        self.info = replace(info, device=self._where(info.device))  # the model line says so
         self.texts = TokenText(tokenizer)
         self.anatomy = Anatomy.of(hf_model)
         self.routers = find_routers(hf_model)
@@ -84,6 +84,16 @@ class NdifEngine:
         """Where runs go, without credentials: "ndif (local simulation)" or the host."""
         return "ndif (local simulation)" if self.remote == "local" else f"ndif {self.host or ''}"
 
+    def _where(self, device: str) -> str:
+        """Where runs go, for the status bar's model line in place of the device the
+        weights sit on here: "NDIF (local simulation on cpu)", "NDIF at api.ndif.us"."""
+        if self.remote == "local":
+            return f"NDIF (local simulation on {device})"
+        from urllib.parse import urlsplit
+
+        host = self.host or _default_host()
+        return f"NDIF at {urlsplit(host).hostname or host}"
+
     @property
     def identity(self) -> Any:
         """:class:`~llm_lens.core.engines.base.EngineIdentity`: ndif, the model, the host (no
@@ -104,7 +114,8 @@ class NdifEngine:
 
         fills, missing = provided(self.spec, bool(self.routers))
         top_n = -1 if self.spec.full_logits else self.spec.top_n
-        return Provides(frozenset(fills), missing, top_n, approximate=not self.spec.full_logits)
+        approximate = not self.spec.full_logits
+        return Provides(frozenset(fills), missing, top_n, approximate, head_rows=True)
 
     def logit_lens(self, step: StepRecord, k: int = 5) -> LensResult | None:
         """The lens the server computed for ``step`` (its top ``k`` ≤ the run's), or None."""
@@ -169,6 +180,7 @@ class NdifEngine:
         return remote_backend(self.model, self.key or "", on_status, self.host)
 
 
+WHOLE = "the whole distribution each step"  # the NDIF dialog's checkbox, as it begins
 MISSING = {
     "residual": "NDIF runs bring back each layer's residual norms, not the vectors: open the "
     "model locally for them",
@@ -188,10 +200,11 @@ def provided(spec: CaptureSpec, moe: bool) -> tuple[set[str], dict[str, str]]:
     if spec.full_logits:
         fills |= {"distribution", "sampling"}
     else:
-        why = "NDIF runs bring back the top-N and a histogram of the rest, so the sampling "
-        why += "stages are approximate: ask for the whole distribution (full logits) for exact ones"
-        missing["distribution"] = why
-        missing["sampling"] = missing["distribution"]
+        missing["distribution"] = missing["sampling"] = (
+            f"NDIF runs bring back the top {spec.top_n} logits and a histogram of the rest (each "
+            f"other token at its bin's level): tick '{WHOLE}' in File → Model on NDIF… for exact "
+            "stages"
+        )
     if moe:
         fills.add("routing")
     else:

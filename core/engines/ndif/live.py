@@ -140,7 +140,9 @@ def ndif_live(
     if request.interventions:
         raise LensError(MISSING["interventions"])
     prompt = engine.tokenize(request.text, request.chat, parse_special=request.parse_special)
-    run = engine.start(prompt, request.params, request.config, cancel)
+    heads = tuple(getattr(request, "heads", ()))  # the heads opened: their attention rows
+    spec = replace(engine.spec, top_n=request.config.top_n, heads=heads)
+    run = engine.start(prompt, request.params, request.config, cancel, spec=spec)
     run.run_id = request.run_id
     if store is not None:
         store.runs = {request.run_id: run}
@@ -159,4 +161,5 @@ def recorded_provides(engine: dict[str, Any] | None) -> Any:
         return None
     full = engine.get("capture") == "full logits"
     fills, missing = provided(CaptureSpec(full_logits=full), engine.get("routing") == "yes")
-    return Provides(frozenset(fills), missing, -1 if full else CaptureSpec().top_n, not full)
+    top_n = -1 if full else CaptureSpec().top_n
+    return Provides(frozenset(fills), missing, top_n, not full, head_rows=True)

@@ -47,6 +47,7 @@ def contrast_levels(matrix: np.ndarray) -> tuple[float, float]:
     if matrix.size == 0:
         return (0.0, 1.0)
     causal = matrix[np.tril_indices_from(matrix, -1)]
+    causal = causal[~np.isnan(causal)]  # rows not brought back (NDIF) are unread
     if causal.size == 0:
         return (0.0, 1.0)
     return (0.0, float(max(np.percentile(causal, 98), 1e-3)))

@@ -51,3 +51,25 @@ def map_note(info: Any, layer: int, amap: Any, block: int, waiting: str, head: i
     if block > 1:
         return f"max-pooled in blocks of {block} positions"
     return ""
+
+
+def has_rows(steps: Any, layer: int, head: int) -> bool:
+    """True when the run brought back ``(layer, head)``'s rows (a softmax row sums to 1; a
+    head an engine did not send stays zero)."""
+    attention = steps[0].attention if steps else None
+    if attention is None or attention.ndim != 3 or attention.shape[2] == 0:
+        return False  # a served run's: no rows at all
+    inside = layer < attention.shape[0] and head < attention.shape[1]
+    return inside and float(attention[layer, head].sum()) > 0.5
+
+
+def rows_note(head_rows: bool) -> str:
+    """What a map of brought-back rows shows, and how the next run gets more heads."""
+    note = "rows brought back for the heads you open: the prompt's last token's and each new "
+    note += "token's (the prompt's other rows stayed on the server)"
+    return note + ("; another head's rows come with the next run" if head_rows else "")
+
+
+def next_run_line(layer: int, head: int, why: str) -> str:
+    """The pane's line for a head the shown run did not bring back."""
+    return f"layer {layer}, head {head}: its rows come with the next run (Ctrl+Enter). {why}"

@@ -1,6 +1,7 @@
 """The Attention pane's map as an image: the worker's prompt map, pooled, with the row each
 decode step's query wrote added beneath it, so step i shows the map as it stood after i new
-tokens. Long contexts are max-pooled so the image never exceeds ~1024 × 1024 cells."""
+tokens (an engine without whole maps: those rows alone). Long contexts are max-pooled so the
+image never exceeds ~1024 × 1024 cells."""
 
 from __future__ import annotations
 
@@ -29,25 +30,30 @@ class MapImage(NamedTuple):
 
 def assemble_map(ctl: Any, amap: Any, step: Any, layer: int, head: int) -> MapImage:
     """Layer ``layer``, head ``head`` at ``step``: the prompt part from ``amap`` (the worker's
-    ``attention_map``), each later step's recorded row of the controller's run."""
+    ``attention_map``), each later step's recorded row of the controller's run. ``amap`` None:
+    only the rows the engine brought back (NDIF's opened heads: each step's query, the first
+    the prompt's last), the prompt's other rows left unread (NaN: transparent)."""
     from llm_lens.core.attention import pool_rows  # imports torch: not at start-up
 
     n_prompt = len(ctl.prompt)
     total = n_prompt + max(len(ctl.steps), step.index + 1) - 1
-    base = int(amap.q_positions[1]) if len(amap.q_positions) > 1 else 1
+    base = int(amap.q_positions[1]) if amap is not None and len(amap.q_positions) > 1 else 1
     factor = max(1, math.ceil(math.ceil(total / base) / MAX_IMAGE))
     block = base * factor
     size = math.ceil(total / block)
     cap = min(math.ceil(size / BUCKET) * BUCKET, max(size, MAX_IMAGE))
     content = math.ceil((n_prompt + step.index) / block)
     image = np.full((cap, cap), np.nan, np.float32)  # not yet read: transparent
-    image[:content, :content] = 0.0
-    prompt_part = pool_rows(amap.weights, factor)
-    image[: prompt_part.shape[0], : prompt_part.shape[1]] = prompt_part
-    for record in ctl.steps[1 : step.index + 1]:
+    if amap is not None:
+        image[:content, :content] = 0.0
+        prompt_part = pool_rows(amap.weights, factor)
+        image[: prompt_part.shape[0], : prompt_part.shape[1]] = prompt_part
+    for record in ctl.steps[0 if amap is None else 1 : step.index + 1]:
         row = record.attention[layer, head]  # (position + 1,)
         pooled = pool_rows(row[None, :], block)[0] if block > 1 else row
         r = record.position // block
+        if amap is None and np.isnan(image[r, 0]):
+            image[r, :content] = 0.0  # a row brought back: read up to the step shown
         image[r, : pooled.shape[0]] = np.maximum(image[r, : pooled.shape[0]], pooled)
     positions = np.arange(content, dtype=np.int64) * block
     texts = [t.text for t in ctl.prompt.tokens] + [s.token.text for s in ctl.steps]

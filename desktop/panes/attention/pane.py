@@ -32,7 +32,14 @@ from llm_lens.desktop.panes.attention.cells import (
     tile_cell,
     tile_text,
 )
-from llm_lens.desktop.panes.attention.header import gqa_note, map_note
+from llm_lens.desktop.panes.attention.header import (
+    gqa_note,
+    has_rows,
+    map_note,
+    next_run_line,
+    no_attention_note,
+    rows_note,
+)
 from llm_lens.desktop.panes.attention.image import assemble_map
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.selection import context_tokens
@@ -150,6 +157,28 @@ class AttentionPane(Pane):
             self.schedule()
 
     # ----------------------------------------------------------------- render
+    def missing_line(self) -> str | None:
+        """The engine's line where the shown run has no maps; with NDIF (rows of opened heads)
+        none for a head the run brought back, else the head is opened for the next run."""
+        line = super().missing_line()
+        ctl = self.controller
+        capabilities = getattr(ctl, "capabilities", None)
+        if line is None or ctl.info is None or capabilities is None:
+            return line
+        self._sync_model(ctl.info)
+        layer, head = self.layer_box.value(), self.head_box.value()
+        if not ctl.info.has_attention(layer):  # a Mamba or DeltaNet layer: no rows to send
+            return no_attention_note(ctl.info.layer_kinds[layer])
+        if capabilities.head_rows():
+            capabilities.open_head(layer, head)
+        if ctl.current_step() is not None and has_rows(ctl.steps, layer, head):
+            return None
+        return next_run_line(layer, head, line) if capabilities.head_rows() else line
+
+    def rows_only(self) -> bool:
+        """True when the shown run's engine brought back rows of opened heads, not maps."""
+        return super().missing_line() is not None
+
     def render(self, step: Any) -> None:
         ctl = self.controller
         if ctl.info is None or ctl.prompt is None or step is None:
@@ -157,21 +186,22 @@ class AttentionPane(Pane):
         self._sync_model(ctl.info)
         self._contrast_for(ctl.prompt)
         layer, head = self.layer_box.value(), self.head_box.value()
+        rows, ask = self.rows_only(), {"layer": layer, "head": head, "max_size": MAP_SIZE}
         if head >= ctl.info.heads_in(layer):  # not a head of this layer (Inkling's differ)
             self.matrix = np.zeros((0, 0), np.float32)
             self.image.clear()
-            amap = None
+            amap, rows = None, False
         else:
-            amap = ctl.request_analysis("attention_map", layer=layer, head=head, max_size=MAP_SIZE)
-        if amap is not None:
+            amap = None if rows else ctl.request_analysis("attention_map", **ask)
+        if amap is not None or rows:
             image, size = self._assemble(amap, step, layer, head)
             levels = self._levels()
             self.image.setImage(image, levels=levels)
             self.bar.setLevels(levels)
             self._fit_view(len(self.positions))
             self._apply_ticks()
-        self._header(step, layer, head, amap)
-        self._render_overview(step)
+        self._header(step, layer, head, amap, rows)
+        self._render_overview(step, rows)
 
     def _contrast_for(self, prompt: Any) -> None:
         """Contrast on, once, for each new prompt over ``LONG_PROMPT`` tokens: a query spread
@@ -228,11 +258,12 @@ class AttentionPane(Pane):
         if self.labels:
             self._apply_ticks()
 
-    def _render_overview(self, step: Any) -> None:
+    def _render_overview(self, step: Any, rows_only: bool = False) -> None:
         """Every layer × head as one tiled image: prompt maps at the prefill (of prompts up to
-        ``OVERVIEW_TOKENS``), the recorded rows otherwise."""
+        ``OVERVIEW_TOKENS``), the recorded rows otherwise (and where only rows came back)."""
         layers, heads = self._grid_shape
-        if step.index == 0 and len(self.controller.prompt or ()) <= OVERVIEW_TOKENS:
+        prefill = step.index == 0 and len(self.controller.prompt or ()) <= OVERVIEW_TOKENS
+        if prefill and not rows_only:
             thumbs = self.controller.request_analysis("attention_overview")
             if thumbs is None:
                 return
@@ -249,7 +280,7 @@ class AttentionPane(Pane):
         x1, y1 = x0 + TILE, y0 + TILE
         self.cursor.setData([x0, x1, x1, x0, x0], [y0, y0, y1, y1, y0])
 
-    def _header(self, step: Any, layer: int, head: int, amap: Any) -> None:
+    def _header(self, step: Any, layer: int, head: int, amap: Any, rows: bool = False) -> None:
         info = self.controller.info
         shares = gqa_note(info, head, layer)  # "" for a head the layer has not
         parts = [f"layer {layer}, head {head}" + (f": {shares}" if shares else "")]
@@ -261,6 +292,8 @@ class AttentionPane(Pane):
         if layer < len(windows) and windows[layer]:
             parts.append(f"sliding window: each query sees its last {windows[layer]} positions")
         waiting = self.controller.waiting_text("prompt map", "computing the prompt map…")
+        if rows:  # no map is coming: what the rows are
+            waiting = rows_note(self.controller.capabilities.head_rows())
         note = map_note(info, layer, amap, self.block, waiting, head)
         if note:
             parts.append(note)
@@ -332,7 +365,7 @@ class AttentionPane(Pane):
         return head_changes(layer, head) if 0 <= layer < rows and 0 <= head < cols else []
 
     def explainer(self) -> ex.Explainer | None:
-        if self.matrix.size == 0:
+        if self.matrix.size == 0 or np.isnan(self.matrix).any():  # rows only: no head pattern
             return None
         ctl, tokens = self.controller, context_tokens(self.controller)
         pos = ctl.token if ctl.token >= 0 else len(self.positions) * self.block - 1
@@ -367,5 +400,7 @@ class AttentionPane(Pane):
         for q, qpos in enumerate(self.positions):
             for k in range(q + 1):
                 weight = float(self.matrix[q, k])
+                if weight != weight:  # a row not brought back (NaN)
+                    break
                 rows.append((int(qpos), full[q], int(self.positions[k]), full[k], weight))
         return header, rows

@@ -218,11 +218,11 @@ class SamplingPane(Pane):
             recorded_views(step, params) is not None
         )
         note = NOTE if params == self.params else NOTE_LIVE
-        if step.approximate:
+        if step.approximate:  # how to get exact stages is the engine's to say
+            why = self.controller.why_not("distribution") or "open the model locally for them"
             note = (
-                f"Approximate: staged over the {len(step.top_ids)} alternatives the server "
-                "returned; the rest of its vocabulary is unknown (open the model locally, or "
-                "ask vLLM for every token's log-probability, for exact stages)."
+                f"Approximate: this run brought back {len(step.top_ids):,} alternatives, not "
+                f"the whole distribution. {why[:1].upper()}{why[1:]}."
             )
         elif step.tail_levels and not recorded:
             note = (

@@ -12,16 +12,18 @@ import threading
 import numpy as np
 import pytest
 
-from llm_lens.core.engines.ndif.engine import MISSING, NdifEngine
+from llm_lens.core.engines.ndif.engine import MISSING, WHOLE, NdifEngine
 from llm_lens.core.engines.ndif.live import NdifSpec
 from llm_lens.core.engines.ndif.status import NO_KEY, JobStatus
 from llm_lens.core.errors import LensError
 from llm_lens.core.sampling import GREEDY
-from llm_lens.desktop.window.ndif_dialog import NdifDialog, open_ndif
+from llm_lens.desktop.panes.attention.header import next_run_line
+from llm_lens.desktop.window.ndif_dialog import FULL, NdifDialog, open_ndif
 
 PROMPT = "Explain transformers like I am 12"  # the conftest's greedy_run
 LOCAL = NdifSpec(None, local=True)
 SECRET = "ndif-test-secret-4242"
+HEADS = ((3, 1), (20, 5))  # (layer, head) the user opens
 
 
 @pytest.fixture
@@ -65,11 +67,53 @@ def test_an_ndif_run_in_the_window_equals_the_local_engine(qtbot, window, greedy
         assert a.kv.bytes_total == b.kv.bytes_total
     chips = [c.label for c in window.panes["Tokens"].model_view.chips]
     assert len(chips) >= len(steps) and window.panes["Tokens"].missing_line() is None
-    for capability in ("attention", "residual", "interventions"):
+    for capability in ("residual", "interventions"):
         assert note(window, capability) == MISSING[capability]  # the pane says why, in one line
     assert window.controller.why_not("kv_cache") is None  # the KV cache pane draws
     assert line.status.seen == ["RECEIVED", "RUNNING", "COMPLETED"]  # the hook, via the thread
     assert line.text() == "NDIF (local simulation): last job completed, its 8 steps shown"
+
+
+def test_opened_heads_go_with_the_next_job_and_draw_the_local_engines_rows(
+    qtbot, window, greedy_run
+):
+    """The heads opened in the Attention pane travel with the next job; the map then draws
+    their rows (the prompt's last query's and each new token's), equal to the local engine's,
+    the prompt's other rows unread. The Sampling note says how NDIF gets exact stages, the
+    Positions pane only the engine's line, the model line where runs go."""
+    open_model(qtbot, window)
+    ctl, pane = window.controller, window.panes["Attention"]
+    for layer, head in HEADS:  # opened before the run: each says it comes with the next
+        pane.show_head(layer, head)
+        assert note(window, "attention") == next_run_line(layer, head, MISSING["attention"])
+    run(qtbot, window)
+    sent = ctl.worker.workbench.store.runs[ctl.run_id].spec.heads
+    assert set(HEADS) <= set(sent) and sent == ctl.capabilities.heads()
+    n_prompt = len(ctl.prompt)
+    for layer, head in HEADS:
+        pane.show_head(layer, head)
+        assert note(window, "attention") is None  # drawn
+        assert pane.matrix.shape[0] == n_prompt + len(greedy_run.steps) - 1
+        for b in greedy_run.steps:  # the drawn rows equal the local engine's
+            drawn = pane.matrix[b.position, : b.position + 1]
+            np.testing.assert_allclose(drawn, b.attention[layer, head], rtol=1e-4, atol=1e-6)
+        assert np.isnan(pane.matrix[: n_prompt - 1]).all()  # stayed on the server
+        assert "rows brought back for the heads you open" in pane.header.text()
+    pane.show_head(5, 0)  # not sent with the job just run
+    assert note(window, "attention") == next_run_line(5, 0, MISSING["attention"])
+    assert (5, 0) in ctl.capabilities.heads()
+    sampling = window.panes["Sampling"]
+    sampling.render_and_paint()
+    assert sampling.note.text() == (
+        "Approximate: this run brought back 50 alternatives, not the whole distribution. "
+        f"NDIF runs bring back the top 50 logits and a histogram of the rest (each other "
+        f"token at its bin's level): tick '{WHOLE}' in File → Model on NDIF… for exact stages."
+    )
+    assert FULL.startswith(WHOLE)  # the dialog's checkbox it names
+    positions = window.panes["Positions"]
+    assert note(window, "residual") == MISSING["residual"]
+    assert positions.summary.text() == ""  # no stale "reading the model's positions…"
+    assert " · NDIF (local simulation on cpu) · " in window.model_label.text()
 
 
 def test_the_status_line_follows_the_hook_from_another_thread(qtbot, window):

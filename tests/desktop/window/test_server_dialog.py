@@ -45,6 +45,17 @@ def test_a_served_run_in_the_window(qtbot, window):
     assert attention.empty_note.text() == MISSING["attention"]
     assert attention.empty_note.text().startswith("this server reports no attention")
     assert window.panes["Tokens"].missing_line() is None
+    sampling, positions = window.panes["Sampling"], window.panes["Positions"]
+    sampling.render_and_paint()  # its note: the server's remedy, in the engine's words
+    assert sampling.note.text() == (
+        f"Approximate: this run brought back {len(ctl.steps[-1].top_ids)} alternatives, not "
+        f"the whole distribution. {MISSING['distribution'][:1].upper()}"
+        f"{MISSING['distribution'][1:]}."
+    )
+    assert "start vLLM with --max-logprobs -1" in sampling.note.text()
+    positions.render_and_paint()
+    assert positions.empty_note.text() == MISSING["residual"]
+    assert positions.summary.text() == ""  # no stale "reading the model's positions…"
 
 
 def test_a_stream_cut_mid_run_keeps_the_token_received(qtbot, window):
@@ -84,7 +95,8 @@ def test_a_served_run_saved_from_the_window_reopens_without_the_server(qtbot, wi
     with serving(Fake()) as url:
         open_and_run(qtbot, window, url)
     ctl, path = window.controller, str(tmp_path / "served.llmlens")
-    with qtbot.waitSignal(ctl.sig_saved, timeout=20_000):
+    mine = lambda saved, _size: saved == path  # noqa: E731  # not the run end's autosave
+    with qtbot.waitSignal(ctl.sig_saved, timeout=20_000, check_params_cb=mine):
         ctl.sessions.request_save(path)
     with qtbot.waitSignal(ctl.sig_session_changed, timeout=20_000):
         window.sessions.open(path)  # the server is gone: the window's open-session path

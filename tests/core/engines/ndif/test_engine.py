@@ -137,6 +137,7 @@ def test_hosted_engine_builds_the_skeleton_without_weights(tmp_path, tokenizer):
     engine = NdifEngine.hosted(str(tmp_path), "k-123", host="https://ndif.invalid")
     assert next(engine.hf_model.parameters()).device.type == "meta"
     assert engine.info.num_layers == 2 and engine.source == "ndif https://ndif.invalid"
+    assert engine.info.device == "NDIF at ndif.invalid"  # the model line: where runs go
     targets = engine.targets(CaptureSpec(heads=((1, 0),)))
     assert len(targets.layers) == 2 and len(targets.routers) == 2 and 1 in targets.attention_calls
     engine.model.to_model_key = lambda: "TransformersModel:org/model"  # a Hub id's key

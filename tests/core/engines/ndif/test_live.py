@@ -32,7 +32,8 @@ def test_the_live_items_are_the_local_engine_s_run(loaded, greedy_run):
     heard: list[str] = []
     engine.on_status = lambda s: heard.append(s.state)  # what the window's status line hears
     store = RunStore()
-    items = list(engine.live(request(), threading.Event(), store))
+    heads = ((3, 1), (20, 5))  # opened in the Attention pane: their rows come back
+    items = list(engine.live(request(heads=heads), threading.Event(), store))
     tags = [tag for tag, _ in items]
     assert tags == ["run_started"] + ["step"] * len(greedy_run.steps) + ["run_finished"]
     assert items[0][1].ids == greedy_run.prompt.ids
@@ -40,6 +41,14 @@ def test_the_live_items_are_the_local_engine_s_run(loaded, greedy_run):
     assert items[-1][1].finish_reason == greedy_run.finish_reason
     assert store.runs[7].run_id == 7 and store.runs[7].steps[0].run_id == 7
     assert heard == ["RECEIVED", "RUNNING", "COMPLETED"]
+    assert store.runs[7].spec.heads == heads and store.runs[7].engine_record()["capture"][
+        "heads"] == [[3, 1], [20, 5]]  # fmt: skip
+    for step, local in zip(store.runs[7].steps, greedy_run.steps, strict=True):
+        for layer, head in heads:
+            assert step.attention[layer, head] == pytest.approx(
+                local.attention[layer, head], rel=1e-4, abs=1e-6
+            )
+    assert engine.info.device == f"NDIF (local simulation on {loaded.info.device})"
 
 
 def test_interventions_and_a_cancel_before_the_job(loaded):
@@ -59,7 +68,7 @@ def test_a_reopened_session_provides_what_the_engine_did(tokenizer, family):
     for full in (False, True):
         engine.spec = replace(engine.spec, full_logits=full)
         recorded = recorded_provides(engine.identity.as_dict())  # as a session stores it
-        assert recorded == engine.provides
+        assert recorded == engine.provides and recorded.head_rows  # opened heads' rows
     assert engine.provides.has("routing") == (family == "mixtral")
     assert recorded_provides({"name": "openai", "model": "m", "url": None}) is None
 
