@@ -129,7 +129,7 @@ def test_a_whole_distribution_is_labelled_exact(qtbot, bare_window):
     from llm_lens.core.engines.openai.engine import EVERY_TOKEN
 
     ctl = bare_window.controller
-    with serving(Fake()) as url:
+    with serving(Fake("whole")) as url:
         with qtbot.waitSignal(ctl.sig_model_loaded, timeout=30_000):
             ctl.request_open_server(ServerSpec(url, top_logprobs=EVERY_TOKEN))
         view = compare(qtbot, bare_window, "Hi", True)

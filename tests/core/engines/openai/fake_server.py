@@ -5,6 +5,7 @@ mid-way, a pause past the client's timeout). Not shipped: the product talks to r
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -37,14 +38,23 @@ SCRIPT = [
      "prompt_tokens_details": {"cached_tokens": 4}}},
 ]  # fmt: skip
 
+# the same reply where the alternatives are a whole distribution (their probabilities sum to 1),
+# as a server asked for every token's log-probability sends: mode "whole"
+WHOLE = [
+    chat_chunk("Hello", math.log(0.9), [("Hello", math.log(0.9)), ("Hi", math.log(0.1))]),
+    chat_chunk(" world", math.log(0.6),
+               [(" world", math.log(0.6)), (" there", math.log(0.3)), ("!", math.log(0.1))]),
+    *SCRIPT[2:],
+]  # fmt: skip
+
 
 class Fake:
     """What the fake server does, by ``mode``: "ok"; "401"; "malformed"; "cut" (the connection
     closes mid-stream); "slow" (a 2 s pause); "bare" (no logprobs); "400" (the generation
     request refused); "nofinish" ([DONE] without a finish reason, as llama-cpp-python ends a
     stream it cuts when another request comes); "redirect" (307 elsewhere); "nostream" (one
-    JSON reply). The requests it received (bodies, headers)
-    are kept for the tests to read."""
+    JSON reply); "whole" (alternatives that are the whole distribution). The requests it
+    received (bodies, headers) are kept for the tests to read."""
 
     def __init__(self, mode: str = "ok", key: str | None = None) -> None:
         self.mode, self.key = mode, key
@@ -113,7 +123,7 @@ def handler_for(fake: Fake) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
 
         def _play(self) -> None:
-            for n, chunk in enumerate(SCRIPT):
+            for n, chunk in enumerate(WHOLE if fake.mode == "whole" else SCRIPT):
                 if n == 1 and fake.mode == "malformed":
                     self._send('{"choices": [ not json')
                     return
