@@ -266,8 +266,12 @@ def _place(item: Intervention) -> tuple[Any, ...]:
 # ---- what a right-click offers (the panes' ``context_targets`` call these) ----------------------
 
 
-def head_changes(layer: int, head: int) -> list[Intervention]:
-    """A head: off, halved, doubled, or its prompt mean."""
+def head_changes(layer: int, head: int, info: Any = None) -> list[Intervention]:
+    """A head: off, halved, doubled, or its prompt mean; none where ``info`` (the loaded
+    model's ``ModelInfo``) says the layer computes no attention (a hybrid's Mamba, DeltaNet or
+    short convolution layer: it has no heads to change)."""
+    if info is not None and not info.has_attention(layer):
+        return []
     scaled: list[Intervention] = [HeadEdit(layer, head, "scale", f) for f in (0.0, 0.5, 2.0)]
     return [*scaled, HeadEdit(layer, head, "mean")]
 
