@@ -40,7 +40,8 @@ PARTLY_RANDOM_HELP = (
 INTERVENE_HELP = (
     "change the model for this run (repeatable): head:L.H=0, head:L.H*F, head:L.H=mean, "
     "attn:L=0, mlp:L*F, resid:L@P+=VEC.npy, resid:L@P=ROWS.npy, expert:L.E=off, "
-    "expert:L.E,F=force, forget:P (see llm_lens.core.interventions.specs)"
+    "expert:L.E,F=force, forget:P (a hybrid model's attention layers only: its Mamba, DeltaNet "
+    "or convolution state still carries the token; see llm_lens.core.interventions.specs)"
 )
 
 

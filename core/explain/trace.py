@@ -298,7 +298,9 @@ def check_additive(engine: Any, trace: ContextTrace, tol: float = 1e-3) -> None:
         for layer, block in enumerate(engine.anatomy.attn):
             proj = out_projection(block)
             with weights_of(engine.model, engine.anatomy.layers[layer]):  # where offloaded
-                got = proj(trace.heads_in[layer].to(proj.weight.dtype)).float()  # (hidden,)
+                # ``forward``, not the module call: an intervention's hook on the projection
+                # (What if? a head scaled) is active here and already changed ``heads_in``
+                got = proj.forward(trace.heads_in[layer].to(proj.weight.dtype)).float()
             got = got.to(raw.device)
             if float((got - raw[layer]).abs().max()) > tol * max(float(scale[layer]), 1e-6):
                 raise NoSplit(

@@ -47,7 +47,8 @@ class Patcher:
         check(self.interventions, model, anatomy)
         self.offset = 0  # the absolute position of the current pass's first token
         self.means: dict[tuple[int, int], Any] = {}  # (layer, head) -> (head_dim,) prompt mean
-        self.heads = int(model.config.get_text_config(decoder=True).num_attention_heads)
+        cfg = model.config.get_text_config(decoder=True)
+        self.heads = int(getattr(cfg, "num_attention_heads", None) or 1)  # Mamba's config: none
 
     def carried(self) -> Patcher:
         """The same interventions for a run that goes on from this one's cache (a branch, a

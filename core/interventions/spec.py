@@ -178,8 +178,9 @@ class ExpertEdit(Intervention):
 
 @dataclass(frozen=True)
 class Forget(Intervention):
-    """The token at ``position`` hidden from every later query, at every layer (its key masked
-    out of their attention, as an attention mask with a 0 there would)."""
+    """The token at ``position`` hidden from every later query, at every attention layer (its
+    key masked out of their attention, as an attention mask with a 0 there would); a hybrid
+    model's Mamba, DeltaNet or convolution layers take no mask: their state still carries it."""
 
     kind: ClassVar[str] = "forget"
     position: int

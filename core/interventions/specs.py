@@ -11,7 +11,9 @@
     resid:10+=v.npy*4   … times 4 (a steering vector with its strength; llm-lens steer)
     resid:10@3=p.npy    the residual there replaced by p.npy's row(s) (activation patching)
     expert:5.2=off      expert 2 of layer 5 forbidden  expert:5.1,3=force  only 1 and 3 routed
-    forget:12           the token at position 12 hidden from every later query
+    forget:12           the token at position 12 hidden from every later query (in a hybrid
+                        model only from its attention layers: the Mamba, DeltaNet or
+                        convolution layers' state still carries it)
 
 A malformed SPEC is one :class:`InterventionError` naming what is wrong.
 """

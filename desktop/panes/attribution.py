@@ -318,7 +318,7 @@ class AttributionPane(Pane):
         layer, head = int(np.floor(row)), int(np.floor(col))
         if heads is None or not (0 <= layer < heads.shape[0] and 0 <= head < heads.shape[1]):
             return []
-        return head_changes(layer, head)
+        return head_changes(layer, head, self.controller.model_info or self.controller.info)
 
     def edge_clicked(self, edge: int) -> None:
         """An edge of the graph: its layer (and dominant head) to the Attention pane, its

@@ -29,9 +29,9 @@ from PySide6.QtWidgets import (
 
 from llm_lens.core import cards as ex
 from llm_lens.core.errors import LensError
-from llm_lens.core.interventions import parse_spec, to_spec
+from llm_lens.core.interventions import Forget, parse_spec, to_spec
 from llm_lens.desktop.state.controller import Controller
-from llm_lens.desktop.state.whatif import describe, mark_text
+from llm_lens.desktop.state.whatif import describe, forget_note, mark_text
 from llm_lens.desktop.widgets.pane import Pane
 from llm_lens.desktop.widgets.token_text import piece_label
 
@@ -80,6 +80,7 @@ class WhatIfPane(Pane):
         self.sweep_button.clicked.connect(controller.sweep.request_open)
         self._lay_out()
         self.whatif.sig_changed.connect(self.refresh_list)
+        controller.sig_model_loaded.connect(lambda _i: self.refresh_list())  # forget's note
         controller.sig_run_started.connect(lambda _p: self._show_mark())
         controller.sig_session_changed.connect(self._show_mark)
         self.refresh_list()
@@ -126,10 +127,10 @@ class WhatIfPane(Pane):
         with QSignalBlocker(self.table):
             self.table.setRowCount(len(entries))
             for row, entry in enumerate(entries):
-                item = QTableWidgetItem(describe(entry.intervention))
+                item = QTableWidgetItem(self.line(entry.intervention))
                 item.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsUserCheckable)
                 item.setCheckState(Qt.CheckState.Checked if entry.on else Qt.CheckState.Unchecked)
-                item.setToolTip(f"--intervene {to_spec(entry.intervention)}")
+                item.setToolTip(f"{item.text()}\n--intervene {to_spec(entry.intervention)}")
                 self.table.setItem(row, 0, item)
                 remove = QToolButton(text="✕", toolTip="Remove this intervention")
                 remove.clicked.connect(lambda _c=False, r=row: self.whatif.remove(r))
@@ -137,6 +138,12 @@ class WhatIfPane(Pane):
         active = len(self.whatif.active())
         self.run_button.setText(f"Run with these ({active})" if active else "Run clean")
         self.off_button.setEnabled(active > 0)
+
+    def line(self, item: Any) -> str:
+        """An intervention's row: its reading, and for a forgotten token on a hybrid model what
+        the change cannot reach (the Mamba, DeltaNet or convolution layers' state)."""
+        note = forget_note(self.controller.model_info) if isinstance(item, Forget) else ""
+        return f"{describe(item)} · {note}" if note else describe(item)
 
     def _on_item_changed(self, item: QTableWidgetItem) -> None:
         if item.column() == 0:

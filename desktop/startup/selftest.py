@@ -1,7 +1,9 @@
 """``llm-lens --selftest``: the real window, the bundled model, a short run, every pane checked:
 each received data, and each fits the window (no control outside it, no plot too small). The
-short run is an intervened one (What if?: the first token forgotten), after a one-token clean run
-of the same prompt it is compared with; the status bar must mark it.
+short run is an intervened one (What if?: the first token forgotten, a head of the first
+attention layer halved), after a one-token clean run of the same prompt it is compared with; the
+status bar must mark it, and every pane that marks What-if runs must mark it and not the clean
+run (``whatif_check``).
 
 ``llm-lens FILE --selftest`` checks that file instead: a session file is read (a damaged or
 hostile one fails the selftest with one line, before anything else) and its shown run goes
@@ -19,6 +21,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 TIMEOUT_MS = 300_000
+MARK_TRIES = 20  # the What-if marks are asked for up to 10 s after the run's analyses
 
 
 def missing_resources() -> str:
@@ -106,10 +109,16 @@ class SelfTest:
 
     def _on_finished(self, summary: Any) -> None:
         if self.session is None and self.clean_first:
-            from llm_lens.core.interventions import Forget
+            from llm_lens.desktop.startup.whatif_check import mark_problem, selftest_changes
 
             self.clean_first = False
-            self.window.controller.whatif.add(Forget(0))  # every family the app loads takes it
+            problem = mark_problem(self.window, intervened=False)
+            if problem:
+                self._fail(problem)
+                return
+            ctl = self.window.controller
+            for change in selftest_changes(ctl.model_info):
+                ctl.whatif.add(change)
             self._run(self.tokens)
             return
         what = "showing the session's run" if self.session is not None else "generated"
@@ -131,6 +140,28 @@ class SelfTest:
             return
         if self.session is None:
             print(f"selftest: {mark.toolTip()}", file=sys.stderr)
+            self.window.controller.request_select(0)  # a step the clean run made too
+            self._check_marks(MARK_TRIES)
+            return
+        self._check_rest()
+
+    def _check_marks(self, tries: int) -> None:
+        """Every pane marks the intervened run (asked again every half second while an
+        analysis a mark needs may still be on its way), then the last step again."""
+        from llm_lens.desktop.startup.whatif_check import mark_problem
+
+        problem = mark_problem(self.window, intervened=True)
+        if problem and tries > 1:
+            QTimer.singleShot(500, lambda: self._check_marks(tries - 1))
+            return
+        if problem:
+            self._fail(problem)
+            return
+        print("selftest: every pane marks the intervened run, none the clean one", file=sys.stderr)
+        self.window.controller.request_select(len(self.window.controller.steps) - 1)
+        QTimer.singleShot(1000, self._check_rest)
+
+    def _check_rest(self) -> None:
         missing = missing_resources()
         if missing:
             self._fail(missing)

@@ -379,9 +379,10 @@ class Controller(QObject):
         self.set_busy(False)
         self.sig_model_loaded.emit(info)
 
-    def _show_loaded_model(self) -> None:
+    def show_loaded_model(self) -> None:
         """The loaded model becomes the shown one (``sig_model_loaded`` if it was not): a
-        recorded run of another model was shown."""
+        recorded run of another model was shown and a run of the loaded one starts
+        (``LiveRun`` calls it)."""
         if self.info != self.model_info:
             self._replace(info=self.model_info)
             self.sig_model_loaded.emit(self.model_info)

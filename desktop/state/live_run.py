@@ -82,7 +82,7 @@ class LiveRun(QObject):
             ctl.request_stop()
             ctl.set_busy(False)
         ctl.update_shown(run_id=run_id)
-        ctl._show_loaded_model()
+        ctl.show_loaded_model()
         ctl.update_shown(
             clear=True, recorded=None, session=None, session_path=None, prompt=prompt,
             prefill=prefill, steps=tuple(steps), summary=summary, follow_live=True, dirty=True,
@@ -98,7 +98,7 @@ class LiveRun(QObject):
         ctl = self.ctl
         if run_id != ctl.run_id:
             return
-        ctl._show_loaded_model()
+        ctl.show_loaded_model()
         ctl.update_shown(
             clear=True,
             recorded=None,

@@ -245,6 +245,28 @@ def forgotten(interventions: Any) -> tuple[int, ...]:
     return tuple(sorted(i.position for i in interventions or () if isinstance(i, Forget)))
 
 
+def forget_note(info: Any) -> str:
+    """What ``forget:P`` cannot hide on the model ``info`` describes: 'attention layers only:
+    the state-space layers still carry it' where some layers mix tokens otherwise (Mamba,
+    DeltaNet, short convolution: their recurrent or convolution state holds the token, and no
+    mask reaches it; a pure Mamba model has no attention to hide it from); '' where every
+    mixer is attention (or the kinds are unknown)."""
+    kinds = getattr(info, "layer_kinds", ()) or ()
+    parts = {p for kind in kinds for p in kind.split(" + ")}
+    others = sorted(p for p in parts if p != "none" and not _attends(p))
+    if not others:
+        return ""
+    carry = f"the {' and '.join(others)} layers still carry it"
+    if not any(_attends(p) for p in parts):
+        return f"no attention layer to hide it from: {carry}"
+    return f"attention layers only: {carry}"
+
+
+def _attends(part: str) -> bool:
+    """Is this mixer kind attention a mask reaches (as ``ModelInfo.has_attention`` reads it)?"""
+    return part.endswith("attention") and part != "linear attention"
+
+
 def head_change(interventions: Any, layer: int, head: int) -> str:
     """'intervened: head 7.4 = 0' when a run's interventions change that head (its own edit,
     or its layer's whole attention block); '' when they leave it alone."""
@@ -272,8 +294,12 @@ def _place(item: Intervention) -> tuple[Any, ...]:
 # ---- what a right-click offers (the panes' ``context_targets`` call these) ----------------------
 
 
-def head_changes(layer: int, head: int) -> list[Intervention]:
-    """A head: off, halved, doubled, or its prompt mean."""
+def head_changes(layer: int, head: int, info: Any = None) -> list[Intervention]:
+    """A head: off, halved, doubled, or its prompt mean; none where ``info`` (the loaded
+    model's ``ModelInfo``) says the layer computes no attention (a hybrid's Mamba, DeltaNet or
+    short convolution layer: it has no heads to change)."""
+    if info is not None and not info.has_attention(layer):
+        return []
     scaled: list[Intervention] = [HeadEdit(layer, head, "scale", f) for f in (0.0, 0.5, 2.0)]
     return [*scaled, HeadEdit(layer, head, "mean")]
 

@@ -359,10 +359,13 @@ class AttentionPane(Pane):
         ]  # fmt: skip
 
     def head_changes(self, x: float, y: float) -> list[Any]:
-        """What-if changes of the grid's head at (x, y) (pixels of the grid image)."""
+        """What-if changes of the grid's head at (x, y) (pixels of the grid image); none on a
+        layer that computes no attention (a hybrid's Mamba, DeltaNet or convolution layer)."""
         layer, head = int(y // TILE), int(x // TILE)
         rows, cols = self._grid_shape
-        return head_changes(layer, head) if 0 <= layer < rows and 0 <= head < cols else []
+        if not (0 <= layer < rows and 0 <= head < cols):
+            return []
+        return head_changes(layer, head, self.controller.model_info or self.controller.info)
 
     def explainer(self) -> ex.Explainer | None:
         if self.matrix.size == 0 or np.isnan(self.matrix).any():  # rows only: no head pattern

@@ -543,3 +543,20 @@ def test_blocks_not_added_as_they_are_get_gradient_times_input_and_the_reason(to
     want = (embeds.grad * embeds).sum(-1)[0].detach().numpy()
     np.testing.assert_allclose(x.inputs.values, want, rtol=1e-4, atol=1e-6)
     assert explanation_dict(x)["unsplit"] == x.logits.unsplit
+
+
+@pytest.mark.parametrize("change", [("scale", 0.5), ("scale", 3.0), ("mean", 1.0)])
+def test_a_run_with_a_changed_head_splits_exactly(tiny_engine, change):
+    """What if? "Why this token?" reads the model under the run's interventions: a head scaled
+    or replaced by its prompt mean (a hook on the output projection) still splits the logit
+    exactly over the heads (the check does not apply the hook a second time)."""
+    from llm_lens.core.interventions import HeadEdit
+    from llm_lens.core.loop.analyses import compute
+
+    prompt = tiny_engine.tokenize("The cat sat on the mat because", chat=False)
+    edits = [HeadEdit(layer, 1, *change) for layer in (0, 1)]
+    run = tiny_engine.start(prompt, GREEDY, RunConfig(max_new_tokens=3), interventions=edits)
+    run.run_all()
+    for step in run.steps[:2]:
+        x = compute("explain", tiny_engine, run, {"step": step.index, "vs": None})
+        _check_split(x, step)

@@ -96,6 +96,18 @@ def test_a_pure_mamba_layer_has_no_mlp_and_no_heads(tokenizer: Any) -> None:
         engine_greedy(engine, [parse_spec("head:1.0=0")], steps=1)
 
 
+def test_a_pure_mamba_model_runs_its_mixer_and_forget(tokenizer: Any) -> None:
+    """Its config has no head count: the interventions it takes still run; forgetting a token
+    changes nothing there (no attention to hide it from: the state carries it)."""
+    from llm_lens.core.interventions import Forget
+
+    engine = Engine(hybrid_model("mamba", tokenizer))
+    clean = engine_greedy(engine, [], steps=1)
+    np.testing.assert_array_equal(engine_greedy(engine, [Forget(2)], steps=1)[1], clean[1])
+    mixed = engine_greedy(engine, [BlockEdit(0, "mixer", 0.5)], steps=1)
+    assert np.abs(mixed[1] - clean[1]).max() > 1e-5
+
+
 def test_the_mixer_spec_reads_and_writes() -> None:
     item = parse_spec("mixer:3*0.25")
     assert item == BlockEdit(3, "mixer", 0.25) and to_spec(item) == "mixer:3*0.25"
