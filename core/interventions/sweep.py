@@ -107,7 +107,8 @@ class Sweep:
         self.model, self.anatomy = model, anatomy
         self.layers = len(anatomy.layers)
         self.positions = len(clean)
-        heads = int(model.config.get_text_config(decoder=True).num_attention_heads)
+        cfg = model.config.get_text_config(decoder=True)
+        heads = int(getattr(cfg, "num_attention_heads", None) or 1)  # Mamba's config: none
         # per layer its own query heads (Inkling's differ); the map is the widest layer's wide
         self.own_heads = [query_heads_of(a, heads) for a in anatomy.attn]
         self.n_heads = max([heads, *self.own_heads])

@@ -24,7 +24,7 @@ from tests.hybrid_families import hybrid_model
 CLEAN = "The Eiffel Tower is in the city of"
 CORRUPT = "The Colosseum Tower is in the city of"
 FAMILIES = ["llama3", "gpt2", "qwen2", "gemma2", "opt", "gpt_neox", "mixtral", "olmo2"]
-HYBRIDS = ["lfm2", "cohere2"]
+HYBRIDS = ["lfm2", "cohere2", "mamba"]  # mamba: a config with no attention heads at all
 
 
 def _pair(tokenizer: Any, clean: str = CLEAN, corrupt: str = CORRUPT) -> tuple[list[int], ...]:
@@ -110,7 +110,7 @@ def test_every_cell_equals_one_hand_hooked_forward(setup: Any) -> None:
     anatomy, metric = Anatomy.of(model), Metric(11, 22)
     result = patching_sweep(model, clean, corrupt, metric)
     blocks, projs = _clean_inputs(model, anatomy, clean)
-    heads = model.config.num_attention_heads
+    heads = getattr(model.config, "num_attention_heads", None) or 1  # Mamba's: none
     assert result.residual.shape == (len(anatomy.layers), len(clean))
     assert result.heads.shape == (len(anatomy.layers), heads)
     assert result.clean == pytest.approx(_metric_of(model, clean, metric), abs=1e-4)
@@ -163,7 +163,8 @@ def test_the_sweep_refuses_unequal_prompts_and_stops_when_cancelled(setup: Any) 
 
     with pytest.raises(Cancelled):
         patching_sweep(model, clean, corrupt, Metric(1), cancel=cancel, progress=progress)
-    cells = model.config.num_hidden_layers * (len(clean) + model.config.num_attention_heads)
+    heads = getattr(model.config, "num_attention_heads", None) or 1  # Mamba's: none
+    cells = model.config.num_hidden_layers * (len(clean) + heads)
     assert len(seen) == 1 and 0 < seen[0][0] < cells and seen[0][1] == cells
 
 
