@@ -134,6 +134,20 @@ def step_feed(model: Any) -> tuple[bool, bool]:
     return whole, takes_cache or not whole
 
 
+def config_keeps_no_cache(cfg: Any) -> bool:
+    """True where the causal-LM class transformers maps this config.json's ``model_type`` to
+    takes no cache in its forward (GPT-1): the same question as :func:`step_feed`, asked of
+    the class, for ``llm-lens kv`` that has a config and no weights."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(str(cfg.get("model_type")))
+    cls = getattr(transformers, name, None) if isinstance(name, str) else None
+    if cls is None:
+        return False
+    return not {"cache", "past_key_values"} & set(inspect.signature(cls.forward).parameters)
+
+
 def no_cache_stats(info: ModelInfo, tokens: int) -> KVCacheStats:
     """The KV record of a model that keeps no cache (GPT-1): nothing held, no formula (it would
     be a number the model never holds); ``tokens`` is what the step re-read instead."""

@@ -79,7 +79,7 @@ def test_cache_bytes_equal_the_formula_and_the_config(tokenizer: Any, name: str)
     assert report["total_bytes"] == run.steps[-1].kv.growing_bytes
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", RUNS)
 def test_why_this_token_splits_or_says_why(tokenizer: Any, name: str) -> None:
     """A split that adds up to the logit (every head of every layer in it), or the whole logit
     left as the residual with its one-line reason; never an exception."""
