@@ -258,3 +258,14 @@ def test_cpmant_keeps_its_cache_and_the_formula_holds(tokenizer: Any) -> None:
     for step in run.steps:
         assert not step.kv.no_cache and step.kv.bytes_total == step.kv.formula_bytes > 0
         assert step.kv.tokens == step.position + 1 + 4  # its prompt_length prefix
+
+
+def test_kv_report_says_gpt1_keeps_no_cache(tokenizer: Any) -> None:
+    """``llm-lens kv`` on GPT-1's config alone: no bytes, and the one line that says why
+    (its causal-LM class's forward takes no cache), never a formula of a cache it never keeps."""
+    engine, _run_ = _run("openai-gpt", tokenizer)
+    report = build_report("g", engine.model.config.to_dict(), 100, 1, "float32")
+    assert report["no_cache"] and report["total_bytes"] == report["mha_total_bytes"] == 0
+    text = format_report(report)
+    assert text.splitlines()[-1].startswith("This model keeps no KV cache: 0 bytes held")
+    assert "re-reads all 100 tokens" in text and "formula" not in text
