@@ -168,6 +168,9 @@ class Engine:
         the same ones: :mod:`llm_lens.core.runs.prefix` keys it so)."""
         cached = start.cached_tokens
         fits = cached == len(prompt) if start.is_full else cached < len(prompt)
+        if self.feeds_whole:  # the run reads the whole prompt itself (CPM-Ant's cache also
+            # counts its own prefix): a prefill of it is kept, a partial cache is not needed
+            start, fits = start if start.is_full else RunStart(self.new_cache()), True
         if not fits:
             raise PromptError(
                 f"the start holds {cached} tokens, which does not fit a prompt of {len(prompt)}"

@@ -269,3 +269,22 @@ def test_kv_report_says_gpt1_keeps_no_cache(tokenizer: Any) -> None:
     text = format_report(report)
     assert text.splitlines()[-1].startswith("This model keeps no KV cache: 0 bytes held")
     assert "re-reads all 100 tokens" in text and "formula" not in text
+
+
+@pytest.mark.parametrize("name", list(UNCACHED))
+def test_uncached_runs_start_from_a_prefill_and_branch(tokenizer: Any, name: str) -> None:
+    """A run from the prompt's prefill (compare, shared prefixes) and a branch (its own prompt
+    re-read whole, as generate() would) choose what a fresh run of the same prompt chooses."""
+    from llm_lens.core.runs.branching import branch
+
+    engine, run = _run(name, tokenizer)
+    started = engine.start_from(
+        run.prompt, GREEDY, engine.prefill(run.prompt).fork(), RunConfig(NEW)
+    )
+    assert started.run_all() and started.generated_ids == run.generated_ids
+    child = branch(engine, run, 1, 7, GREEDY, RunConfig(2))
+    child.run_all()
+    fresh = engine.start(child.prompt, GREEDY, RunConfig(2))
+    fresh.run_all()
+    assert child.generated_ids == fresh.generated_ids
+    np.testing.assert_allclose(child.steps[-1].logits, fresh.steps[-1].logits, atol=1e-5)
