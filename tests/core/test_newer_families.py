@@ -288,3 +288,17 @@ def test_uncached_runs_start_from_a_prefill_and_branch(tokenizer: Any, name: str
     fresh.run_all()
     assert child.generated_ids == fresh.generated_ids
     np.testing.assert_allclose(child.steps[-1].logits, fresh.steps[-1].logits, atol=1e-5)
+
+
+def test_gpt1_session_keeps_that_no_cache_is_held(tokenizer: Any, tmp_path: Any) -> None:
+    """A saved GPT-1 run read back still says no cache is held (not a formula of 0 bytes)."""
+    from llm_lens.core.sessions.format import Session, session_from_run
+    from llm_lens.core.sessions.read import load_session
+    from llm_lens.core.sessions.write import save_session
+
+    engine, run = _run("openai-gpt", tokenizer)
+    path = tmp_path / "gpt1.llmlens"
+    save_session(path, Session(engine.info.as_dict(), (session_from_run(run, engine.info),)))
+    steps = load_session(path).runs[0].steps
+    assert [s.kv.no_cache for s in steps] == [True] * len(run.steps)
+    assert [s.kv.tokens for s in steps] == [s.kv.tokens for s in run.steps]
