@@ -133,6 +133,11 @@ def check_config_kv(config: Any, run: Any, info: Any) -> str | None:
     from llm_lens.core.kvcache.report import config_state_bytes
 
     step = run.steps[-1]
+    if step.kv.no_cache:  # GPT-1: the config alone must say so too, with no bytes
+        from llm_lens.core.kvcache import build_report
+
+        said = build_report("m", config.to_dict(), step.kv.tokens, 1, "float32")
+        return None if said.get("no_cache") else "kv config: a cache the model does not keep"
     try:
         layout = layout_from_config(config.to_dict())
         grow = layout.total_bytes(step.kv.tokens, info.dtype_bytes)

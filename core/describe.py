@@ -20,7 +20,9 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
     """Read the shapes the panes need from a loaded model's config."""
     cfg = model.config.get_text_config(decoder=True)
     heads = attention_heads(cfg)
-    head_dim = model_wide(cfg, "head_dim") or cfg.hidden_size // heads
+    head_dim = (
+        model_wide(cfg, "head_dim") or getattr(cfg, "dim_head", 0) or cfg.hidden_size // heads
+    )
     rope = getattr(cfg, "rope_parameters", None) or {}
     theta = rope.get("rope_theta") if isinstance(rope, dict) else None
     theta = theta or getattr(cfg, "rope_theta", None)

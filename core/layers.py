@@ -94,9 +94,9 @@ def _last_layer_outputs(anatomy: Any, residual: torch.Tensor | None, alone: bool
         out = original(*args, **kwargs)
         if residual is None:
             return out
-        if isinstance(out, tuple):
-            return (residual.to(out[0].dtype), *out[1:])
-        return residual.to(out.dtype)
+        if isinstance(out, tuple | list):  # GPT-1's blocks return a list
+            return type(out)((_like(residual, out[0]), *out[1:]))
+        return _like(residual, out)
 
     if alone:
         setattr(holder, name, torch.nn.ModuleList([last]))
@@ -105,6 +105,15 @@ def _last_layer_outputs(anatomy: Any, residual: torch.Tensor | None, alone: bool
             yield
     finally:
         setattr(holder, name, full)
+
+
+def _like(residual: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``residual`` (N, 1, hidden) in the layer output's dtype, repeated along the sequence
+    where the model ran more positions than the one fed (CPM-Ant prepends a prefix of its own
+    and drops it after its layers): every position the tail reads is the residual."""
+    if out.dim() == 3 and out.shape[1] != residual.shape[1]:
+        residual = residual.expand(-1, out.shape[1], -1)  # (N, seq, hidden)
+    return residual.to(out.dtype)
 
 
 def logit_lens(engine: Any, step: StepRecord, k: int = 5) -> LensResult:

@@ -145,6 +145,8 @@ class KVCacheStats:
     # model spread by a device map keeps each layer's cache where the layer runs (the constant
     # state is not in it); () when unknown (records read from session files)
     by_device: tuple[tuple[str, int], ...] = ()
+    # the model keeps no KV cache (GPT-1): nothing held, no formula; each step re-reads ``tokens``
+    no_cache: bool = False
 
     @property
     def growing_bytes(self) -> int:

@@ -1,8 +1,10 @@
 """Tiny random models of the families issue 33's sweep found last: MiMo-V2-Flash (sliding
 layers with twice the K/V heads, in code only), Inkling (attention beside a short convolution,
 its sliding layers with their own head counts), LongCat-Flash (two attention sublayers a
-block), CPM-Ant (its own position bias and prompt prefix) and GPT-1 (no cache); the last
-three are refused in one line (:data:`REFUSED`).
+block), CPM-Ant (its own position bias and prompt prefix) and GPT-1 (no cache). GPT-1 and
+CPM-Ant are fed the whole sequence every step by their own ``generate()`` and run so in the
+loop's uncached step mode (:data:`UNCACHED`); LongCat-Flash is refused in one line
+(:data:`REFUSED`).
 
 Built like :mod:`tests.families` (the bundled tokenizer, a 32-wide residual, a fixed seed, the
 model's own modules from its config class); a family the installed transformers cannot build
@@ -48,12 +50,28 @@ NEWER: dict[str, tuple[str, dict[str, Any]]] = {
         ),
     ),  # fmt: skip
 }
-# families LLM Lens refuses in one line: name -> (model_type, config overrides)
-REFUSED: dict[str, tuple[str, dict[str, Any]]] = {
+# families generate() feeds the whole sequence every step (GPT-1: no cache at all; CPM-Ant: with
+# its cache, dropping the cached part itself): name -> (model_type, config overrides)
+UNCACHED: dict[str, tuple[str, dict[str, Any]]] = {
     "openai-gpt": (
         "openai-gpt",
         dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, **dict.fromkeys(COMMON)),
     ),
+    "cpmant": (
+        "cpmant",
+        dict(
+            dim_head=8,
+            dim_ff=64,
+            prompt_length=4,
+            num_key_value_heads=None,
+            intermediate_size=None,
+            max_position_embeddings=None,
+            tie_word_embeddings=None,
+        ),
+    ),  # fmt: skip
+}
+# families LLM Lens refuses in one line: name -> (model_type, config overrides)
+REFUSED: dict[str, tuple[str, dict[str, Any]]] = {
     "longcat_flash": (
         "longcat_flash",
         dict(
@@ -74,18 +92,6 @@ REFUSED: dict[str, tuple[str, dict[str, Any]]] = {
             intermediate_size=None,
         ),
     ),  # two blocks of two attention sublayers each
-    "cpmant": (
-        "cpmant",
-        dict(
-            dim_head=8,
-            dim_ff=64,
-            prompt_length=4,
-            num_key_value_heads=None,
-            intermediate_size=None,
-            max_position_embeddings=None,
-            tie_word_embeddings=None,
-        ),
-    ),  # fmt: skip
 }
 _cache: dict[str, Any] = {}
 
@@ -95,7 +101,7 @@ def newer_config(name: str, vocab_size: int) -> Any:
     import pytest
     from transformers import CONFIG_MAPPING
 
-    model_type, overrides = {**NEWER, **REFUSED}[name]
+    model_type, overrides = {**NEWER, **UNCACHED, **REFUSED}[name]
     if model_type not in CONFIG_MAPPING:
         pytest.skip(f"the installed transformers has no {model_type}")
     cfg = {**COMMON, **overrides, "vocab_size": vocab_size}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llm_lens.core.cards.common import Explainer
 from llm_lens.core.kvcache.formula import per_layer_terms
+from llm_lens.core.kvcache.measure import no_cache_line
 from llm_lens.core.records import ModelInfo, StepRecord
 
 
@@ -17,6 +18,10 @@ def _sharing_text(info: ModelInfo, saving: float) -> str:
 
 def kvcache_card(info: ModelInfo, step: StepRecord) -> Explainer:
     kv = step.kv
+    if kv.no_cache:  # GPT-1: nothing to measure against a formula, and no number made up
+        shows = "Each step's forward re-reads the whole sequence; the Timing pane shows it grow."
+        headline = f"Step {step.index}: {no_cache_line(kv.tokens)}"
+        return Explainer(headline, shows, (), (), "Compare a model that keeps one.")
     shows = (
         "The bytes the KV cache holds after each step, measured from its tensors, against "
         "the formula; the dashed line is what full multi-head attention would need."

@@ -241,6 +241,14 @@ def unsplit_explanation(
     logits, gxi = gradient_pass(engine, ids, step.token.id)
     logp = float(torch.log_softmax(logits, -1)[step.token.id])
     logit = float(logits[step.token.id] - (logits[vs] if vs is not None else 0.0))
+    ran = np.asarray(step.logits, np.float64)  # (vocab,) the run's, as generate() computes
+    shown = float(ran[step.token.id] - (ran[vs] if vs is not None else 0.0))
+    if abs(shown - logit) > 1e-3 * max(1.0, abs(shown)):  # CPM-Ant: cached ≠ uncached
+        reason += (
+            f" (its forward without a cache computes {logit:.4g} here, the run with its cache "
+            f"{shown:.4g}, as generate() does: the gradient is of the former)"
+        )
+        logit = shown
     info = engine.info
     zeros = np.zeros(info.num_layers, np.float32)
     split = LogitAttribution(

@@ -90,6 +90,13 @@ class PassHooks:
         self._handles: list[Any] = []
 
     def __enter__(self) -> PassHooks:
+        try:
+            return self._hook_all()
+        except Exception:  # CPM-Ant has no output projection found: no hook left behind
+            self.__exit__()
+            raise
+
+    def _hook_all(self) -> PassHooks:
         a = self.anatomy
         h = self._handles
         h.append(a.layers[0].register_forward_pre_hook(self._on_first, with_kwargs=True))
@@ -115,7 +122,7 @@ class PassHooks:
         self.pre.put(args[0] if args else kwargs["hidden_states"])
 
     def _on_layer(self, _m: Any, _i: Any, output: Any) -> None:
-        self.pre.put(output[0] if isinstance(output, tuple) else output)
+        self.pre.put(output[0] if isinstance(output, tuple | list) else output)
 
     def _on_attn_in(self, module: Any, args: Any, kwargs: Any) -> None:
         detach = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
@@ -123,8 +130,8 @@ class PassHooks:
         self.calls.append((module, kept, detach))
 
     def _on_attn(self, _m: Any, _i: Any, output: Any) -> None:
-        self.attn.put(output[0] if isinstance(output, tuple) else output)
-        weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+        self.attn.put(output[0] if isinstance(output, tuple | list) else output)
+        weights = output[1] if isinstance(output, tuple | list) and len(output) > 1 else None
         if self.keep_weights and weights is not None:
             self.weights.append(weights[0].detach())
 
@@ -132,7 +139,7 @@ class PassHooks:
         self.added.put(output)
 
     def _on_mlp(self, _m: Any, _i: Any, output: Any) -> None:
-        out = output[0] if isinstance(output, tuple) else output
+        out = output[0] if isinstance(output, tuple | list) else output
         # a copy, not a view: Falcon's parallel block adds the attention output into the MLP's
         # output tensor in place (``mlp_output += attention_output``) after this hook
         self.mlp.append(out[:, -1].detach().clone())  # (1, hidden): the last row

@@ -14,6 +14,7 @@ the input tokens' shares, the split's pieces left at zero, and the reason in one
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -55,11 +56,15 @@ def gradient_pass(engine: Any, ids: Any, target: int) -> tuple[torch.Tensor, tor
     model, anatomy = engine.model, engine.anatomy
     with torch.inference_mode(False), torch.enable_grad(), frozen(model):
         ids_t = torch.tensor(np.asarray(ids), dtype=torch.long, device=engine.device)[None]
-        embeds = anatomy.embed(ids_t).detach().requires_grad_(True)  # (1, T, hidden)
-        logits = _logits_from(model, anatomy, ids_t, embeds)  # (vocab,)
+        if "inputs_embeds" in inspect.signature(model.forward).parameters:
+            embeds = anatomy.embed(ids_t).detach().requires_grad_(True)  # (1, T, hidden)
+            logits = _logits_from(model, anatomy, ids_t, embeds)  # (vocab,)
+        else:  # CPM-Ant takes ids only: its embedding module's output is made the leaf
+            out, embeds = _embedded_as_leaf(model, ids_t)  # (1, T or more, hidden)
+            logits = out.logits[0, -1].float()  # (vocab,)
         logp = torch.log_softmax(logits, dim=-1)[target]
         (grad,) = torch.autograd.grad(logp, embeds)
-        gxi = (grad * embeds).sum(dim=-1)[0].detach().float()  # (T,)
+        gxi = (grad * embeds).sum(dim=-1)[0, -ids_t.shape[1] :].detach().float()  # (T,)
     return logits.detach(), gxi
 
 
@@ -78,3 +83,21 @@ def _logits_from(model: Any, anatomy: Any, ids: Any, embeds: Any) -> torch.Tenso
             handle.remove()
     logits: torch.Tensor = out.logits[0, -1].float()
     return logits
+
+
+def _embedded_as_leaf(model: Any, ids: Any) -> tuple[Any, torch.Tensor]:
+    """The model's own forward over ``ids`` with its input embedding module's output replaced
+    by a detached copy that requires grad, and that copy (CPM-Ant's includes the prefix of
+    its own it prepends: gradient × input keeps the last len(ids) positions)."""
+    kept: list[torch.Tensor] = []
+
+    def leaf(_m: Any, _i: Any, output: torch.Tensor) -> torch.Tensor:
+        kept.append(output.detach().requires_grad_(True))
+        return kept[-1]
+
+    handle = model.get_input_embeddings().register_forward_hook(leaf)
+    try:
+        out = model(input_ids=ids, use_cache=False)
+    finally:
+        handle.remove()
+    return out, kept[0]

@@ -54,7 +54,7 @@ def _text_section(cfg: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
 
 def _head_dim(cfg: Mapping[str, Any], heads: int, where: str) -> int:
     """Explicit head_dim wins (Gemma: 256 with hidden 3072, 16 heads); else hidden // heads."""
-    explicit = _get_int(cfg, ("head_dim",), where)
+    explicit = _get_int(cfg, ("head_dim", "dim_head"), where)  # CPM-Ant: dim_head
     if explicit is not None:
         return explicit
     hidden = _get_int(cfg, _HIDDEN_KEYS, where)

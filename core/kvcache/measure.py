@@ -112,31 +112,62 @@ def check_kept(cache: Any, num_layers: int, model_name: str) -> None:
         )
 
 
-def check_fed_a_token_a_step(model: Any) -> None:
-    """Refuse in one line a model whose own generation feeds it the whole sequence at every
-    step, not the new token (CPM-Ant's forward prepends prompt tokens of its own and slices the
-    cached prefix off itself): the loop's one-token steps would fail or silently differ. Asked
-    of the model's own ``prepare_inputs_for_generation``, as ``generate()`` asks it."""
+def step_feed(model: Any) -> tuple[bool, bool]:
+    """(feeds the whole sequence, keeps a cache): what the model's own generation feeds it at
+    every step, asked of its ``prepare_inputs_for_generation`` as ``generate()`` asks it, and
+    whether its forward takes a cache at all. GPT-1 takes none, so each step re-reads every
+    token; CPM-Ant is fed the whole sequence with its cache and drops the cached part itself.
+    (False, True) for every family that is fed the new token alone."""
     import torch
 
-    from llm_lens.core.errors import ModelLoadError
-
+    takes_cache = bool(
+        {"cache", "past_key_values"} & set(inspect.signature(model.forward).parameters)
+    )
     prepare = getattr(model, "prepare_inputs_for_generation", None)
     if not callable(prepare):
-        return
+        return False, takes_cache
     try:
         fed = prepare(torch.zeros((1, 3), dtype=torch.long), next_sequence_length=1)["input_ids"]
-    except Exception:  # noqa: BLE001 - a family whose preparation wants more: not this case
-        return
-    if not isinstance(fed, torch.Tensor) or fed.shape[-1] == 1:
-        return
-    name = type(model).__name__
-    if not {"cache", "past_key_values"} & set(inspect.signature(model.forward).parameters):
-        raise ModelLoadError(
-            f"{name} keeps no KV cache (its forward takes none: generate() re-reads the whole "
-            "sequence every step), and LLM Lens runs a model one cached token a step"
-        )
-    raise ModelLoadError(
-        f"{name}: generate() feeds it the whole sequence every step, not the new token (its "
-        "forward drops the cached part itself), and LLM Lens runs a model one token a step"
+    except Exception:  # noqa: BLE001 - a family whose preparation wants more: fed a token
+        return False, takes_cache
+    whole = isinstance(fed, torch.Tensor) and fed.shape[-1] != 1
+    return whole, takes_cache or not whole
+
+
+def config_keeps_no_cache(cfg: Any) -> bool:
+    """True where the causal-LM class transformers maps this config.json's ``model_type`` to
+    takes no cache in its forward (GPT-1): the same question as :func:`step_feed`, asked of
+    the class, for ``llm-lens kv`` that has a config and no weights."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(str(cfg.get("model_type")))
+    cls = getattr(transformers, name, None) if isinstance(name, str) else None
+    if cls is None:
+        return False
+    return not {"cache", "past_key_values"} & set(inspect.signature(cls.forward).parameters)
+
+
+def no_cache_stats(info: ModelInfo, tokens: int) -> KVCacheStats:
+    """The KV record of a model that keeps no cache (GPT-1): nothing held, no formula (it would
+    be a number the model never holds); ``tokens`` is what the step re-read instead."""
+    zeros = np.zeros((info.num_layers, 2), dtype=np.int64)
+    return KVCacheStats(
+        tokens=tokens,
+        bytes_total=0,
+        bytes_added=0,
+        per_layer=frozen(zeros),
+        formula_bytes=0,
+        mha_bytes=0,
+        held_tokens=frozen(np.zeros(info.num_layers, dtype=np.int64)),
+        windows=(0,) * info.num_layers,
+        no_cache=True,
+    )
+
+
+def no_cache_line(tokens: int) -> str:
+    """The one line the KV pane, card and report say of a model that keeps no cache."""
+    return (
+        f"This model keeps no KV cache: 0 bytes held; each step re-reads all {tokens} tokens "
+        "(the work a KV cache saves)."
     )

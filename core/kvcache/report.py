@@ -12,6 +12,7 @@ from typing import Any
 from llm_lens.core.kvcache.config import _text_section, layout_from_config, transformers_config
 from llm_lens.core.kvcache.config_file import load_config
 from llm_lens.core.kvcache.formula import ConfigError, _check_positive
+from llm_lens.core.kvcache.measure import config_keeps_no_cache, no_cache_line
 from llm_lens.core.kvcache.modules import may_hold_state, state_elements_from_config
 from llm_lens.core.records import head_sharing
 
@@ -77,6 +78,8 @@ def build_report(
     mha_per_token = layout.mha_bytes_per_token(nbytes, batch)
     windows = sorted({w for w in layout.windows if w > 0})
     state = config_state_bytes(cfg, nbytes, batch)
+    if config_keeps_no_cache(cfg):  # GPT-1: nothing held; the formula would be made up
+        per_token = mha_per_token = 0
     return {
         "model": spec,
         "family": layout.family,
@@ -88,9 +91,9 @@ def build_report(
         "tokens": tokens,
         "batch": batch,
         "bytes_per_token": per_token,
-        "total_bytes": layout.total_bytes(tokens, nbytes, batch),
+        "total_bytes": layout.total_bytes(tokens, nbytes, batch) if per_token else 0,
         "mha_bytes_per_token": mha_per_token,
-        "mha_total_bytes": layout.mha_total_bytes(tokens, nbytes, batch),
+        "mha_total_bytes": layout.mha_total_bytes(tokens, nbytes, batch) if per_token else 0,
         "gqa_ratio": layout.num_heads // layout.num_kv_heads,
         "layer_windows": list(layout.windows),
         "sliding_layers": layout.sliding_layers,
@@ -104,6 +107,7 @@ def build_report(
         **({"kv_free": list(layout.kv_free)} if any(layout.kv_free) else {}),
         # a hybrid's conv/recurrent state: constant, apart from the K/V that grow
         **({"state_bytes": state} if state else {}),
+        **({"no_cache": True} if config_keeps_no_cache(cfg) else {}),
     }
 
 
@@ -215,6 +219,8 @@ def format_report(report: Mapping[str, Any]) -> str:
     r = report
     nbytes = dtype_bytes(str(r["dtype"]))
     total, mha_total = int(r["total_bytes"]), int(r["mha_total_bytes"])
+    if r.get("no_cache"):
+        return f"model        {r['model']}  ({r['family']})\n{no_cache_line(int(r['tokens']))}"
     return "\n".join(
         [
             f"model        {r['model']}  ({r['family']})",

@@ -35,7 +35,7 @@ from llm_lens.core.attention.verdicts import route_checked
 from llm_lens.core.errors import PromptError
 from llm_lens.core.experts import RouterCapture
 from llm_lens.core.interventions import Intervention, Patcher
-from llm_lens.core.kvcache.measure import check_fed_a_token_a_step, check_kept
+from llm_lens.core.kvcache.measure import check_kept, step_feed
 from llm_lens.core.kvcache.state import own_cache
 from llm_lens.core.loading import LoadedModel
 from llm_lens.core.loop.capture import Capture
@@ -83,7 +83,9 @@ class Engine:
         self.tokenizer = loaded.tokenizer
         self.info = loaded.info
         self.anatomy = Anatomy.of(self.model)
-        check_fed_a_token_a_step(self.model)  # CPM-Ant reads the whole sequence a step
+        # GPT-1 (no cache) and CPM-Ant are fed the whole sequence every step, as generate()
+        # feeds them: the uncached step mode (each step's cost grows with the context)
+        self.feeds_whole, self.keeps_cache = step_feed(self.model)
         # attention through transformers' interface, recorded by our function: False for a
         # family whose attention bypasses it (no maps; every other pane still works)
         # (the check's verdict kept per weights: a reload of the same weights skips it)
@@ -166,6 +168,9 @@ class Engine:
         the same ones: :mod:`llm_lens.core.runs.prefix` keys it so)."""
         cached = start.cached_tokens
         fits = cached == len(prompt) if start.is_full else cached < len(prompt)
+        if self.feeds_whole:  # the run reads the whole prompt itself (CPM-Ant's cache also
+            # counts its own prefix): a prefill of it is kept, a partial cache is not needed
+            start, fits = start if start.is_full else RunStart(self.new_cache()), True
         if not fits:
             raise PromptError(
                 f"the start holds {cached} tokens, which does not fit a prompt of {len(prompt)}"
@@ -208,13 +213,13 @@ class Engine:
         # again when a reference or explain pass set another one (once, not every token)
         if self.attention_maps and self.model.config._attn_implementation != ATTN_IMPLEMENTATION:
             use_lens_attention(self.model)
-        kw: dict[str, Any] = {self.cache_kw: cache}
+        kw: dict[str, Any] = {self.cache_kw: cache, "use_cache": True} if self.keeps_cache else {}
         if self.takes_positions:  # Bamba numbers a cached token from 0 when not told
             past = kvcache.seen_tokens(cache)
             kw["position_ids"] = torch.arange(past, past + ids.shape[1], device=ids.device).expand(
                 ids.shape[0], -1
             )  # (batch, seq)
-        out = self.model(ids, use_cache=True, logits_to_keep=1, **kw)
+        out = self.model(ids, logits_to_keep=1, **kw)
         return out.logits[:, -1]  # (batch, vocab)
 
 
@@ -263,7 +268,8 @@ class Run:
         eng = self.engine
         self.cache = eng.new_cache() if self.start is None else self.start.cache
         cached = 0 if self.start is None else self.start.cached_tokens
-        ids = torch.tensor([self.prompt.ids[cached:]], device=eng.device)  # (1, uncached)
+        fed = self.prompt.ids if eng.feeds_whole else self.prompt.ids[cached:]
+        ids = torch.tensor([fed], device=eng.device)  # (1, uncached); all where fed whole
         context = list(self.prompt.ids)
         if self.generator is None:
             self.generator = sampling.make_generator(self.params, "cpu")
@@ -291,7 +297,8 @@ class Run:
             if reason:
                 self.finish_reason = reason
                 return
-            ids = torch.tensor([[record.token.id]], device=self.engine.device)  # (1, 1)
+            fed = context if self.engine.feeds_whole else [record.token.id]
+            ids = torch.tensor([fed], device=self.engine.device)  # (1, 1); (1, all) fed whole
 
     def _step(self, ids: Any, context: list[int], generator: Any, kv_before: int) -> StepRecord:
         prefill = not self.steps
@@ -310,7 +317,10 @@ class Run:
         token_id = sampling.choose(stages[-1], self.params, generator)
         m2 = clock.mark()
         if prefill:
-            check_kept(self.cache, self.engine.info.num_layers, type(self.engine.model).__name__)
+            if self.engine.keeps_cache:
+                check_kept(
+                    self.cache, self.engine.info.num_layers, type(self.engine.model).__name__
+                )
             self._keep_prefill(cap)
         record = step_record(self, cap, logits, stages, token_id, position, context, kv_before)
         m3 = clock.mark()
@@ -336,6 +346,7 @@ class Run:
 
     def _keep_prefill(self, cap: Capture) -> None:
         hidden = cap.take_positions()  # (layers + 1, T, hidden), read-only, ours
+        hidden = hidden[:, -len(self.prompt) :]  # CPM-Ant's layers also read its own prefix
         first = len(self.prompt) - hidden.shape[1]  # > 0 when a start's cache held a prefix
         self.prefill = PrefillCapture(
             run_id=self.run_id,

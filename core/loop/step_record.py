@@ -15,6 +15,7 @@ import numpy as np
 from llm_lens.core import kvcache, sampling
 from llm_lens.core import logits as logits_stage
 from llm_lens.core.experts import routing_of
+from llm_lens.core.kvcache.measure import no_cache_stats
 from llm_lens.core.loop.capture import Capture
 from llm_lens.core.records import ModelInfo, StepRecord, StepTiming, frozen
 
@@ -70,7 +71,9 @@ def step_record(
         attention=frozen(attention_row(eng.info, cap, position)),
         hidden=frozen(hidden.float().cpu().numpy()),
         attn_update=frozen(updates.float().cpu().numpy()),
-        kv=kvcache.measure(run.cache, eng.info, kv_before),
+        kv=kvcache.measure(run.cache, eng.info, kv_before)
+        if eng.keeps_cache
+        else no_cache_stats(eng.info, position + 1),
         timing=StepTiming(0.0, 0.0, 0.0),
         context_ids=frozen(context, np.int64),
         routing=routing_of(cap, position),

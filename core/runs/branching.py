@@ -72,7 +72,8 @@ def branch(
         raise PromptError("the run has no cache to branch from: run it first")
     prefix = [int(i) for i in run.steps[step_index].context_ids]  # prompt + generated[:step]
     cache = copy_cache(run.cache)
-    crop_to(cache, len(prefix))
+    if not engine.feeds_whole:  # a model fed the whole sequence re-reads it (start_from)
+        crop_to(cache, len(prefix))
     prompt = extend_prompt(engine, run.prompt, [*prefix[len(run.prompt) :], token_id])
     child = engine.start_from(prompt, params, RunStart(cache), run_config, cancel)
     if run.patcher is not None:  # the cache was made under them: the branch keeps them

@@ -59,6 +59,8 @@ def step_json(s: StepRecord) -> dict[str, Any]:
         d["kv"]["state_bytes"] = s.kv.state_bytes
         d["kv"]["state_formula_bytes"] = s.kv.state_formula_bytes
         d["kv"]["state_per_layer"] = [int(n) for n in s.kv.state_per_layer]
+    if s.kv.no_cache:  # GPT-1 keeps none: the file says so, not a formula of 0 bytes
+        d["kv"]["no_cache"] = True
     if s.kv.by_device:  # a model spread by a device map: the cache's bytes per device
         d["kv"]["by_device"] = [[str(w), int(b)] for w, b in s.kv.by_device]
     timing = (*TIMING_FIELDS, *TIMING_WAITS, *TIMING_FLAGS)

@@ -176,6 +176,7 @@ def _step(d: dict[str, Any], arr: dict[str, np.ndarray], stages: Any) -> StepRec
         **{k: d["kv"][k] for k in KV_SCALARS}, per_layer=arr["kv_per_layer"],
         **_kv_layers(d["kv"]), **_kv_state(d["kv"]),
         by_device=_by_device(d["kv"].get("by_device", [])),
+        no_cache=d["kv"].get("no_cache") is True,
     )  # fmt: skip
     summaries = tuple(
         StageSummary(g["name"], g["removed_mass"], g["kept"], g["entropy"], *next(stages))

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from llm_lens.core import cards as ex
 from llm_lens.core.kvcache.formula import per_layer_terms
+from llm_lens.core.kvcache.measure import no_cache_line
 from llm_lens.desktop.state.controller import Controller
 from llm_lens.desktop.state.whatif import forgotten
 from llm_lens.desktop.widgets.pane import Pane, plain_axis, steady_axes
@@ -233,6 +234,8 @@ class KVCachePane(Pane):
     def formula_text(self, step: Any) -> str:
         """The formula with this model's numbers, the measurement, the GQA saving, device memory."""
         info, kv = self.controller.info, step.kv
+        if kv.no_cache:  # GPT-1: nothing held, and no formula of a cache it never keeps
+            return no_cache_line(kv.tokens)
         lines = [self._formula_line(step), *self._held_lines(info, kv), *self._state_lines(kv)]
         lines.append(self._sharing_line(info, kv))
         lines.append(f"added this step: {human_bytes(kv.bytes_added)} ({self._added(step)})")

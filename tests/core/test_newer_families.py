@@ -21,11 +21,12 @@ from llm_lens.core.kvcache.formula import per_layer_terms
 from llm_lens.core.loop.analyses import compute
 from llm_lens.core.loop.engine import Engine, RunConfig
 from llm_lens.core.sampling import GREEDY
-from tests.newer_families import NEWER, REFUSED, newer_model
+from tests.newer_families import NEWER, REFUSED, UNCACHED, newer_model
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
 NEW = 4
 ALL = list(NEWER)
+RUNS = ALL + list(UNCACHED)  # the uncached step mode too: GPT-1, CPM-Ant
 _runs: dict[str, Any] = {}
 
 
@@ -39,7 +40,7 @@ def _run(name: str, tokenizer: Any) -> Any:
     return _runs[name]
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", RUNS)
 def test_greedy_tokens_and_logits_equal_generate(tokenizer: Any, name: str) -> None:
     engine, run = _run(name, tokenizer)
     prompt = torch.tensor([run.prompt.ids])
@@ -54,7 +55,7 @@ def test_greedy_tokens_and_logits_equal_generate(tokenizer: Any, name: str) -> N
         np.testing.assert_allclose(step.logits, want, atol=1e-4 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", RUNS)
 def test_last_lens_row_is_the_models_output(tokenizer: Any, name: str) -> None:
     engine, run = _run(name, tokenizer)
     for step in run.steps:
@@ -78,7 +79,7 @@ def test_cache_bytes_equal_the_formula_and_the_config(tokenizer: Any, name: str)
     assert report["total_bytes"] == run.steps[-1].kv.growing_bytes
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", RUNS)
 def test_why_this_token_splits_or_says_why(tokenizer: Any, name: str) -> None:
     """A split that adds up to the logit (every head of every layer in it), or the whole logit
     left as the residual with its one-line reason; never an exception."""
@@ -144,17 +145,14 @@ def test_inkling_head_interventions_are_checked_per_layer(tokenizer: Any) -> Non
 
 
 REFUSALS = {
-    "openai-gpt": "OpenAIGPTLMHeadModel keeps no KV cache (its forward takes none",
-    "cpmant": "CpmAntForCausalLM: generate() feeds it the whole sequence every step",
     "longcat_flash": "LongcatFlashForCausalLM: each of its 2 blocks holds 2 attention sublayers",
 }
 
 
 @pytest.mark.parametrize("name", list(REFUSED))
 def test_a_family_the_loop_cannot_follow_is_refused_in_one_line(tokenizer: Any, name: str) -> None:
-    """GPT-1 keeps no cache, CPM-Ant reads the whole sequence each step (prepending its own
-    prompt tokens), LongCat-Flash's blocks each hold two attention sublayers: transformers' own
-    generate() runs them; LLM Lens says in one line why it does not, never a wrong number."""
+    """LongCat-Flash's blocks each hold two attention sublayers: transformers' own generate()
+    runs it; LLM Lens says in one line why it does not, never a wrong number."""
     loaded = newer_model(name, tokenizer)
     prompt = torch.tensor([tokenizer("one two three", add_special_tokens=False)["input_ids"]])
     with torch.inference_mode():  # transformers itself runs it (so the refusal is ours)
@@ -210,3 +208,97 @@ def test_per_layer_head_counts_from_a_hand_edited_file_fall_back_to_the_model_wi
                      None, "w", layer_heads=(4, "x", 99), layer_kv_heads=(2, None, -1))  # type: ignore[arg-type]  # fmt: skip
     assert [info.heads_in(n) for n in range(4)] == [4, 8, 8, 8]
     assert [info.kv_heads_in(n) for n in range(4)] == [2, 4, 4, 4]
+
+
+@pytest.mark.parametrize("name", list(UNCACHED))
+def test_uncached_step_feeds_the_whole_sequence_as_generate_does(tokenizer: Any, name: str) -> None:
+    """Each decode step is fed every token so far (what the model's own
+    prepare_inputs_for_generation feeds it): its residual stream is the full forward's last
+    row, its attention row the full forward's (or, where the model computes attention in its
+    own code, all zero with the one-line note: never a made-up row), and its prefill keeps
+    one row per prompt token (CPM-Ant's layers also read 4 prefix tokens of its own)."""
+    engine, run = _run(name, tokenizer)
+    assert engine.feeds_whole
+    assert run.prefill is not None and run.prefill.hidden.shape[1] == len(run.prompt)
+    # GPT-1's every step is a full forward; CPM-Ant's own forward over the whole sequence
+    # without its cache is not what generate() computes past step 0, so its prefill is compared
+    step = run.steps[-1] if not engine.keeps_cache else run.steps[0]
+    ids = torch.tensor([list(step.context_ids)])  # what the step read
+    with torch.inference_mode():
+        out = engine.model(ids, output_hidden_states=True, output_attentions=True, use_cache=False)
+    np.testing.assert_allclose(step.logits, out.logits[0, -1].numpy(), atol=1e-5)
+    last = out.hidden_states[0][0, -1].numpy()  # the first layer's input at the new token
+    np.testing.assert_allclose(step.hidden[0], last, atol=1e-5)
+    if engine.attention_maps:
+        full = np.stack([a[0, :, -1].numpy() for a in out.attentions])  # (layers, heads, T)
+        np.testing.assert_allclose(step.attention, full, atol=1e-5)
+    else:
+        assert not step.attention.any() and "own code" in engine.info.attention_note
+
+
+def test_gpt1_holds_no_cache_and_says_so(tokenizer: Any) -> None:
+    """GPT-1 keeps no KV cache: every step's record says none is held (0 bytes, no formula
+    to compare with) and counts the tokens the step re-read; the card says it in one line."""
+    engine, run = _run("openai-gpt", tokenizer)
+    assert not engine.keeps_cache
+    for step in run.steps:
+        kv = step.kv
+        assert kv.no_cache and kv.bytes_total == kv.formula_bytes == kv.mha_bytes == 0
+        assert kv.tokens == step.position + 1 and not kv.per_layer.any()
+    card = kvcache_card(engine.info, run.steps[-1])
+    assert "keeps no KV cache" in card.headline and "\n" not in card.headline
+    assert f"re-reads all {run.steps[-1].kv.tokens} tokens" in card.headline
+
+
+def test_cpmant_keeps_its_cache_and_the_formula_holds(tokenizer: Any) -> None:
+    """CPM-Ant is fed the whole sequence but keeps (and reads) its cache: measured bytes =
+    the formula at every step, counting its 4 prefix tokens among those held."""
+    engine, run = _run("cpmant", tokenizer)
+    assert engine.keeps_cache
+    for step in run.steps:
+        assert not step.kv.no_cache and step.kv.bytes_total == step.kv.formula_bytes > 0
+        assert step.kv.tokens == step.position + 1 + 4  # its prompt_length prefix
+
+
+def test_kv_report_says_gpt1_keeps_no_cache(tokenizer: Any) -> None:
+    """``llm-lens kv`` on GPT-1's config alone: no bytes, and the one line that says why
+    (its causal-LM class's forward takes no cache), never a formula of a cache it never keeps."""
+    engine, _run_ = _run("openai-gpt", tokenizer)
+    report = build_report("g", engine.model.config.to_dict(), 100, 1, "float32")
+    assert report["no_cache"] and report["total_bytes"] == report["mha_total_bytes"] == 0
+    text = format_report(report)
+    assert text.splitlines()[-1].startswith("This model keeps no KV cache: 0 bytes held")
+    assert "re-reads all 100 tokens" in text and "formula" not in text
+
+
+@pytest.mark.parametrize("name", list(UNCACHED))
+def test_uncached_runs_start_from_a_prefill_and_branch(tokenizer: Any, name: str) -> None:
+    """A run from the prompt's prefill (compare, shared prefixes) and a branch (its own prompt
+    re-read whole, as generate() would) choose what a fresh run of the same prompt chooses."""
+    from llm_lens.core.runs.branching import branch
+
+    engine, run = _run(name, tokenizer)
+    started = engine.start_from(
+        run.prompt, GREEDY, engine.prefill(run.prompt).fork(), RunConfig(NEW)
+    )
+    assert started.run_all() and started.generated_ids == run.generated_ids
+    child = branch(engine, run, 1, 7, GREEDY, RunConfig(2))
+    child.run_all()
+    fresh = engine.start(child.prompt, GREEDY, RunConfig(2))
+    fresh.run_all()
+    assert child.generated_ids == fresh.generated_ids
+    np.testing.assert_allclose(child.steps[-1].logits, fresh.steps[-1].logits, atol=1e-5)
+
+
+def test_gpt1_session_keeps_that_no_cache_is_held(tokenizer: Any, tmp_path: Any) -> None:
+    """A saved GPT-1 run read back still says no cache is held (not a formula of 0 bytes)."""
+    from llm_lens.core.sessions.format import Session, session_from_run
+    from llm_lens.core.sessions.read import load_session
+    from llm_lens.core.sessions.write import save_session
+
+    engine, run = _run("openai-gpt", tokenizer)
+    path = tmp_path / "gpt1.llmlens"
+    save_session(path, Session(engine.info.as_dict(), (session_from_run(run, engine.info),)))
+    steps = load_session(path).runs[0].steps
+    assert [s.kv.no_cache for s in steps] == [True] * len(run.steps)
+    assert [s.kv.tokens for s in steps] == [s.kv.tokens for s in run.steps]

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QApplication
 from llm_lens.core.sampling import GREEDY
 from tests.families import FAMILIES, WINDOW, family_model
 from tests.hybrid_families import HYBRIDS, hybrid_model
-from tests.newer_families import NEWER, newer_model
+from tests.newer_families import NEWER, UNCACHED, newer_model
 from tests.stream_families import STREAMS, stream_model
 
 # longer than the windowed families' sliding window, so their windowed layers are exercised
@@ -92,6 +92,23 @@ def test_every_pane_draws_the_family_of_parallel_residual_streams(
     _draw_every_pane(qtbot, window, stream_model(name, tokenizer), tokenizer, tmp_path, name)
     label = window.panes["Layer stack"].streams_label
     assert label.isVisibleTo(window) and "4 parallel streams" in label.text()
+
+
+@pytest.mark.parametrize("name", list(UNCACHED))
+def test_every_pane_draws_the_family_fed_the_whole_sequence(
+    qtbot: Any, window: Any, tokenizer: Any, tmp_path: Path, name: str
+) -> None:
+    """GPT-1 (no cache) and CPM-Ant run in the uncached step mode: every pane draws, and the
+    KV cache pane says in one line that GPT-1 holds none, with no formula."""
+    _draw_every_pane(qtbot, window, newer_model(name, tokenizer), tokenizer, tmp_path, name)
+    text = window.panes["KV cache"].formula_text(window.controller.steps[-1])
+    assert ("keeps no KV cache" in text) == (name == "openai-gpt")
+    if name == "openai-gpt":
+        assert "\n" not in text and "0 bytes held" in text
+    if os.environ.get("LLM_LENS_SHOTS"):  # a look at it: LLM_LENS_SHOTS=folder
+        window.docks["KV cache"].raise_()
+        window.panes["KV cache"].render_and_paint()
+        window.grab().save(os.path.join(os.environ["LLM_LENS_SHOTS"], f"{name}.png"))
 
 
 def _draw_every_pane(
