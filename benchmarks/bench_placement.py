@@ -9,8 +9,9 @@
    analysis runs, and the peak resident memory is measured against its weights' bytes. From it,
    the memory a 16 GiB budget must hold for larger real configs is estimated (the disk-offloaded
    layers cost disk, not memory: what stays is the resident pieces, one layer at a time, the
-   activations of a short prompt), and the largest that fits is named. An estimate, not a
-   measured 16 GiB run.
+   activations of a short prompt), and the largest that fits is named. An estimate; the
+   measured 16 GiB run (a real config's shape, as large as the disk allows) is
+   ``bench_big.py``, which runs ``one`` below on it.
 """
 
 from __future__ import annotations

@@ -82,32 +82,33 @@ def _table_pca2(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(coords, components, mean, explained fraction) of a 2-D PCA of ``weight``'s rows, by
     randomized subspace iteration (what ``torch.pca_lowrank`` does) with every product taken a
-    block of rows at a time: the memory is one block and a (hidden, q) basis."""
+    block of rows at a time: the memory is one block and a (hidden, q) basis. The centring is
+    folded into the products ((x - m) b = x b - m b), so no block is copied to centre it."""
     rows, dim = weight.shape
     q, device = min(q, dim), weight.device
     mean = torch.zeros(dim, dtype=torch.float64, device=device)
     for block in _blocks(weight):
-        mean += block.double().sum(dim=0)
+        mean += block.sum(dim=0, dtype=torch.float64)
     mean = (mean / rows).float()
     start = torch.randn(dim, q, generator=torch.Generator().manual_seed(0)).to(device)
     basis = torch.linalg.qr(start)[0]
     for _ in range(niter):
         product = torch.zeros(dim, q, device=device)
         for block in _blocks(weight):
-            centred = block - mean
-            product += centred.T @ (centred @ basis)
+            y = block @ basis - mean @ basis  # (rows, q): the centred rows times the basis
+            product += block.T @ y - torch.outer(mean, y.sum(dim=0))
         basis = torch.linalg.qr(product)[0]
     gram = torch.zeros(q, q, dtype=torch.float64, device=device)
     total = torch.zeros((), dtype=torch.float64, device=device)
     for block in _blocks(weight):
-        centred = block - mean
-        y = (centred @ basis).double()
+        y = (block @ basis - mean @ basis).double()
         gram += y.T @ y
-        total += centred.double().square().sum()
+        total += (block - mean).square_().sum(dtype=torch.float64)
     values, vectors = torch.linalg.eigh(gram)  # ascending
     top = values.argsort(descending=True)[:2]
     comps = (basis.double() @ vectors[:, top]).T.float()  # (2, hidden)
-    coords = torch.cat([(block - mean) @ comps.T for block in _blocks(weight)])
+    shift = mean @ comps.T
+    coords = torch.cat([block @ comps.T - shift for block in _blocks(weight)])
     explained = (values[top] / total).float()
     return coords.cpu(), comps.cpu(), mean.cpu(), explained.cpu()
 
