@@ -100,3 +100,25 @@ def test_a_table_read_in_blocks_gives_the_same_pca_and_neighbours(monkeypatch):
         got = neighbours(engine, token_id=40, k=5)
         assert got.ids.tolist() == order
         np.testing.assert_allclose(got.similarities, sims[order], rtol=1e-5)
+
+
+def test_no_whole_table_is_converted_at_once(monkeypatch):
+    """The projection and the neighbours turn at most a block of rows into float32 at a time
+    (a whole 152,064 × 5,120 bfloat16 table as float32 is 3 GiB more, its centred copy 3 again)."""
+    from llm_lens.core import embeddings
+
+    monkeypatch.setattr(embeddings, "ROWS", 7)
+    held = torch.from_numpy(table(rows=60)).to(torch.bfloat16)
+    engine = fake_engine(held.float().numpy())
+    engine.anatomy.embed.weight.data = held
+    sizes: list[int] = []
+    to_float = torch.Tensor.float
+
+    def counted(self: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        sizes.append(self.shape[0] if self.dim() == 2 else 1)
+        return to_float(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "float", counted)
+    embedding_projection(engine)
+    neighbours(engine, token_id=3, k=5)
+    assert sizes and max(sizes) <= 7
