@@ -25,12 +25,14 @@ is short it says so in one line and skips (``LLM_LENS_BENCH_BIG=0`` skips it too
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +152,34 @@ def write_tokenizer(folder: Path, vocab_size: int) -> None:
     (folder / "tokenizer.json").write_text(json.dumps(data))
 
 
+CGROUP = Path("/sys/fs/cgroup/memory")  # cgroup v1's memory controller, where mounted
+
+
+@contextlib.contextmanager
+def budget(limit: int) -> Iterator[dict[str, int]]:
+    """While inside, this process and the children it starts are in a memory cgroup capped at
+    ``limit`` bytes (anonymous memory and the page cache they use; the kernel reclaims the
+    cache, or kills, at the cap), so the budget is enforced, not only read off VmHWM. Yields
+    what the cgroup saw at the end (peak usage, times the cap was hit); empty, and no cap,
+    where the controller is not there or not writable."""
+    group = CGROUP / f"llm-lens-bench-big-{os.getpid()}"
+    seen: dict[str, int] = {}
+    try:
+        group.mkdir()
+        (group / "memory.limit_in_bytes").write_text(str(limit))
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+    except OSError:
+        yield seen
+        return
+    try:
+        yield seen
+        for key in ("max_usage_in_bytes", "failcnt"):
+            seen[key] = int((group / f"memory.{key}").read_text())
+    finally:
+        (CGROUP / "cgroup.procs").write_text(str(os.getpid()))
+        group.rmdir()
+
+
 def disk_short(folder: Path, need: int) -> str:
     """Why the disk under ``folder`` cannot take ``need`` bytes and the margin, or ''."""
     free = shutil.disk_usage(folder).free
@@ -211,8 +241,15 @@ def main() -> int:
         write_weights(folder, config)
         write_tokenizer(folder, config.vocab_size)
         made = time.perf_counter() - t
-        r = child([args.cap, str(folder), str(args.tokens), "bfloat16"])
+        with budget(BUDGET) as seen:
+            r = child([args.cap, str(folder), str(args.tokens), "bfloat16"])
         report(args.config, params, args.cap, r, made)
+        if seen:
+            print(f"  run in a memory cgroup capped at 16 GiB: it finished; the cgroup's peak "
+                  f"{seen['max_usage_in_bytes'] / GIB:.2f} GiB (with the page cache it "
+                  f"reclaims), the cap reached {seen['failcnt']} times")  # fmt: skip
+        else:
+            print("  (no memory cgroup could be made here: the peaks above are VmHWM only)")
     finally:
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
