@@ -9,8 +9,9 @@
    analysis runs, and the peak resident memory is measured against its weights' bytes. From it,
    the memory a 16 GiB budget must hold for larger real configs is estimated (the disk-offloaded
    layers cost disk, not memory: what stays is the resident pieces, one layer at a time, the
-   activations of a short prompt), and the largest that fits is named. An estimate, not a
-   measured 16 GiB run.
+   activations of a short prompt), and the largest that fits is named. An estimate; the
+   measured 16 GiB run (a real config's shape, as large as the disk allows) is
+   ``bench_big.py``, which runs ``one`` below on it.
 """
 
 from __future__ import annotations
@@ -50,9 +51,17 @@ def status(key: str) -> int:
     return 0
 
 
-def one(cap: str | None, spec: str | None, tokens: int, explain: bool) -> dict[str, Any]:
-    """Load, decode ``tokens`` greedy tokens, every analysis (with ``explain``: attribution);
-    the times and peaks of each stage."""
+def rss_split() -> dict[str, int]:
+    """Resident bytes now: anonymous (the heap: what the process made) and file-backed (pages
+    of mapped files, such as the safetensors weights transformers maps without copying)."""
+    return {key: status(key) for key in ("RssAnon", "RssFile")}
+
+
+def one(
+    cap: str | None, spec: str | None, tokens: int, explain: bool, dtype: str = "auto"
+) -> dict[str, Any]:
+    """Load (weights as ``dtype``), decode ``tokens`` greedy tokens, every pane's analysis (with
+    ``explain``: attribution); the times and peaks of each stage."""
     from llm_lens.core.loading import load_model
     from llm_lens.core.loop.analyses import compute
     from llm_lens.core.loop.engine import Engine, RunConfig
@@ -65,8 +74,9 @@ def one(cap: str | None, spec: str | None, tokens: int, explain: bool) -> dict[s
     peak_reset()
     t = time.perf_counter()
     place = parse_placement(max_memory=cap) if cap else None
-    engine = Engine(load_model(spec, device="cpu", placement=place))
+    engine = Engine(load_model(spec, device="cpu", dtype=dtype, placement=place))
     out["load_s"], out["load_peak"] = time.perf_counter() - t, status("VmHWM")
+    out["load_rss"] = rss_split()
     out["weights_bytes"] = sum(p.numel() * p.element_size() for p in engine.model.parameters())
     out["params"] = engine.info.num_parameters
     out["on_disk"] = sum(b for _n, w, b in engine.info.placement if w == "disk")
@@ -78,7 +88,6 @@ def one(cap: str | None, spec: str | None, tokens: int, explain: bool) -> dict[s
     out["decode_ms"] = statistics.median(s.timing.forward_ms for s in steps[1:])
     out["decode_peak"] = status("VmHWM")
     out["tokens"] = [s.token.id for s in steps]
-    peak_reset()
     t = time.perf_counter()
     last = engine.info.num_layers - 1
     kinds = [
@@ -87,22 +96,32 @@ def one(cap: str | None, spec: str | None, tokens: int, explain: bool) -> dict[s
         ("positions", {"positions": 64}),
         ("attention_map", {"layer": last, "head": 0}),
         ("neighbours", {"token_id": 100}),
+        ("prompt_lens", {}),
+        ("hidden_paths", {}),
+        ("embedding_projection", {}),
     ]
-    for kind, args in kinds:
-        compute(kind, engine, run, args)
-    out["panes_s"], out["panes_peak"] = time.perf_counter() - t, status("VmHWM")
+    out["kinds"] = [kind for kind, _ in kinds] + (["explain"] if explain else [])
+    out["pane_peaks"] = {}
+    for kind, args in kinds:  # each pane's own peak (a pane reading whole weights shows here)
+        peak_reset()
+        assert compute(kind, engine, run, args) is not None, f"{kind}: nothing computed"
+        out["pane_peaks"][kind] = status("VmHWM")
+    out["panes_s"], out["panes_peak"] = time.perf_counter() - t, max(out["pane_peaks"].values())
     if explain:
         peak_reset()
         t = time.perf_counter()
-        compute("explain", engine, run, {"step": 1})
+        assert compute("explain", engine, run, {"step": 1}) is not None, "explain: nothing"
         out["explain_s"], out["explain_peak"] = time.perf_counter() - t, status("VmHWM")
+    out["end_rss"] = rss_split()
     return out
 
 
 def child(args: list[str]) -> dict[str, Any]:
     """``one(...)`` in a fresh process, so each peak is its own."""
     cmd = [sys.executable, __file__, "--one", *args]
-    done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"{' '.join(args)}: exit {done.returncode}\n{done.stderr[-3000:]}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
@@ -190,7 +209,8 @@ def largest() -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--one"]:
         cap, spec, tokens = sys.argv[2], sys.argv[3], int(sys.argv[4])
-        print(json.dumps(one(cap or None, spec or None, tokens, explain=True)))
+        dtype = sys.argv[5] if len(sys.argv) > 5 else "auto"
+        print(json.dumps(one(cap or None, spec or None, tokens, explain=True, dtype=dtype)))
     else:
         bundled()
         largest()

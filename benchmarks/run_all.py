@@ -18,6 +18,7 @@ for script in (
     "bench_ndif.py",
     "bench_placement.py",
     "bench_served.py",
+    "bench_big.py",  # tens of GB of disk: skips with one line where they are not free
 ):
     if (HERE / script).exists():
         print(f"== {script}", flush=True)

@@ -75,3 +75,50 @@ def test_neighbours_are_the_highest_cosine_similarities():
     assert got.token_id == 7 and got.ids.tolist() == order
     np.testing.assert_allclose(got.similarities, sims[order], rtol=1e-5)
     assert got.texts == tuple(f"tok{i}" for i in order)
+
+
+def test_a_table_read_in_blocks_gives_the_same_pca_and_neighbours(monkeypatch):
+    """A table larger than one block (7 rows to a block here; 8,192 in use): the PCA and the
+    neighbours equal numpy's on the whole table, for float32 and bfloat16 weights alike."""
+    from llm_lens.core import embeddings
+
+    monkeypatch.setattr(embeddings, "ROWS", 7)
+    weights = table(rows=60)
+    for dtype in (torch.float32, torch.bfloat16):
+        held = torch.from_numpy(weights).to(dtype)
+        engine = fake_engine(held.float().numpy())
+        engine.anatomy.embed.weight.data = held
+        exact = held.float().numpy()
+        proj = embedding_projection(engine)
+        coords, explained = numpy_pca2(exact)
+        np.testing.assert_allclose(proj.mean, exact.mean(axis=0), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(proj.explained, explained, rtol=1e-4)
+        same_up_to_sign(proj.coords, coords, atol=1e-3 * np.abs(coords).max())
+        unit = exact / np.linalg.norm(exact, axis=1, keepdims=True)
+        sims = unit @ unit[40]
+        order = [int(i) for i in np.argsort(-sims) if i != 40][:5]
+        got = neighbours(engine, token_id=40, k=5)
+        assert got.ids.tolist() == order
+        np.testing.assert_allclose(got.similarities, sims[order], rtol=1e-5)
+
+
+def test_no_whole_table_is_converted_at_once(monkeypatch):
+    """The projection and the neighbours turn at most a block of rows into float32 at a time
+    (a whole 152,064 × 5,120 bfloat16 table as float32 is 3 GiB more, its centred copy 3 again)."""
+    from llm_lens.core import embeddings
+
+    monkeypatch.setattr(embeddings, "ROWS", 7)
+    held = torch.from_numpy(table(rows=60)).to(torch.bfloat16)
+    engine = fake_engine(held.float().numpy())
+    engine.anatomy.embed.weight.data = held
+    sizes: list[int] = []
+    to_float = torch.Tensor.float
+
+    def counted(self: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        sizes.append(self.shape[0] if self.dim() == 2 else 1)
+        return to_float(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "float", counted)
+    embedding_projection(engine)
+    neighbours(engine, token_id=3, k=5)
+    assert sizes and max(sizes) <= 7
