@@ -1,0 +1,60 @@
+"""A served run on the real llama.cpp server shows its token ids in the window once it ends:
+the server streams texts only, the ids come from its tokenize endpoint after the stream, and
+the window's steps and the Tokens pane's chips carry them (not -1) without a save and reopen.
+They are the ids the bundled GGUF's own tokenizer (llama.cpp's, vocabulary only) gives the
+texts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from llm_lens.core.engines.openai.live import ServerSpec
+from llm_lens.core.sampling import GREEDY
+from tests.core.engines.openai.conftest import llama_server  # noqa: F401 (the fixture)
+from tests.core.engines.openai.llama_server import bundled_gguf
+
+GGUF_IDS = """
+import json, sys, llama_cpp
+vocab = llama_cpp.Llama(model_path=sys.argv[1], vocab_only=True, verbose=False)
+texts = json.load(sys.stdin)
+print(json.dumps([vocab.tokenize(t.encode(), add_bos=False, special=True) for t in texts]))
+"""
+
+
+def gguf_ids(texts: list[str]) -> list[list[int]]:
+    """Each text's ids by the bundled GGUF's tokenizer (in a process of its own, as the
+    server fixture keeps llama_cpp out of this one)."""
+    done = subprocess.run(
+        [sys.executable, "-c", GGUF_IDS, str(bundled_gguf())],
+        input=json.dumps(texts), capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_windows_steps_get_the_servers_ids_when_the_run_ends(
+    qtbot,
+    bare_window,
+    llama_server,  # noqa: F811
+):
+    ctl = bare_window.controller
+    with qtbot.waitSignal(ctl.sig_model_loaded, timeout=30_000):
+        ctl.request_open_server(ServerSpec(llama_server))
+    streamed: list[int] = []
+    ctl.worker.sig_step.connect(lambda _run, record: streamed.append(record.token.id))
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=60_000):
+        ctl.request_run("The capital of France is", False, GREEDY, 6)
+    tokens = bare_window.panes["Tokens"]
+    qtbot.waitUntil(lambda: not tokens.laying_out, timeout=5_000)
+    tokens.render_and_paint()
+    assert streamed and set(streamed) == {-1}  # the stream named texts only
+    texts = [s.token.text for s in ctl.steps]
+    ids = [s.token.id for s in ctl.steps]
+    assert ids == [one for [one] in gguf_ids(texts)]  # each text is one GGUF token: its id
+    assert ctl.steps[-1].finish_reason == "length"
+    for n, step in enumerate(ctl.steps):  # each step's context is the prompt and ids before
+        assert list(step.context_ids) == list(ctl.prompt.ids) + ids[:n]
+    chips = tokens.model_view.chips
+    assert [c.token_id for c in chips[len(ctl.prompt) :]] == ids  # the pane shows them
+    assert [c.token_id for c in chips[: len(ctl.prompt)]] == list(ctl.prompt.ids)
