@@ -6,31 +6,10 @@ texts."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 from llm_lens.core.engines.openai.live import ServerSpec
 from llm_lens.core.sampling import GREEDY
 from tests.core.engines.openai.conftest import llama_server  # noqa: F401 (the fixture)
-from tests.core.engines.openai.llama_server import bundled_gguf
-
-GGUF_IDS = """
-import json, sys, llama_cpp
-vocab = llama_cpp.Llama(model_path=sys.argv[1], vocab_only=True, verbose=False)
-texts = json.load(sys.stdin)
-print(json.dumps([vocab.tokenize(t.encode(), add_bos=False, special=True) for t in texts]))
-"""
-
-
-def gguf_ids(texts: list[str]) -> list[list[int]]:
-    """Each text's ids by the bundled GGUF's tokenizer (in a process of its own, as the
-    server fixture keeps llama_cpp out of this one)."""
-    done = subprocess.run(
-        [sys.executable, "-c", GGUF_IDS, str(bundled_gguf())],
-        input=json.dumps(texts), capture_output=True, text=True, check=True, timeout=120,
-    )  # fmt: skip
-    return json.loads(done.stdout.strip().splitlines()[-1])
+from tests.core.engines.openai.llama_server import gguf_ids
 
 
 def test_the_windows_steps_get_the_servers_ids_when_the_run_ends(
