@@ -1,6 +1,7 @@
 """A served run on the real llama.cpp server shows its token ids in the window once it ends:
 the server streams texts only, the ids come from its tokenize endpoint after the stream, and
-the window's steps and the Tokens pane's chips carry them (not -1) without a save and reopen.
+the window's steps, the Tokens pane's chips and the Logits pane's step line carry them (not -1)
+without a save and reopen.
 They are the ids the bundled GGUF's own tokenizer (llama.cpp's, vocabulary only) gives the
 texts."""
 
@@ -37,3 +38,6 @@ def test_the_windows_steps_get_the_servers_ids_when_the_run_ends(
     chips = tokens.model_view.chips
     assert [c.token_id for c in chips[len(ctl.prompt) :]] == ids  # the pane shows them
     assert [c.token_id for c in chips[: len(ctl.prompt)]] == list(ctl.prompt.ids)
+    logits = bare_window.panes["Logits"]
+    logits.render_and_paint()  # its step line names the selected (last) step's id
+    assert ctl.selected == len(ids) - 1 and f"(id {ids[-1]})" in logits.info.text()
