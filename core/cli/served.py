@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from llm_lens.core.cli.args import INTERRUPTED, ctrl_c_cancels, finite_float
@@ -38,8 +38,11 @@ NO_LOGPROBS_HELP = (
 TIMEOUT_HELP = "--engine openai: seconds to wait for the server to answer or send a chunk"
 NOT_SERVED = {
     "intervene": "--intervene changes the model's computation; a server runs its model as is",
-    "branch": "--branch is not available with --engine openai yet",
 }
+CHAT_BRANCH = (
+    "--branch with --engine openai needs --raw: the server applies its chat template, so the "
+    "text so far (what a branch sends on) is unknown"
+)
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -71,6 +74,8 @@ def check_served(args: argparse.Namespace) -> None:
     for option, line in NOT_SERVED.items():
         if getattr(args, option, None):
             raise LensError(line)
+    if getattr(args, "branch", None) and not getattr(args, "raw", False):
+        raise LensError(CHAT_BRANCH)
 
 
 def api_key(args: argparse.Namespace) -> str | None:
@@ -124,21 +129,84 @@ def stopped_early(trace: dict[str, Any]) -> int:
     return 1
 
 
-def write_served_session(run: Any, engine: Any, path: str) -> int:
-    """Save a served run as a one-run session that reopens without the server: its tokens,
-    log-probabilities, alternatives and timing, and the engine's identity (its URL without
-    credentials; the key is never in it). Bytes written."""
-    from dataclasses import replace
-
-    from llm_lens.core.sessions.format import Session, session_from_run
+def write_served_session(
+    run: Any, engine: Any, path: str, branches: Sequence[tuple[Any, int]] = ()
+) -> int:
+    """Save a served run (and ``branches``: each a path and the step of ``run`` it branched
+    at) as a session that reopens without the server: tokens, log-probabilities,
+    alternatives and timing, and the engine's identity (its URL without credentials; the key
+    is never in it). Bytes written."""
+    from llm_lens.core.sessions.format import Session
     from llm_lens.core.sessions.write import save_session
 
-    saved = session_from_run(run, engine.info)
-    if run.stop_error:  # the run stopped on an error: the file says which
-        saved = replace(saved, extras_json={**saved.extras_json, "stop_error": run.stop_error})
+    saved = [_saved(run, engine)]
+    saved += [_saved(p, engine, (run.run_id, step)) for p, step in branches]
     session = Session(
         model=engine.info.as_dict(),
-        runs=(saved,),
+        runs=tuple(saved),
         engine=engine.identity.as_dict(),
     )
     return save_session(path, session)
+
+
+def _saved(run: Any, engine: Any, parent: tuple[int, int] | None = None) -> Any:
+    """One served run as a session's run (a stopped run's file says on which error)."""
+    from dataclasses import replace
+
+    from llm_lens.core.sessions.format import session_from_run
+
+    saved = session_from_run(run, engine.info, parent=parent)
+    if run.stop_error:
+        saved = replace(saved, extras_json={**saved.extras_json, "stop_error": run.stop_error})
+    return saved
+
+
+def parse_served_branch(engine: Any, run: Any, spec: str) -> tuple[int, str]:
+    """``STEP:TOKEN`` of ``--branch`` against a server → (step, the token's text): an id is
+    named by the server's detokenize endpoint, a text must be one token of its tokenizer
+    (where it has a tokenize endpoint to say)."""
+    step_text, sep, token = spec.partition(":")
+    if not sep or not step_text.strip().isdigit() or not token:
+        raise LensError(f"--branch takes STEP:TOKEN (e.g. 3:' the' or 3:1165); got {spec!r}")
+    step = int(step_text)
+    if not 0 <= step < len(run.steps):
+        raise LensError(f"--branch step {step} is outside the run's {len(run.steps)} steps")
+    if token.isdigit():
+        text = engine.ids.text_of(int(token))
+        if not text:
+            raise LensError(f"--branch token {token}: the server did not name that id")
+        return step, text
+    text = token.strip("'\"")
+    if engine.ids.dialect is not None and engine.ids.id_of(text) < 0:
+        raise LensError(f"--branch token {token!r} is not one token of the server's tokenizer")
+    return step, text
+
+
+def grow_served_branches(
+    engine: Any, run: Any, specs: Sequence[str], config: Any, cancel: threading.Event
+) -> list[tuple[Any, int]]:
+    """Each ``STEP:TOKEN`` of ``specs`` as a branch of the served ``run``: a new request on
+    the text so far with the token forced (as the window's Branch does), read to its end;
+    (path, step) each, ids following the run's."""
+    from llm_lens.core.runs.served_branches import grow_path
+
+    grown = []
+    for k, spec in enumerate(specs, start=1):
+        step, text = parse_served_branch(engine, run, spec)
+        grown.append((grow_path(run, step, text, config, cancel, run.run_id + k), step))
+    return grown
+
+
+def branched_trace(args: argparse.Namespace, engine: Any, run: Any, cancel: Any) -> dict[str, Any]:
+    """``trace --engine openai --branch …``: the run's trace with its ``branches`` (each grown
+    on the server; Ctrl+C stops them); ``--session`` saves the run and its branches."""
+    from llm_lens.core.cli.args import doing
+    from llm_lens.core.exports.trace import run_dict
+
+    doing("growing the branches on the server")
+    with ctrl_c_cancels(cancel):
+        grown = grow_served_branches(engine, run, args.branch, run.config, cancel)
+    if args.session:
+        doing(f"writing the session {args.session}")
+        write_served_session(run, engine, args.session, grown)
+    return run_dict(engine, run) | {"branches": [run_dict(engine, p) for p, _ in grown]}

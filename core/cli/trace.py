@@ -194,6 +194,8 @@ def run_trace(args: argparse.Namespace) -> dict[str, Any]:
         return ndif_trace(args)
 
     engine, run, cancel = start_run(args)
+    if args.branch and served.is_served(args):  # each branch a request on the text so far
+        return served.branched_trace(args, engine, run, cancel)
     if args.branch:
         from llm_lens.core.cli.branches import grow_branches, save_tree
 

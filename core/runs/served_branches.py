@@ -7,15 +7,18 @@ branch point, the forced token as the step it replaced (that step's distribution
 choice), then the server's reply. It streams like a live run: ``run_started``, ``step`` …,
 ``run_finished``, then ``branch_done`` (the path to show again and every node of the tree).
 The run it branched from joins the tree as a root the first time (a ``history`` item, as a
-live run's). The server reads the text so far afresh, so its reply follows its own
-tokenization of that text. The alternatives a step offers are the ones the server returned,
-with no after-sampling probability (the server returns no logits to apply the sampler to).
+live run's). A text-only server's ids, named after its stream, replace the streamed records
+(``steps_named``, as a live run's). The server reads the text so far afresh, so its reply
+follows its own tokenization of that text. The alternatives a step offers are the ones the
+server returned, with no after-sampling probability (the server returns no logits to apply
+the sampler to).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import threading
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -23,12 +26,14 @@ from typing import TYPE_CHECKING
 
 from llm_lens.core.engines.openai.engine import OpenAIEngine, ServedRun
 from llm_lens.core.engines.openai.jobs import continuation
+from llm_lens.core.engines.openai.live import STEPS_NAMED
 from llm_lens.core.errors import LensError
 from llm_lens.core.records import StepRecord, TokenInfo
 from llm_lens.core.runs.branching import Alternative, BranchNode
 from llm_lens.core.runs.jobs import Item, Job, ShownRun
 
 if TYPE_CHECKING:
+    from llm_lens.core.loop.engine import RunConfig
     from llm_lens.core.runs.workbench import Workbench
 
 
@@ -147,7 +152,10 @@ def served_branch_job(
         for record in itertools.chain([first] if first is not None else [], replies):
             path.steps.append(placed(record, new_id, len(path.steps), len(path.prompt)))
             yield "step", path.steps[-1]
-        _finish(path, branch)
+        streamed = list(path.steps)
+        _finish(path, branch, step)
+        if list(map(id, streamed)) != list(map(id, path.steps)):  # ids named after the stream
+            yield STEPS_NAMED, tuple(path.steps)
         yield "run_finished", path.summary()
         tree.add_branch(shown_id, step, path, branch.output_text(), continued)
         yield "branch_done", (shown_of(path), tree.all())
@@ -155,9 +163,32 @@ def served_branch_job(
     return job
 
 
-def _finish(path: ServedRun, branch: ServedRun) -> None:
-    """The path ends as the server's reply did (its finish, its line, what it reported)."""
+def _finish(path: ServedRun, branch: ServedRun, step: int) -> None:
+    """The path ends as the server's reply did (its finish, its line, what it reported), its
+    reply's steps as the reply's own ended: with the ids a text-only server's tokenize
+    endpoint named after the stream, and the finish reason; the forced token at ``step``
+    named there too (once the stream ended: llama-cpp-python answers only between runs)."""
     path.finish_reason, path.stop_error = branch.finish_reason, branch.stop_error
     path.reported, path.sent = branch.reported, branch.sent
+    start, n = len(path.steps) - len(branch.steps), len(path.prompt)
+    path.steps[start:] = [placed(s, path.run_id, start + i, n) for i, s in enumerate(branch.steps)]
     if path.steps:
         path.steps[-1] = replace(path.steps[-1], finish_reason=branch.finish_reason)
+    forced = path.steps[step]
+    if forced.token.id < 0 and branch.finish_reason not in ("error", "cancelled"):
+        found = path.engine.ids.id_of(forced.token.text)
+        if found >= 0:
+            path.steps[step] = replace(forced, token=replace(forced.token, id=found))
+
+
+def grow_path(parent: ServedRun, step: int, token_text: str, config: RunConfig,
+              cancel: threading.Event | None, new_id: int) -> ServedRun:  # fmt: skip
+    """The branch of ``parent`` at ``step`` forcing ``token_text``, asked of the server and
+    read to its end, as a path (the steps before, the forced one, the reply): what the CLI's
+    ``trace --branch`` keeps (a refused request raises its line)."""
+    branch = continuation(parent, step, token_text, config, cancel)
+    path = path_run(parent, step, token_text, new_id)
+    for record in branch:
+        path.steps.append(placed(record, new_id, len(path.steps), len(path.prompt)))
+    _finish(path, branch, step)
+    return path

@@ -9,6 +9,7 @@ incrementally after the last chip.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt
@@ -151,6 +152,7 @@ class TokensPane(Pane):
         self.model_view.customContextMenuRequested.connect(self._on_context_menu)
         self._prompt: PromptTokens | None = None
         self._n_steps = 0
+        self._first_step: StepRecord | None = None  # the response chips' first record
         self._placed = 0  # prompt chips laid out so far
         self._cl100k: TiktokenView | None = None
         self._cl100k_text = ""  # the text it tokenized
@@ -200,7 +202,7 @@ class TokensPane(Pane):
         self.forgotten.set_positions(forgotten(ctl.interventions))
         if prompt is None:
             return
-        if prompt is not self._prompt or len(steps) < self._n_steps:
+        if prompt is not self._prompt or len(steps) < self._n_steps or self._restepped(steps):
             keep = min(self._kept_chips(prompt), self._placed)
             self.model_view.replace_tail(keep, [])
             self._prompt, self._n_steps, self._placed, self._due = prompt, 0, keep, True
@@ -214,6 +216,7 @@ class TokensPane(Pane):
         if len(steps) > self._n_steps:
             self.model_view.append([response_chip(s) for s in steps[self._n_steps :]])
             self._n_steps, self._due = len(steps), True
+            self._first_step = steps[0]
         if self._due or self.laying_out:
             self._due = False
             self._update_cl100k()
@@ -222,6 +225,11 @@ class TokensPane(Pane):
             if self.laying_out:
                 self.schedule()
         self._show_selection(ctl.selected)
+
+    def _restepped(self, steps: Sequence[StepRecord]) -> bool:
+        """Whether the response chips laid out are of records replaced since (a served run's
+        steps with the ids its server named once the stream ended): they are laid out again."""
+        return self._n_steps > 0 and steps[0] is not self._first_step
 
     @property
     def laying_out(self) -> bool:

@@ -35,6 +35,7 @@ class LiveRun(QObject):
         w.sig_prefill.connect(self._on_prefill)
         w.sig_step.connect(self._on_step)
         w.sig_run_finished.connect(self._on_finished)
+        w.sig_stream_item.connect(self._on_item)
 
     def request(
         self, text: str, chat: bool, params: Any, max_new_tokens: int, parse_special: bool
@@ -137,6 +138,19 @@ class LiveRun(QObject):
         self._panes_ready(run_id)
         if not self._flush.isActive():
             self._flush.start()
+
+    def _on_item(self, run_id: int, tag: str, payload: Any) -> None:
+        """A served run's steps as it ended (``served_live``'s ``STEPS_NAMED``, just before
+        its end): new records carrying the ids its server's tokenize endpoint gave after the
+        stream, shown in place of the streamed ones (which carried id -1)."""
+        from llm_lens.core.engines.openai.live import STEPS_NAMED
+
+        ctl = self.ctl
+        if tag != STEPS_NAMED or run_id != ctl.run_id or len(payload) != len(ctl.steps):
+            return  # another job's item, a superseded run's, or steps not all shown yet
+        ctl.update_shown(steps=tuple(payload))
+        if not self._flush.isActive():
+            self._flush.start()  # the end, queued behind, announces it at once
 
     def emit_steps(self) -> None:
         """Announce the steps that arrived (and follow the newest while live)."""

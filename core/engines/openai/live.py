@@ -30,6 +30,7 @@ from llm_lens.core.errors import LensError
 from llm_lens.core.records import StepRecord
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+STEPS_NAMED = "steps_named"  # served_live's item: the run's steps as it ended (ids named)
 SERVED_FILLS = frozenset({"tokens", "logprobs", "alternatives", "timing", "prefix_cache"})
 
 
@@ -77,9 +78,11 @@ def served_live(
     engine: OpenAIEngine, request: Any, cancel: threading.Event, store: Any = None
 ) -> Iterator[tuple[str, Any]]:
     """A live run on the server, as ``Workbench.live``'s items: ``run_started``
-    (PromptTokens), ``step`` (each StepRecord), ``run_finished`` (RunSummary). ``request`` is
-    a :class:`~llm_lens.core.runs.workbench.RunRequest`; ``store`` (a ``RunStore``) keeps
-    the run, so that a save finds it."""
+    (PromptTokens), ``step`` (each StepRecord), then :data:`STEPS_NAMED` (every step as the run
+    ended, where any record changed: a text-only server's ids, asked of its tokenize endpoint
+    once the stream ended, and the last step's finish reason), ``run_finished`` (RunSummary).
+    ``request`` is a :class:`~llm_lens.core.runs.workbench.RunRequest`; ``store`` (a
+    ``RunStore``) keeps the run, so that a save finds it."""
     if request.interventions:
         raise LensError(MISSING["interventions"])
     prompt = engine.tokenize(request.text, request.chat, parse_special=request.parse_special)
@@ -88,8 +91,13 @@ def served_live(
     if store is not None:
         store.runs = {request.run_id: run}
     yield "run_started", prompt
+    streamed = []
     for record in run:
+        streamed.append(record)
         yield "step", record
+    ended = tuple(run.steps)
+    if list(map(id, ended)) != list(map(id, streamed)):  # a record replaced after the stream
+        yield STEPS_NAMED, ended
     yield "run_finished", run.summary()
 
 

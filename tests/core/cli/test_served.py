@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from llm_lens.core.cli.trace import main
+from tests.core.engines.openai.conftest import llama_server  # noqa: F401 (the fixture)
 from tests.core.engines.openai.fake_server import Fake, serving
+from tests.core.engines.openai.llama_server import gguf_ids
 
 
 def trace(url: str, tmp_path, *more: str) -> tuple[int, dict | None]:
@@ -148,3 +150,53 @@ def test_a_hostile_served_manifest_is_still_checked(tmp_path, change, line):
     with pytest.raises(SessionError, match="invalid") as caught:
         load_session(path)
     assert line in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_served_chat_run_is_not_branched(tmp_path, capsys):
+    with serving(Fake()) as url:
+        status, data = trace(url, tmp_path, "--branch", "0:x")
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and data is None and "\n" not in err
+    assert "--branch with --engine openai needs --raw" in err
+
+
+def test_served_branches_are_the_servers_replies_to_the_text_so_far(
+    tmp_path,
+    llama_server,  # noqa: F811
+):
+    """``trace --engine openai --raw --branch``: each branch keeps the run's steps before its
+    step, forces the token there (given as text or as an id), and goes on with the server's
+    own greedy reply to that text so far; every id is the GGUF tokenizer's; the session keeps
+    the run and its branches, each with its branch point."""
+    from llm_lens.core.engines.openai import Endpoint, OpenAIEngine
+    from llm_lens.core.loop.engine import RunConfig
+    from llm_lens.core.sampling import GREEDY
+    from llm_lens.core.sessions.read import load_session
+
+    text, session = "The capital of France is", tmp_path / "tree.lens"
+    [[berlin]] = gguf_ids([" Berlin"])
+    out = tmp_path / "t.json"
+    argv = [text, "--engine", "openai", "--base-url", llama_server, "--raw", "--greedy", "--quiet",
+            "--max-new-tokens", "4", "--out", str(out), "--session", str(session),
+            "--branch", "1: London", "--branch", f"2:{berlin}"]  # fmt: skip
+    assert main(argv) == 0
+    data = json.loads(out.read_text())
+    served = OpenAIEngine(Endpoint(llama_server), None)
+    root = data["steps"]
+    for (step, forced), branch in zip([(1, " London"), (2, " Berlin")], data["branches"],
+                                      strict=True):  # fmt: skip
+        steps = branch["steps"]
+        assert [s["token_text"] for s in steps[:step]] == [s["token_text"] for s in root[:step]]
+        assert steps[step]["token_text"] == forced
+        so_far = text + "".join(s["token_text"] for s in steps[: step + 1])
+        reply = served.start(served.tokenize(so_far, chat=False), GREEDY, RunConfig(4), None)
+        assert [s["token_text"] for s in steps[step + 1 :]] == [s.token.text for s in reply]
+        ids = [s["token_id"] for s in steps]
+        assert ids == [one for [one] in gguf_ids([s["token_text"] for s in steps])]
+    assert data["branches"][1]["steps"][2]["token_id"] == berlin
+    saved = load_session(session)
+    assert [r.parent for r in saved.runs] == [None, (saved.runs[0].run_id, 1),
+                                              (saved.runs[0].run_id, 2)]  # fmt: skip
+    assert [s.token.text for s in saved.runs[1].steps] == [
+        s["token_text"] for s in data["branches"][0]["steps"]
+    ]

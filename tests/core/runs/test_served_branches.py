@@ -44,11 +44,18 @@ def test_a_branch_is_the_servers_reply_to_the_text_so_far(served):
     other = next(a for a in alts if not a.chosen)
     items = list(served_branch_job(1, 1, other.text, 3, 2)(bench))
     tags = [t for t, _ in items]
-    assert tags == ["history", "run_started", *["step"] * 5, "run_finished", "branch_done"]
+    assert tags == [
+        "history", "run_started", *["step"] * 5, "steps_named", "run_finished", "branch_done"
+    ]  # fmt: skip
     path = bench.store.kept[2]
     assert path.sent["prompt"] == root.prompt.text + root.steps[0].token.text + other.text
-    steps = [p for t, p in items if t == "step"]
-    assert [s.token for s in steps] == [s.token for s in path.steps]
+    streamed = [p for t, p in items if t == "step"]
+    assert [s.token.id for s in streamed[2:]] == [-1, -1, -1]  # llama.cpp streams texts only
+    steps = list(items[tags.index("steps_named")][1])  # the ids named once the reply ended
+    assert [s.token.text for s in steps] == [s.token.text for s in streamed]
+    assert steps == path.steps and all(s.token.id >= 0 for s in steps)
+    ids = served.ids
+    assert [s.token.id for s in steps] == [ids.id_of(s.token.text) for s in steps]
     assert [s.index for s in steps] == list(range(5))
     assert steps[0].token == root.steps[0].token and steps[1].token.text == other.text
     assert steps[1].prob == pytest.approx(other.prob) and steps[1].rank == 1

@@ -76,6 +76,8 @@ def test_a_branch_is_the_servers_reply_to_the_text_so_far(qtbot, bare_window, ll
     reply = non_streamed(OpenAIEngine(Endpoint(llama_server), None), path)["logprobs"]
     shown = [s.token.text for s in ctl.steps]  # the path: before, the forced token, the reply
     assert shown == [root[0], forced, *reply["tokens"]]
+    assert [s.token.id for s in ctl.steps] == [s.token.id for s in path.steps]  # named ids
+    assert all(s.token.id >= 0 for s in ctl.steps)  # not -1: the server's tokenize named them
     qtbot.waitUntil(lambda: len(ctl.compare.nodes) == 2, timeout=5_000)  # branch_done
     assert view.tree.topLevelItemCount() == 1
     top = view.tree.topLevelItem(0)

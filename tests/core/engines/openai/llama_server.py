@@ -71,3 +71,21 @@ def llama_cpp_server(log: Path, threads: int = 1) -> Iterator[str]:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+GGUF_IDS = """
+import json, sys, llama_cpp
+vocab = llama_cpp.Llama(model_path=sys.argv[1], vocab_only=True, verbose=False)
+texts = json.load(sys.stdin)
+print(json.dumps([vocab.tokenize(t.encode(), add_bos=False, special=True) for t in texts]))
+"""
+
+
+def gguf_ids(texts: list[str]) -> list[list[int]]:
+    """Each text's ids by the bundled GGUF's tokenizer (in a process of its own, as the
+    server fixture keeps llama_cpp out of this one)."""
+    done = subprocess.run(
+        [sys.executable, "-c", GGUF_IDS, str(bundled_gguf())],
+        input=json.dumps(texts), capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
