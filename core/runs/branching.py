@@ -365,8 +365,10 @@ def session_nodes(runs: Sequence[Any]) -> list[BranchNode]:
         if parent_run is not None and step is not None and 0 <= step < len(run.steps):
             forced, offset = run.steps[step].token, step + 1
             chosen = parent_run.steps[step].token if step < len(parent_run.steps) else None
-            same = (lambda t: t.id) if forced.id >= 0 else (lambda t: t.text)  # a server's text
-            continued = chosen is not None and same(chosen) == same(forced)
+            by_text = forced.id < 0  # a server that named texts only
+            continued = chosen is not None and (
+                chosen.text == forced.text if by_text else chosen.id == forced.id
+            )
         own = b"".join(s.token.raw for s in run.steps[offset:] if not s.token.special)
         out.append(
             BranchNode(
