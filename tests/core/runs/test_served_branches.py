@@ -182,3 +182,26 @@ def test_a_corrupted_tree_entry_is_one_line(served, tmp_path, change, said):
     with pytest.raises(SessionError, match=said) as caught:
         load_session(bad)
     assert "\n" not in str(caught.value)
+
+
+def test_a_reopened_tree_tells_a_continuation_by_text_where_the_server_sent_no_ids():
+    """A server that names texts only (ids -1): a branch is a continuation when its forced
+    text is the one its parent chose, not because both ids are -1."""
+    from dataclasses import replace
+
+    from llm_lens.core.engines.openai.records import StepPlace, step_record
+    from llm_lens.core.engines.openai.stream import ServedToken
+    from llm_lens.core.runs.branching import session_nodes
+    from tests.core.sessions.test_assemble import run as session_run
+
+    def steps(*texts):  # a text-only server's steps (no ids, no alternatives)
+        place = StepPlace(0, 0, 0, ())
+        tokens = (ServedToken(t, t.encode(), -1.0, (), 0.0) for t in texts)
+        return tuple(step_record(t, place, 0.0, 0.0) for t in tokens)
+
+    root = replace(session_run(1), steps=steps(" a", " b"))
+    other = replace(session_run(2, (1, 1)), steps=steps(" a", " c", " d"))
+    same = replace(session_run(3, (1, 1)), steps=steps(" a", " b", " e"))
+    nodes = {n.run_id: n for n in session_nodes([root, other, same])}
+    assert not nodes[2].continued and nodes[3].continued
+    assert nodes[2].text == " d" and nodes[2].forced_token.text == " c"
