@@ -364,8 +364,11 @@ def session_nodes(runs: Sequence[Any]) -> list[BranchNode]:
         offset = 0
         if parent_run is not None and step is not None and 0 <= step < len(run.steps):
             forced, offset = run.steps[step].token, step + 1
-            chosen = parent_run.steps[step].token.id if step < len(parent_run.steps) else None
-            continued = chosen == forced.id
+            chosen = parent_run.steps[step].token if step < len(parent_run.steps) else None
+            by_text = forced.id < 0  # a server that named texts only
+            continued = chosen is not None and (
+                chosen.text == forced.text if by_text else chosen.id == forced.id
+            )
         own = b"".join(s.token.raw for s in run.steps[offset:] if not s.token.special)
         out.append(
             BranchNode(

@@ -20,9 +20,9 @@ import itertools
 import math
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llm_lens.core.engines.openai.engine import OpenAIEngine, ServedRun
 from llm_lens.core.engines.openai.jobs import continuation
@@ -87,15 +87,19 @@ def path_run(parent: ServedRun, step: int, text: str, new_id: int) -> ServedRun:
 
 @dataclass
 class ServedTree:
-    """The runs branched on one server, as the tree view's nodes (in the order they came)."""
+    """The runs branched on one server, as the tree view's nodes (in the order they came),
+    and each node's run (the root as the server sent it, a branch as its whole path), held
+    here so that a save keeps the tree after the shown run changed."""
 
     nodes: dict[int, BranchNode] = field(default_factory=dict)
+    runs: dict[int, ServedRun] = field(default_factory=dict)
 
     def add_root(self, run: ServedRun) -> bool:
         """Make ``run`` a root unless it is in the tree already; True when it was added."""
         if run.run_id in self.nodes:
             return False
         logprob = sum(s.logprob for s in run.steps)
+        self.runs[run.run_id] = run
         self.nodes[run.run_id] = BranchNode(
             run.run_id, None, None, None, 0, 0, logprob, run.output_text(), prompt=run.prompt.text
         )
@@ -108,12 +112,33 @@ class ServedTree:
         up = self.nodes[parent_id]
         forced = path.steps[step].token
         logprob = sum(s.logprob for s in path.steps)
+        self.runs[path.run_id] = path
         self.nodes[path.run_id] = BranchNode(
             path.run_id, parent_id, step, forced, up.depth + 1, step + 1, logprob, own, continued
         )
 
     def all(self) -> tuple[BranchNode, ...]:
         return tuple(self.nodes.values())
+
+    def saved_runs(self, make: Callable[..., Any]) -> list[Any]:
+        """Every node's run as ``make(run, label, parent)`` (a session's run), parents first:
+        a branch's ``parent`` is (the run it branched from, its branch step), so a reopened
+        session shows this tree without the server
+        (:func:`~llm_lens.core.runs.branching.session_nodes`). The server's line of a run that
+        stopped on an error goes with it (``extras_json["stop_error"]``)."""
+        out = []
+        for node in self.nodes.values():
+            run, parent, label = self.runs[node.run_id], None, "run"
+            if node.parent_run_id is not None and node.branch_step is not None:
+                parent = (node.parent_run_id, node.branch_step)
+                forced = node.forced_token
+                how = "continued" if node.continued or forced is None else f"forced {forced.text!r}"
+                label = f"branch at step {node.branch_step}, {how}"
+            made = make(run, label, parent)
+            if run.stop_error:
+                made = replace(made, extras_json={**made.extras_json, "stop_error": run.stop_error})
+            out.append(made)
+        return out
 
 
 _trees: weakref.WeakKeyDictionary[OpenAIEngine, ServedTree] = weakref.WeakKeyDictionary()
@@ -122,6 +147,13 @@ _trees: weakref.WeakKeyDictionary[OpenAIEngine, ServedTree] = weakref.WeakKeyDic
 def tree_of(engine: OpenAIEngine) -> ServedTree:
     """The branch tree of ``engine``'s runs (a new server opened starts a new one)."""
     return _trees.setdefault(engine, ServedTree())
+
+
+def tree_runs(engine: Any, make: Callable[..., Any]) -> list[Any]:
+    """The session runs of ``engine``'s branch tree (:meth:`ServedTree.saved_runs`); none for
+    another engine or a server nothing was branched on."""
+    tree = _trees.get(engine) if isinstance(engine, OpenAIEngine) else None
+    return [] if tree is None else tree.saved_runs(make)
 
 
 def served_branch_job(

@@ -107,3 +107,21 @@ def assemble_session(
             raise ValueError("there is no run to save")
     shown = order.index(shown_id) if shown_id in order else comparisons[0].runs[0]
     return Session(info.as_dict(), tuple(runs), shown=shown, comparisons=tuple(comparisons))
+
+
+def with_runs(session: Session, runs: Sequence[SessionRun]) -> Session:
+    """``session`` with ``runs`` added: one with the id of a run already in it takes its place
+    (the shown run, saved plainly, gets its branch parent), the others go after it, so the
+    shown run and the comparisons keep their indices (a served branch tree: its runs live
+    outside the history)."""
+    if not runs:
+        return session
+    where = {r.run_id: i for i, r in enumerate(session.runs)}
+    kept = list(session.runs)
+    for run in runs:
+        if run.run_id in where:
+            kept[where[run.run_id]] = run
+        else:
+            where[run.run_id] = len(kept)
+            kept.append(run)
+    return dataclasses.replace(session, runs=tuple(kept))

@@ -136,6 +136,8 @@ def check_manifest(m: dict[str, Any]) -> None:
     vocab = _Vocab(model["vocab_size"], served)
     for i, run in enumerate(runs):
         _check_run(_dict(run, f"runs[{i}]"), f"runs[{i}]", vocab)
+    if served:
+        _check_served_tree(runs)
     _int(m.get("shown", -1), "shown", -1, len(runs) - 1)
     for i, c in enumerate(_list(m.get("comparisons", []), "comparisons")):
         c = _dict(c, f"comparisons[{i}]")
@@ -143,6 +145,32 @@ def check_manifest(m: dict[str, Any]) -> None:
         for j, index in enumerate(at):
             _int(index, f"comparisons[{i}].runs[{j}]", 0, len(runs) - 1)
         _num(_field(c, "shared_prefill_ms", f"comparisons[{i}]"), "shared_prefill_ms", 0.0)
+
+
+def _check_served_tree(runs: list[dict[str, Any]]) -> None:
+    """A served branch names a run of the file and a step both have, holds that run's tokens
+    before it (a branch keeps its whole path), and no run is its own ancestor."""
+    by_id = {r["run_id"]: r for r in runs}
+    for i, r in enumerate(runs):
+        if r["parent"] is None:
+            continue
+        where, (up, step) = f"runs[{i}].parent", r["parent"]
+        parent = by_id.get(up)
+        if parent is None or up == r["run_id"]:
+            raise _fail(where, f"names run {up}, which is not another run of the file")
+        if step >= min(len(r["steps"]), len(parent["steps"])):
+            raise _fail(where, f"names step {step}, past the steps of the branch or its parent")
+        mine, theirs = (
+            [s["token"]["text"] for s in x["steps"][:step]] for x in (r, parent)
+        )  # fmt: skip
+        if mine != theirs:
+            raise _fail(where, f"the branch's steps before step {step} are not run {up}'s")
+        seen, at = {r["run_id"]}, parent
+        while at["parent"] is not None and at["parent"][0] in by_id:
+            if at["run_id"] in seen or len(seen) > len(runs):
+                raise _fail(where, "makes a cycle: a run would be its own ancestor")
+            seen.add(at["run_id"])
+            at = by_id[at["parent"][0]]
 
 
 def _check_engine(engine: Any, served: bool) -> None:

@@ -138,10 +138,14 @@ class SessionController(QObject):
 
         def job(bench: Any) -> Any:  # on the model thread: core objects only
             from llm_lens.core.engines.openai.live import served_session
+            from llm_lens.core.runs.served_branches import tree_runs
+            from llm_lens.core.sessions.assemble import with_runs
 
             session = recorded or served_session(assemble_session(
                 info, bench.history, bench.store, run_id, make, compared, only, origin
             ), bench.engine)  # fmt: skip
+            if not recorded:  # the served branch tree lives outside the history
+                session = with_runs(session, tree_runs(bench.engine, make))
             if not recorded and getattr(bench.engine, "name", "") == "ndif":  # no key in it
                 session = dataclasses.replace(session, engine=bench.engine.identity.as_dict())
             # without the recorded lens (autosave), keep the residual vectors to recompute it

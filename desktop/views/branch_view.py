@@ -39,7 +39,7 @@ RUN_ID = Qt.ItemDataRole.UserRole
 SERVED_NOTE = (
     "served: a branch is a new request on the text so far (the server tokenizes it afresh); "
     "the alternatives are the ones it returned; after sampling: ? (a server returns no logits "
-    "to apply the sampler to); File → Save session keeps the run shown, not this tree"
+    "to apply the sampler to); File → Save session keeps this tree"
 )
 
 

@@ -106,3 +106,109 @@ def test_a_refused_branch_shows_nothing(served, monkeypatch):
 def test_a_run_no_longer_kept_is_one_line(served):
     with pytest.raises(LensError, match="no longer kept"):
         list(served_branch_job(99, 0, " x", 2, 100)(Workbench(served)))
+
+
+def saved_tree(served, bench, tmp_path):
+    """Branch the root twice (a branch, then a branch of it), save as the window does (the
+    shown run first, then the tree), and the file's path."""
+    from llm_lens.core.runs.served_branches import tree_runs
+    from llm_lens.core.sessions.assemble import with_runs
+    from llm_lens.core.sessions.format import Session, session_from_run
+    from llm_lens.core.sessions.write import save_session
+
+    root = root_run(served, bench)
+    list(served_branch_job(1, 1, root.steps[1].top_texts[1], 3, 2)(bench))
+    list(served_branch_job(2, 3, bench.store.kept[2].steps[3].top_texts[2], 2, 3)(bench))
+
+    def make(run, label=None, parent=None):
+        return session_from_run(run, served.info, label, parent)
+
+    shown = Session(served.info.as_dict(), (make(bench.store.kept[3]),),
+                    shown=0, engine=served.identity.as_dict())  # fmt: skip
+    path = tmp_path / "tree.llmlens"
+    save_session(path, with_runs(shown, tree_runs(served, make)))
+    return path
+
+
+def test_a_saved_session_keeps_the_served_tree(served, tmp_path):
+    """Reopened without the server, the tree and every branch's tokens, log-probabilities and
+    alternatives are the ones shown."""
+    from llm_lens.core.runs.branching import session_nodes
+    from llm_lens.core.sessions.read import load_session
+
+    bench = Workbench(served)
+    path = saved_tree(served, bench, tmp_path)
+    served.endpoint = Endpoint("http://127.0.0.1:9/")  # the server gone
+    back = load_session(path)
+    assert back.shown_index == 0 and back.runs[0].run_id == 3  # the shown branch stays shown
+    shown = tree_of(served).all()
+    nodes = {n.run_id: n for n in session_nodes(back.runs)}
+    assert sorted(nodes) == [1, 2, 3]
+    for node in shown:
+        again = nodes[node.run_id]
+        assert (again.parent_run_id, again.branch_step, again.depth, again.offset) == (
+            node.parent_run_id, node.branch_step, node.depth, node.offset)  # fmt: skip
+        assert again.forced_token == node.forced_token and again.continued == node.continued
+        assert again.text == node.text
+        assert again.cumulative_logprob == pytest.approx(node.cumulative_logprob, rel=1e-6)
+    for run in back.runs:
+        kept = tree_of(served).runs[run.run_id]
+        assert [s.token for s in run.steps] == [s.token for s in kept.steps]
+        assert [s.logprob for s in run.steps] == pytest.approx([s.logprob for s in kept.steps])
+        for a, b in zip(run.steps, kept.steps, strict=True):
+            assert a.top_texts == b.top_texts and list(a.top_ids) == list(b.top_ids)
+            assert list(a.top_probs) == pytest.approx(list(b.top_probs), rel=1e-6)
+    assert back.runs[0].label.startswith("branch at step 3, forced")
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda r: r.__setitem__("parent", [99, 1]), "not another run of the file"),
+        (lambda r: r.__setitem__("parent", [2, 40]), "past the steps"),
+        (lambda r: r["steps"][0]["token"].__setitem__("text", "x"), "are not run 2's"),
+    ],
+)
+def test_a_corrupted_tree_entry_is_one_line(served, tmp_path, change, said):
+    import json
+    import zipfile
+
+    from llm_lens.core.sessions.format import SessionError
+    from llm_lens.core.sessions.read import load_session
+
+    path = saved_tree(served, Workbench(served), tmp_path)
+    with zipfile.ZipFile(path) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    manifest = json.loads(members["manifest.json"])
+    change(manifest["runs"][0])  # the branch of a branch (run 3, from run 2 at step 3)
+    members["manifest.json"] = json.dumps(manifest).encode()
+    bad = tmp_path / "bad.llmlens"
+    with zipfile.ZipFile(bad, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    with pytest.raises(SessionError, match=said) as caught:
+        load_session(bad)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_reopened_tree_tells_a_continuation_by_text_where_the_server_sent_no_ids():
+    """A server that names texts only (ids -1): a branch is a continuation when its forced
+    text is the one its parent chose, not because both ids are -1."""
+    from dataclasses import replace
+
+    from llm_lens.core.engines.openai.records import StepPlace, step_record
+    from llm_lens.core.engines.openai.stream import ServedToken
+    from llm_lens.core.runs.branching import session_nodes
+    from tests.core.sessions.test_assemble import run as session_run
+
+    def steps(*texts):  # a text-only server's steps (no ids, no alternatives)
+        place = StepPlace(0, 0, 0, ())
+        tokens = (ServedToken(t, t.encode(), -1.0, (), 0.0) for t in texts)
+        return tuple(step_record(t, place, 0.0, 0.0) for t in tokens)
+
+    root = replace(session_run(1), steps=steps(" a", " b"))
+    other = replace(session_run(2, (1, 1)), steps=steps(" a", " c", " d"))
+    same = replace(session_run(3, (1, 1)), steps=steps(" a", " b", " e"))
+    nodes = {n.run_id: n for n in session_nodes([root, other, same])}
+    assert not nodes[2].continued and nodes[3].continued
+    assert nodes[2].text == " d" and nodes[2].forced_token.text == " c"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 
 from llm_lens.core.records import PromptTokens
-from llm_lens.core.sessions.assemble import Origin
+from llm_lens.core.sessions.assemble import Origin, with_runs
 from llm_lens.core.sessions.format import Session, SessionComparison, SessionRun
 
 
@@ -49,3 +49,15 @@ def test_a_revived_run_is_left_out_and_its_children_point_at_the_live_root():
     assert [(r.run_id, r.parent) for r in runs] == [(101, (7, 3)), (102, (101, 1)), (103, None)]
     # (0, 3) named the revived run: dropped; (2, 3) re-indexed among the kept runs
     assert comparisons == (SessionComparison((1, 2), 4.0),)
+
+
+def test_with_runs_puts_a_run_in_its_place_and_adds_the_others_after():
+    """A served tree saved beside the shown run: the shown run (same id) gets its parent in
+    place, so the shown index and the comparisons keep pointing at the same runs."""
+    session = Session({"name": "m"}, (run(5), run(1)), shown=0,
+                      comparisons=(SessionComparison((0, 1), 1.0),))  # fmt: skip
+    tree = [run(1), run(3, (1, 2)), run(5, (3, 4))]
+    got = with_runs(session, tree)
+    assert [(r.run_id, r.parent) for r in got.runs] == [(5, (3, 4)), (1, None), (3, (1, 2))]
+    assert got.shown_index == 0 and got.comparisons == session.comparisons
+    assert with_runs(session, []) is session

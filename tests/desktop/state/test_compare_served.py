@@ -190,3 +190,43 @@ def test_stop_ends_a_served_comparison_keeping_its_tokens(qtbot, bare_window):
     assert ctl.compare.outcome.finish_reasons == ("cancelled", "cancelled")
     assert all(len(c) >= 1 for c in ctl.compare.columns) and not ctl.busy
     qtbot.waitUntil(lambda: "finish: cancelled" in view.columns[0].stats.text(), timeout=5_000)
+
+
+def test_a_saved_served_tree_reopens_without_the_server(
+    qtbot,
+    bare_window,
+    tmp_path,
+    llama_server,  # noqa: F811
+):
+    """Branch twice on llama.cpp (a branch, then a branch of it), save, open the file (read
+    alone, no request): the Branches view shows the same tree, each node's path the tokens
+    and log-probabilities shown."""
+    ctl, path = bare_window.controller, str(tmp_path / "tree.llmlens")
+    view = bare_window.open_branch()
+    shown = {}
+    open_server(qtbot, bare_window, llama_server)
+    with qtbot.waitSignal(ctl.sig_run_finished, timeout=30_000):
+        ctl.request_run("The capital of France is", False, GREEDY, 4)
+    shown[ctl.run_id] = [(s.token.text, s.logprob) for s in ctl.steps]
+    for step, nodes in ((1, 2), (2, 3)):  # the second branches the first branch
+        ctl.request_select(step)
+        qtbot.waitUntil(lambda: len(view.alternatives) > 1, timeout=5_000)
+        with qtbot.waitSignal(ctl.sig_run_finished, timeout=30_000):
+            view.branch()
+        qtbot.waitUntil(lambda n=nodes: len(ctl.compare.nodes) == n, timeout=5_000)
+        shown[ctl.run_id] = [(s.token.text, s.logprob) for s in ctl.steps]
+    live = [(n.run_id, n.parent_run_id, n.branch_step, n.forced_token.text if n.forced_token
+             else None, n.text) for n in ctl.compare.nodes]  # fmt: skip
+    with qtbot.waitSignal(ctl.sig_saved, timeout=20_000):
+        ctl.sessions.request_save(path)
+    with qtbot.waitSignal(ctl.sig_session_changed, timeout=20_000):
+        bare_window.sessions.open(path)
+    again = [(n.run_id, n.parent_run_id, n.branch_step, n.forced_token.text if n.forced_token
+              else None, n.text) for n in ctl.compare.nodes]  # fmt: skip
+    assert sorted(again) == sorted(live) and len(again) == 3
+    top = view.tree.topLevelItem(0)
+    assert view.tree.topLevelItemCount() == 1 and top.child(0).child(0) is not None
+    for run_id, steps in shown.items():
+        ctl.compare.show_node(run_id)
+        qtbot.waitUntil(lambda r=run_id: ctl.compare.current_node() == r, timeout=5_000)
+        assert [(s.token.text, s.logprob) for s in ctl.steps] == steps
