@@ -104,6 +104,12 @@ def build_report(
         **({"latent_dim": layout.latent_dim} if layout.latent_dim else {}),
         **({"layer_head_dims": list(layout.layer_head_dims)} if layout.layer_head_dims else {}),
         **({"layer_kv_heads": list(layout.layer_kv_heads)} if layout.layer_kv_heads else {}),
+        **({"layer_kv_copies": list(layout.layer_kv_copies)} if layout.layer_kv_copies else {}),
+        **(
+            {"compressed_bytes": layout.compressed_bytes(tokens, nbytes, batch)}
+            if layout.compressors and per_token
+            else {}
+        ),
         **({"kv_free": list(layout.kv_free)} if any(layout.kv_free) else {}),
         # a hybrid's conv/recurrent state: constant, apart from the K/V that grow
         **({"state_bytes": state} if state else {}),
@@ -200,17 +206,38 @@ def _per_layer_lines(
     dims = r.get("layer_head_dims") or [r["head_dim"]] * n
     heads = r.get("layer_kv_heads") or [r["num_kv_heads"]] * n
     free = r.get("kv_free") or [False] * n
-    groups: dict[tuple[int, int, int], int] = {}
-    for k, d, held, f in zip(heads, dims, r["held_tokens"], free, strict=True):
+    copies = r.get("layer_kv_copies") or [2] * n
+    groups: dict[tuple[int, int, int, int], int] = {}
+    for k, d, held, f, t in zip(heads, dims, r["held_tokens"], free, copies, strict=True):
         if not f and k:
-            groups[(k, d, held)] = groups.get((k, d, held), 0) + 1
+            groups[(t, k, d, held)] = groups.get((t, k, d, held), 0) + 1
     terms = " + ".join(
-        f"{c} × 2 × {k} × {d} × {nbytes} × {held}" for (k, d, held), c in groups.items()
+        f"{c} × {t} × {k} × {d} × {nbytes} × {held}" for (t, k, d, held), c in groups.items()
     )
+    kv_total = int(r["total_bytes"]) - int(r.get("compressed_bytes", 0))
+    tensors = "tensors(layer)" if r.get("layer_kv_copies") else "2"
     return [
-        "formula      Σ layers 2 × kv_heads(layer) × head_dim(layer) × bytes × tokens held"
-        + batch_term,
-        f"             ({terms}){batch_num} = {int(r['total_bytes'])} bytes",
+        f"formula      Σ layers {tensors} × kv_heads(layer) × head_dim(layer) × bytes × "
+        "tokens held" + batch_term,
+        *(
+            ["             (tensors: 2, a key and a value; 1 where the key is the value)"]
+            if r.get("layer_kv_copies")
+            else []
+        ),
+        f"             ({terms}){batch_num} = {kv_total} bytes",
+        *_compressed_lines(r, kv_total),
+    ]
+
+
+def _compressed_lines(r: Mapping[str, Any], kv_total: int) -> list[str]:
+    """What compressing attention layers (DeepSeek-V4) hold beside their K/V."""
+    extra = int(r.get("compressed_bytes", 0))
+    if not extra:
+        return []
+    return [
+        f"compressors  + {extra} bytes: tokens waiting for a full window, one compressed entry "
+        "a window, the overlap series",
+        f"             {kv_total} + {extra} = {int(r['total_bytes'])} bytes",
     ]
 
 
