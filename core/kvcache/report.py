@@ -11,7 +11,7 @@ from typing import Any
 
 from llm_lens.core.kvcache.config import _text_section, layout_from_config, transformers_config
 from llm_lens.core.kvcache.config_file import load_config
-from llm_lens.core.kvcache.formula import ConfigError, _check_positive
+from llm_lens.core.kvcache.formula import ConfigError, KVLayout, _check_positive
 from llm_lens.core.kvcache.measure import config_keeps_no_cache, no_cache_line
 from llm_lens.core.kvcache.modules import may_hold_state, state_elements_from_config
 from llm_lens.core.records import head_sharing
@@ -85,7 +85,7 @@ def build_report(
         "family": layout.family,
         "num_layers": layout.num_layers,
         "num_heads": layout.num_heads,
-        "num_kv_heads": layout.num_kv_heads,
+        "num_kv_heads": _kv_heads_held(layout),
         "head_dim": layout.head_dim,
         "dtype": name,
         "tokens": tokens,
@@ -94,7 +94,7 @@ def build_report(
         "total_bytes": layout.total_bytes(tokens, nbytes, batch) if per_token else 0,
         "mha_bytes_per_token": mha_per_token,
         "mha_total_bytes": layout.mha_total_bytes(tokens, nbytes, batch) if per_token else 0,
-        "gqa_ratio": layout.num_heads // layout.num_kv_heads,
+        "gqa_ratio": layout.num_heads // _kv_heads_held(layout),
         "layer_windows": list(layout.windows),
         "sliding_layers": layout.sliding_layers,
         "sliding_windows": windows,
@@ -115,6 +115,15 @@ def build_report(
         **({"state_bytes": state} if state else {}),
         **({"no_cache": True} if config_keeps_no_cache(cfg) else {}),
     }
+
+
+def _kv_heads_held(layout: KVLayout) -> int:
+    """The K/V heads every attending layer's module keeps where they agree and differ from
+    the config's ``num_key_value_heads`` (DeepSeek-V4's config says 4; each layer keeps one),
+    else the config's."""
+    own = {h for h, f in zip(layout.layer_kv_heads, layout.kv_free, strict=False) if h and not f}
+    heads = next(iter(own), 0) if len(own) == 1 else 0
+    return heads if heads and layout.num_heads % heads == 0 else layout.num_kv_heads
 
 
 def config_state_bytes(cfg: Mapping[str, Any], nbytes: int, batch: int) -> int:
