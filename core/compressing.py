@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-# (compress rate, projected width a token, entry size): one compressor of a layer
-Compressor = tuple[int, int, int]
+# (compress rate, projected width a token, entry size, bytes of an element of its gate bias):
+# one compressor of a layer
+Compressor = tuple[int, int, int, int]
 
 
 def kv_copies(attention: Any | None, kv_heads: int, head_dim: int) -> int:
@@ -32,7 +33,9 @@ def kv_copies(attention: Any | None, kv_heads: int, head_dim: int) -> int:
 def compressors_of(attention: Any | None) -> tuple[Compressor, ...]:
     """Each compressor under ``attention`` (a submodule with a ``compress_rate``, a ``kv_proj``
     and an entry ``head_dim``): its rate, the width its projection keeps a waiting token (two
-    series where it is twice the entry) and its entry size; () for any other attention."""
+    series where it is twice the entry), its entry size and the element size of its
+    ``position_bias`` (DeepSeek-V4 keeps it in float32: a gate it is added to is kept in
+    float32 whatever the model's dtype); () for any other attention."""
     if not isinstance(attention, torch.nn.Module):
         return ()
     out = []
@@ -43,5 +46,7 @@ def compressors_of(attention: Any | None) -> tuple[Compressor, ...]:
         if module is attention or not isinstance(proj, torch.nn.Linear):
             continue
         if isinstance(rate, int) and rate > 0 and isinstance(dim, int) and dim > 0:
-            out.append((rate, int(proj.out_features), dim))
+            bias = getattr(module, "position_bias", None)
+            size = bias.element_size() if isinstance(bias, torch.Tensor) else 0
+            out.append((rate, int(proj.out_features), dim, size))
     return tuple(out)

@@ -11,7 +11,7 @@ first series (``overlap_kv``/``overlap_gate``).
 :func:`cache_extra_bytes` measures every dict of tensors a cache layer holds besides its
 constant state, whoever defined it; :func:`llm_lens.core.compressing.compressors_of` reads
 each compressor's rate, projection width and entry size from the attention's own submodules,
-and :func:`compressed_elements` says what they hold after N tokens, for the formula.
+and :func:`compressors_bytes` says what they hold after N tokens, for the formula.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from llm_lens.core.compressing import Compressor, compressors_of, kv_copies
 __all__ = [
     "Compressor",
     "cache_extra_bytes",
-    "compressed_elements",
+    "compressors_bytes",
     "compressors_of",
     "kv_copies",
     "values_bytes",
@@ -78,13 +78,15 @@ def cache_extra_bytes(cache: Any, num_layers: int) -> list[int]:
     return out
 
 
-def compressed_elements(compressors: Sequence[Compressor], seen: int) -> int:
-    """Elements a layer's compressors hold after ``seen`` tokens (one sequence): the tokens
-    past the last full window, projected and gated (2 × width each); one entry a full window;
-    and, for a compressor of two series, the last window's first series and its gate."""
+def compressors_bytes(compressors: Sequence[Compressor], seen: int, dtype_bytes: int) -> int:
+    """Bytes a layer's compressors hold after ``seen`` tokens (one sequence, elements of
+    ``dtype_bytes``): the tokens past the last full window, projected and gated (2 × width
+    each); one entry a full window; and, for a compressor of two series, the last window's
+    first series and its gate, which has had the bias added (the wider of the two dtypes,
+    as torch promotes them)."""
     total = 0
-    for rate, width, dim in compressors:
-        total += 2 * (seen % rate) * width + (seen // rate) * dim
+    for rate, width, dim, bias_bytes in compressors:
+        total += (2 * (seen % rate) * width + (seen // rate) * dim) * dtype_bytes
         if width == 2 * dim and seen >= rate:
-            total += 2 * rate * dim
+            total += rate * dim * (dtype_bytes + max(dtype_bytes, bias_bytes))
     return total

@@ -69,7 +69,7 @@ class KVLayout:
     # per layer, tensors a token's K/V takes where some layer keeps one vector as key and
     # value (DeepSeek-V4), and its compressors (:mod:`.compressed`); empty: 2 each, none
     layer_kv_copies: tuple[int, ...] = ()
-    compressors: tuple[tuple[tuple[int, int, int], ...], ...] = ()
+    compressors: tuple[tuple[tuple[int, int, int, int], ...], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_heads", "num_kv_heads", "head_dim"):
@@ -124,10 +124,9 @@ class KVLayout:
 
     def compressed_bytes(self, tokens: int, dtype_bytes: int, batch: int = 1) -> int:
         """What the layers' compressors hold after ``tokens`` (DeepSeek-V4; 0 elsewhere)."""
-        from llm_lens.core.kvcache.compressed import compressed_elements
+        from llm_lens.core.kvcache.compressed import compressors_bytes
 
-        found = sum(compressed_elements(c, tokens) for c in self.compressors)
-        return found * dtype_bytes * batch
+        return sum(compressors_bytes(c, tokens, dtype_bytes) for c in self.compressors) * batch
 
     def mha_bytes_per_token(self, dtype_bytes: int, batch: int = 1) -> int:
         """What a token would cost if every query head kept its own K/V (no GQA/MQA saving)."""
@@ -216,10 +215,10 @@ def per_layer_terms(info: ModelInfo, tokens: int, windows: Sequence[int] = ()) -
 def compressed_formula_bytes(info: ModelInfo, tokens: int, batch: int = 1) -> int:
     """What the layers' compressors hold after ``tokens`` (DeepSeek-V4: waiting tokens,
     compressed entries, the overlap series), from ``info.layer_compressors``."""
-    from llm_lens.core.kvcache.compressed import compressed_elements
+    from llm_lens.core.kvcache.compressed import compressors_bytes
 
-    found = sum(compressed_elements(c, tokens) for c in info.layer_compressors)
-    return found * info.dtype_bytes * batch
+    found = sum(compressors_bytes(c, tokens, info.dtype_bytes) for c in info.layer_compressors)
+    return found * batch
 
 
 def state_formula_bytes(info: ModelInfo, batch: int = 1) -> int:

@@ -40,7 +40,7 @@ class BuiltLayers:
     kv_heads: tuple[int, ...]
     head_dims: tuple[int, ...] = ()  # per layer, its attention's head size (0: none)
     kv_copies: tuple[int, ...] = ()  # per layer, 2, or 1 where its key is its value
-    compressors: tuple[tuple[tuple[int, int, int], ...], ...] = ()  # per layer (.compressed)
+    compressors: tuple[tuple[tuple[int, int, int, int], ...], ...] = ()  # per layer (.compressed)
     windows: tuple[int, ...] = ()  # per layer, the window of the cache the Engine makes
 
 

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from llm_lens.core.kvcache import build_report, layout_from_config
-from llm_lens.core.kvcache.compressed import compressed_elements
+from llm_lens.core.kvcache.compressed import compressors_bytes
+from llm_lens.core.loading import LoadedModel, describe
 from llm_lens.core.loop.engine import Engine, RunConfig
 from llm_lens.core.sampling import GREEDY
 from tests.families import seeded_model
@@ -37,6 +38,17 @@ def _short_config(name: str, vocab: int) -> Any:
 def _model(kind: str, tokenizer: Any) -> Any:
     if kind == "own":
         return stream_model("deepseek_v4", tokenizer)
+    if kind == "bfloat16":  # the overlap's gate is float32 (its bias is) in a bfloat16 model
+        if kind not in _models:  # built in bfloat16 as a load with that dtype builds it
+            from transformers import AutoModelForCausalLM
+
+            config = stream_config("deepseek_v4", len(tokenizer))
+            torch.manual_seed(0)
+            model = AutoModelForCausalLM.from_config(
+                config, attn_implementation="eager", dtype=torch.bfloat16
+            ).eval()
+            _models[kind] = LoadedModel(model, tokenizer, describe(model, kind, "test", "tiny"))
+        return _models[kind]
     return seeded_model(_models, "deepseek_v4_short", _short_config, tokenizer)
 
 
@@ -53,7 +65,7 @@ def _held(cache: Any) -> int:
     return total
 
 
-@pytest.mark.parametrize("kind", ["own", "short"])
+@pytest.mark.parametrize("kind", ["own", "short", "bfloat16"])
 def test_measured_formula_and_config_equal_what_the_cache_holds(tokenizer: Any, kind: str) -> None:
     engine = Engine(_model(kind, tokenizer))
     run = engine.start(engine.tokenize(PROMPT, chat=False), GREEDY, RunConfig(8))
@@ -65,12 +77,15 @@ def test_measured_formula_and_config_equal_what_the_cache_holds(tokenizer: Any, 
         assert kv.bytes_total == _held(run.cache) > 0
         assert kv.formula_bytes == kv.bytes_total and kv.state_bytes == 0
         assert kv.compressed_bytes == kv.compressed_formula_bytes > 0
-        said = build_report("m", config, kv.tokens, 1, "float32")
+        dtype = "bfloat16" if kind == "bfloat16" else "float32"
+        said = build_report("m", config, kv.tokens, 1, dtype)
         assert said["total_bytes"] == kv.bytes_total
         assert said["compressed_bytes"] == kv.compressed_bytes
     if kind == "short":  # the window filled: each layer keeps its last window − 1 tokens
         assert kv.tokens > 8 and list(kv.held_tokens) == [5, 5]
         assert layout.windows == (6, 6)
+    if kind == "bfloat16":  # the case the formula's wider gate covers
+        assert run.cache.layers[1].overlap_gate["compressor"].dtype == torch.float32
 
 
 def test_the_key_is_the_value_held_once(tokenizer: Any) -> None:
@@ -83,11 +98,13 @@ def test_the_key_is_the_value_held_once(tokenizer: Any) -> None:
     assert engine.info.layer_kv_copies == (1, 1)
 
 
-def test_compressed_elements_by_hand() -> None:
-    one = ((4, 16, 8),)  # two series: the overlap kept once a window has closed
-    assert compressed_elements(one, 3) == 2 * 3 * 16
-    assert compressed_elements(one, 9) == 2 * 1 * 16 + 2 * 8 + 2 * 4 * 8
-    assert compressed_elements(((8, 8, 8),), 9) == 2 * 1 * 8 + 1 * 8  # one series: no overlap
+def test_compressors_bytes_by_hand() -> None:
+    one = ((4, 16, 8, 4),)  # two series: the overlap kept once a window has closed
+    assert compressors_bytes(one, 3, 4) == 2 * 3 * 16 * 4
+    assert compressors_bytes(one, 9, 4) == (2 * 1 * 16 + 2 * 8 + 2 * 4 * 8) * 4
+    # in bfloat16 the overlap's gate has had the float32 bias added: float32
+    assert compressors_bytes(one, 9, 2) == (2 * 1 * 16 + 2 * 8 + 4 * 8) * 2 + 4 * 8 * 4
+    assert compressors_bytes(((8, 8, 8, 4),), 9, 4) == (2 * 8 + 8) * 4  # one series: no overlap
 
 
 def test_llm_lens_kv_writes_the_sum_that_adds_up(tokenizer: Any) -> None:
