@@ -101,8 +101,30 @@ def _layer_fields(model: Any, head_dim: int, heads: int, kv: int) -> dict[str, A
         "layer_kv_heads": tuple(kv_heads_of(a, heads, kv) for a in anatomy.attn),
         "layer_mlps": tuple(find_mlp(anatomy, i) is not None for i in range(len(anatomy.layers))),
         **_layer_heads(anatomy.attn, heads),
+        **_compressing(anatomy.attn, heads, kv, dims),
         **_residual_fields(anatomy),
     }
+
+
+def _compressing(
+    attn: list[Any], heads: int, kv: int, dims: tuple[int, ...]
+) -> dict[str, tuple[Any, ...]]:
+    """``layer_kv_copies`` and ``layer_compressors`` from each attention module
+    (:mod:`llm_lens.core.kvcache.compressed`), where some layer keeps one K/V vector or has a
+    compressor (DeepSeek-V4); nothing elsewhere."""
+    from llm_lens.core.anatomy import kv_heads_of
+    from llm_lens.core.compressing import compressors_of, kv_copies
+
+    copies = tuple(
+        kv_copies(a, kv_heads_of(a, heads, kv), d) for a, d in zip(attn, dims, strict=True)
+    )
+    found = tuple(compressors_of(a) for a in attn)
+    out: dict[str, tuple[Any, ...]] = {}
+    if any(c != 2 for c in copies):
+        out["layer_kv_copies"] = copies
+    if any(found):
+        out["layer_compressors"] = found
+    return out
 
 
 def _layer_heads(attn: list[Any], heads: int) -> dict[str, tuple[int, ...]]:

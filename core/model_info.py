@@ -74,6 +74,11 @@ class ModelInfo:
     # their own count; 0: no attention); empty when every layer has ``num_heads``, which is
     # then the widest layer's count (every per-head array is that wide)
     layer_heads: tuple[int, ...] = ()
+    # per layer, tensors a token's K/V takes (2; 1 where one vector is key and value:
+    # DeepSeek-V4) and its attention's compressors, (rate, width, entry size, gate bias bytes)
+    # (core.kvcache.compressed); empty when no layer differs from 2 / has none
+    layer_kv_copies: tuple[int, ...] = ()
+    layer_compressors: tuple[tuple[tuple[int, int, int, int], ...], ...] = ()
 
     def heads_in(self, layer: int) -> int:
         """The query heads of ``layer``'s attention (``num_heads`` where layers do not differ);

@@ -147,6 +147,10 @@ class KVCacheStats:
     by_device: tuple[tuple[str, int], ...] = ()
     # the model keeps no KV cache (GPT-1): nothing held, no formula; each step re-reads ``tokens``
     no_cache: bool = False
+    # included in bytes_total and formula_bytes: the other tensors a cache layer keeps,
+    # measured and by formula (DeepSeek-V4's compressors: waiting tokens, compressed entries)
+    compressed_bytes: int = 0
+    compressed_formula_bytes: int = 0
 
     @property
     def growing_bytes(self) -> int:

@@ -263,11 +263,33 @@ def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
         num_kv_heads=kv,
         head_dim=head_dim,
         context_length=_get_int(section, _CONTEXT_KEYS, where),
-        windows=_windows(section, layers, where),
+        windows=_cache_windows(_windows(section, layers, where), built),
         kv_free=kv_free,
         latent_dim=latent,
         latent_mha_dim=latent_mha,
         layer_head_dims=_layer_head_dims(section, layers, head_dim)
         or (() if latent else _built_head_dims(built, head_dim)),
         layer_kv_heads=() if latent else _layer_kv_heads(built, kv),
+        **_compressing(built),
     )
+
+
+def _cache_windows(windows: tuple[int, ...], built: BuiltLayers | None) -> tuple[int, ...]:
+    """``windows`` with the window of the cache transformers builds from the config where the
+    config's layer types name none (DeepSeek-V4's compressing layers keep a sliding window)."""
+    if built is None or len(built.windows) != len(windows):
+        return windows
+    return tuple(w or b for w, b in zip(windows, built.windows, strict=True))
+
+
+def _compressing(built: BuiltLayers | None) -> dict[str, Any]:
+    """The layout's ``layer_kv_copies`` and ``compressors`` as the modules built them, where
+    some layer keeps one vector as key and value or has a compressor (DeepSeek-V4)."""
+    if built is None:
+        return {}
+    out: dict[str, Any] = {}
+    if any(c != 2 for c in built.kv_copies):
+        out["layer_kv_copies"] = built.kv_copies
+    if any(built.compressors):
+        out["compressors"] = built.compressors
+    return out

@@ -66,6 +66,10 @@ class KVLayout:
     # per layer, its own K/V heads where layers differ (MiMo's sliding layers keep twice its
     # full layers', as its attention module builds them); empty: every layer ``num_kv_heads``
     layer_kv_heads: tuple[int, ...] = ()
+    # per layer, tensors a token's K/V takes where some layer keeps one vector as key and
+    # value (DeepSeek-V4), and its compressors (:mod:`.compressed`); empty: 2 each, none
+    layer_kv_copies: tuple[int, ...] = ()
+    compressors: tuple[tuple[tuple[int, int, int, int], ...], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_heads", "num_kv_heads", "head_dim"):
@@ -115,7 +119,14 @@ class KVLayout:
     ) -> int:
         _check_positive("tokens", tokens)
         per_token = self._per_layer(kv_heads, dtype_bytes, batch, latent)
-        return sum(n * h for n, h in zip(per_token, self.held_tokens(tokens), strict=True))
+        held = sum(n * h for n, h in zip(per_token, self.held_tokens(tokens), strict=True))
+        return held + (self.compressed_bytes(tokens, dtype_bytes, batch) if latent else 0)
+
+    def compressed_bytes(self, tokens: int, dtype_bytes: int, batch: int = 1) -> int:
+        """What the layers' compressors hold after ``tokens`` (DeepSeek-V4; 0 elsewhere)."""
+        from llm_lens.core.kvcache.compressed import compressors_bytes
+
+        return sum(compressors_bytes(c, tokens, dtype_bytes) for c in self.compressors) * batch
 
     def mha_bytes_per_token(self, dtype_bytes: int, batch: int = 1) -> int:
         """What a token would cost if every query head kept its own K/V (no GQA/MQA saving)."""
@@ -135,17 +146,18 @@ class KVLayout:
         n = self.num_layers
         dims = self.layer_head_dims or (self.head_dim,) * n
         own = self.layer_kv_heads if latent and self.layer_kv_heads else (kv_heads,) * n
+        copies = self.layer_kv_copies if latent and self.layer_kv_copies else (2,) * n
         return [
             0
             if free
             else (
                 (self.latent_dim if latent else self.latent_mha_dim)
                 if self.latent_dim
-                else 2 * heads * dim
+                else c * heads * dim
             )
             * dtype_bytes
             * batch
-            for dim, heads, free in zip(dims, own, self.kv_free, strict=True)
+            for dim, heads, c, free in zip(dims, own, copies, self.kv_free, strict=True)
         ]
 
 
@@ -161,16 +173,18 @@ def formula_bytes(
     overrides kv_heads; a layer with a window > 0 holds at most window − 1 tokens; a layer's own
     head size where ``info.layer_head_dims`` lists it, none for a layer without attention, the
     latent once per token for a latent-attention layer, ``info.latent_dims``; ``num_heads``
-    is each layer's own query heads where ``info.layer_heads`` lists them: Inkling's)."""
+    is each layer's own query heads where ``info.layer_heads`` lists them: Inkling's; one
+    vector, not two, where a layer's key is its value, ``info.layer_kv_copies``)."""
     kv = info.layer_kv_heads or (info.num_kv_heads,) * info.num_layers
     if num_heads is not None and info.layer_heads:
         kv, num_heads = info.layer_heads, 0  # per head K/V of each layer's own query heads
     dims = info.layer_head_dims or (info.head_dim,) * info.num_layers
     latent = info.latent_dims or (0,) * info.num_layers
     windows = tuple(windows) or (0,) * info.num_layers
+    copies = info.layer_kv_copies if num_heads is None and info.layer_kv_copies else (2,) * len(kv)
     per_token = [
-        lat if lat and num_heads is None else 2 * (num_heads or heads) * dim
-        for dim, lat, heads in zip(dims, latent, kv, strict=False)
+        lat if lat and num_heads is None else c * (num_heads or heads) * dim
+        for dim, lat, heads, c in zip(dims, latent, kv, copies, strict=False)
     ]  # a latent layer: its latent once (``num_heads``: what per-head K/V would hold)
     return sum(
         n * info.dtype_bytes * held_tokens(tokens, w)
@@ -196,6 +210,15 @@ def per_layer_terms(info: ModelInfo, tokens: int, windows: Sequence[int] = ()) -
             groups[key] = groups.get(key, 0) + 1
     b = info.dtype_bytes
     return " + ".join(f"{c} × 2 × {k} × {d} × {b} × {h}" for (k, d, h), c in groups.items())
+
+
+def compressed_formula_bytes(info: ModelInfo, tokens: int, batch: int = 1) -> int:
+    """What the layers' compressors hold after ``tokens`` (DeepSeek-V4: waiting tokens,
+    compressed entries, the overlap series), from ``info.layer_compressors``."""
+    from llm_lens.core.kvcache.compressed import compressors_bytes
+
+    found = sum(compressors_bytes(c, tokens, info.dtype_bytes) for c in info.layer_compressors)
+    return found * batch
 
 
 def state_formula_bytes(info: ModelInfo, batch: int = 1) -> int:

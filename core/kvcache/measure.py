@@ -16,7 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from llm_lens.core.kvcache.formula import formula_bytes, state_formula_bytes
+from llm_lens.core.kvcache.compressed import cache_extra_bytes, values_bytes
+from llm_lens.core.kvcache.formula import (
+    compressed_formula_bytes,
+    formula_bytes,
+    state_formula_bytes,
+)
 from llm_lens.core.kvcache.state import cache_state_bytes
 from llm_lens.core.records import KVCacheStats, ModelInfo, frozen
 
@@ -41,10 +46,11 @@ def bytes_by_device(cache: Any) -> tuple[tuple[str, int], ...]:
     model spread over devices keeps each layer's keys and values beside the layer."""
     totals: dict[str, int] = {}
     for k, v in cache_tensors(cache):
-        for t in (k, v):
+        for t, held in ((k, None), (v, values_bytes(k, v))):
             if t is not None and t.numel():
                 where = str(t.device)
-                totals[where] = totals.get(where, 0) + t.numel() * t.element_size()
+                size = t.numel() * t.element_size() if held is None else held
+                totals[where] = totals.get(where, 0) + size
     return tuple(totals.items())
 
 
@@ -58,20 +64,24 @@ def seen_tokens(cache: Any) -> int:
 
 
 def measure(cache: Any, info: ModelInfo, previous_total: int) -> KVCacheStats:
-    """Sum the bytes of every key and value tensor the cache holds right now, and of the conv
-    and recurrent state of its non-attention layers (constant; also kept apart)."""
+    """Sum the bytes of every key and value tensor the cache holds right now (a value that is
+    its key's own tensor once), of the conv and recurrent state of its non-attention layers
+    (constant; also kept apart) and of any other tensor a layer keeps (DeepSeek-V4's
+    compressors: :mod:`.compressed`, also kept apart)."""
     per_layer = np.zeros((info.num_layers, 2), dtype=np.int64)
     held = np.zeros(info.num_layers, dtype=np.int64)
     heads = 0
     for i, (k, v) in enumerate(cache_tensors(cache)):
         if k is None or k.numel() == 0:
             continue
-        per_layer[i] = (k.numel() * k.element_size(), v.numel() * v.element_size())
+        per_layer[i] = (k.numel() * k.element_size(), values_bytes(k, v))
         held[i] = int(k.shape[-2])
         heads = max(heads, int(k.shape[1]))  # (batch, kv_heads, tokens, head_dim)
     state = np.array(cache_state_bytes(cache, info.num_layers), np.int64)  # (layers,)
-    total = int(per_layer.sum() + state.sum())
+    extra = np.array(cache_extra_bytes(cache, info.num_layers), np.int64)  # compressors
+    total = int(per_layer.sum() + state.sum() + extra.sum())
     seen = seen_tokens(cache)
+    compressed = compressed_formula_bytes(info, seen)
     windows = cache_windows(cache, info.num_layers)
     allocated = reserved = None
     device = next((k for k, _v in cache_tensors(cache) if k is not None), None)
@@ -85,7 +95,9 @@ def measure(cache: Any, info: ModelInfo, previous_total: int) -> KVCacheStats:
         bytes_total=total,
         bytes_added=total - previous_total,
         per_layer=frozen(per_layer),
-        formula_bytes=formula_bytes(info, seen, windows=windows) + state_formula_bytes(info),
+        formula_bytes=formula_bytes(info, seen, windows=windows)
+        + state_formula_bytes(info)
+        + compressed,
         mha_bytes=formula_bytes(info, seen, info.num_heads, windows) + state_formula_bytes(info),
         device_allocated=allocated,
         device_reserved=reserved,
@@ -96,6 +108,8 @@ def measure(cache: Any, info: ModelInfo, previous_total: int) -> KVCacheStats:
         state_formula_bytes=state_formula_bytes(info),
         state_per_layer=frozen(state) if state.any() else None,
         by_device=bytes_by_device(cache),
+        compressed_bytes=int(extra.sum()),
+        compressed_formula_bytes=compressed,
     )
 
 

@@ -39,6 +39,9 @@ class BuiltLayers:
     state_elements: tuple[int, ...]
     kv_heads: tuple[int, ...]
     head_dims: tuple[int, ...] = ()  # per layer, its attention's head size (0: none)
+    kv_copies: tuple[int, ...] = ()  # per layer, 2, or 1 where its key is its value
+    compressors: tuple[tuple[tuple[int, int, int, int], ...], ...] = ()  # per layer (.compressed)
+    windows: tuple[int, ...] = ()  # per layer, the window of the cache the Engine makes
 
 
 def layers_from_config(config: Any) -> BuiltLayers | None:
@@ -74,16 +77,37 @@ def _build(config: Any) -> BuiltLayers | None:
         anatomy = Anatomy.of(model)
     except (ModelLoadError, Exception):  # noqa: BLE001 - any family transformers cannot build
         return None
+    from llm_lens.core.compressing import compressors_of, kv_copies
+
     heads = int(getattr(config, "num_attention_heads", None) or 1)
     default = int(getattr(config, "num_key_value_heads", None) or heads)
+    kv = tuple(kv_heads_of(a, heads, default) for a in anatomy.attn)
+    dims = tuple(0 if a is None else int(getattr(a, "head_dim", 0) or 0) for a in anatomy.attn)
     return BuiltLayers(
         tuple(
             layer_state_elements(la, m)
             for la, m in zip(anatomy.layers, anatomy.state_mixers, strict=True)
         ),
-        tuple(kv_heads_of(a, heads, default) for a in anatomy.attn),
-        tuple(0 if a is None else int(getattr(a, "head_dim", 0) or 0) for a in anatomy.attn),
+        kv,
+        dims,
+        tuple(kv_copies(a, h, d) for a, h, d in zip(anatomy.attn, kv, dims, strict=True)),
+        tuple(compressors_of(a) for a in anatomy.attn),
+        _cache_windows(config, len(anatomy.layers)),
     )
+
+
+def _cache_windows(config: Any, layers: int) -> tuple[int, ...]:
+    """Per layer, the sliding window of the cache transformers builds from ``config`` (as the
+    Engine makes it: DeepSeek-V4's compressing layers keep a window their layer types do not
+    name); () where it cannot be built."""
+    from transformers import DynamicCache
+
+    try:
+        built = list(DynamicCache(config=config).layers)
+    except Exception:  # noqa: BLE001 - a family whose cache wants more than its config
+        return ()
+    windows = tuple(int(getattr(la, "sliding_window", 0) or 0) for la in built)
+    return windows if len(windows) == layers else ()
 
 
 def state_elements_from_config(config: Any) -> tuple[int, ...] | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from llm_lens.core.kvcache.config import _text_section, layout_from_config, transformers_config
 from llm_lens.core.kvcache.config_file import load_config
-from llm_lens.core.kvcache.formula import ConfigError, _check_positive
+from llm_lens.core.kvcache.formula import ConfigError, KVLayout, _check_positive
 from llm_lens.core.kvcache.measure import config_keeps_no_cache, no_cache_line
 from llm_lens.core.kvcache.modules import may_hold_state, state_elements_from_config
 from llm_lens.core.records import head_sharing
@@ -85,7 +85,7 @@ def build_report(
         "family": layout.family,
         "num_layers": layout.num_layers,
         "num_heads": layout.num_heads,
-        "num_kv_heads": layout.num_kv_heads,
+        "num_kv_heads": _kv_heads_held(layout),
         "head_dim": layout.head_dim,
         "dtype": name,
         "tokens": tokens,
@@ -94,7 +94,7 @@ def build_report(
         "total_bytes": layout.total_bytes(tokens, nbytes, batch) if per_token else 0,
         "mha_bytes_per_token": mha_per_token,
         "mha_total_bytes": layout.mha_total_bytes(tokens, nbytes, batch) if per_token else 0,
-        "gqa_ratio": layout.num_heads // layout.num_kv_heads,
+        "gqa_ratio": layout.num_heads // _kv_heads_held(layout),
         "layer_windows": list(layout.windows),
         "sliding_layers": layout.sliding_layers,
         "sliding_windows": windows,
@@ -104,11 +104,26 @@ def build_report(
         **({"latent_dim": layout.latent_dim} if layout.latent_dim else {}),
         **({"layer_head_dims": list(layout.layer_head_dims)} if layout.layer_head_dims else {}),
         **({"layer_kv_heads": list(layout.layer_kv_heads)} if layout.layer_kv_heads else {}),
+        **({"layer_kv_copies": list(layout.layer_kv_copies)} if layout.layer_kv_copies else {}),
+        **(
+            {"compressed_bytes": layout.compressed_bytes(tokens, nbytes, batch)}
+            if layout.compressors and per_token
+            else {}
+        ),
         **({"kv_free": list(layout.kv_free)} if any(layout.kv_free) else {}),
         # a hybrid's conv/recurrent state: constant, apart from the K/V that grow
         **({"state_bytes": state} if state else {}),
         **({"no_cache": True} if config_keeps_no_cache(cfg) else {}),
     }
+
+
+def _kv_heads_held(layout: KVLayout) -> int:
+    """The K/V heads every attending layer's module keeps where they agree and differ from
+    the config's ``num_key_value_heads`` (DeepSeek-V4's config says 4; each layer keeps one),
+    else the config's."""
+    own = {h for h, f in zip(layout.layer_kv_heads, layout.kv_free, strict=False) if h and not f}
+    heads = next(iter(own), 0) if len(own) == 1 else 0
+    return heads if heads and layout.num_heads % heads == 0 else layout.num_kv_heads
 
 
 def config_state_bytes(cfg: Mapping[str, Any], nbytes: int, batch: int) -> int:
@@ -200,17 +215,38 @@ def _per_layer_lines(
     dims = r.get("layer_head_dims") or [r["head_dim"]] * n
     heads = r.get("layer_kv_heads") or [r["num_kv_heads"]] * n
     free = r.get("kv_free") or [False] * n
-    groups: dict[tuple[int, int, int], int] = {}
-    for k, d, held, f in zip(heads, dims, r["held_tokens"], free, strict=True):
+    copies = r.get("layer_kv_copies") or [2] * n
+    groups: dict[tuple[int, int, int, int], int] = {}
+    for k, d, held, f, t in zip(heads, dims, r["held_tokens"], free, copies, strict=True):
         if not f and k:
-            groups[(k, d, held)] = groups.get((k, d, held), 0) + 1
+            groups[(t, k, d, held)] = groups.get((t, k, d, held), 0) + 1
     terms = " + ".join(
-        f"{c} × 2 × {k} × {d} × {nbytes} × {held}" for (k, d, held), c in groups.items()
+        f"{c} × {t} × {k} × {d} × {nbytes} × {held}" for (t, k, d, held), c in groups.items()
     )
+    kv_total = int(r["total_bytes"]) - int(r.get("compressed_bytes", 0))
+    tensors = "tensors(layer)" if r.get("layer_kv_copies") else "2"
     return [
-        "formula      Σ layers 2 × kv_heads(layer) × head_dim(layer) × bytes × tokens held"
-        + batch_term,
-        f"             ({terms}){batch_num} = {int(r['total_bytes'])} bytes",
+        f"formula      Σ layers {tensors} × kv_heads(layer) × head_dim(layer) × bytes × "
+        "tokens held" + batch_term,
+        *(
+            ["             (tensors: 2, a key and a value; 1 where the key is the value)"]
+            if r.get("layer_kv_copies")
+            else []
+        ),
+        f"             ({terms}){batch_num} = {kv_total} bytes",
+        *_compressed_lines(r, kv_total),
+    ]
+
+
+def _compressed_lines(r: Mapping[str, Any], kv_total: int) -> list[str]:
+    """What compressing attention layers (DeepSeek-V4) hold beside their K/V."""
+    extra = int(r.get("compressed_bytes", 0))
+    if not extra:
+        return []
+    return [
+        f"compressors  + {extra} bytes: tokens waiting for a full window, one compressed entry "
+        "a window, the overlap series",
+        f"             {kv_total} + {extra} = {int(r['total_bytes'])} bytes",
     ]
 
 
