@@ -10,6 +10,11 @@ A layer's token mixer is not always attention. Each layer's mixer is named from 
 child, else a module whose class name ends in ``Attention``), linear attention (gated DeltaNet,
 lightning), state-space (Mamba, Mamba2), a short convolution (LFM2), or none. A layer can hold
 two side by side (Falcon-H1: attention and Mamba in parallel); its kind names both.
+
+A block can hold several attention sublayers, each its own cache layer (LongCat-Flash: two, its
+``num_hidden_layers`` counting them): the records keep one row a block (its residual is what the
+block hands on), its attention is its first sublayer's, and its cache row sums its sublayers'
+(``Anatomy.sublayers``, ``ModelInfo.sublayers``).
 """
 
 from __future__ import annotations

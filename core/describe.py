@@ -104,6 +104,7 @@ def _layer_fields(model: Any, head_dim: int, heads: int, kv: int) -> dict[str, A
         **_layer_heads(anatomy.attn, heads),
         **_residual_fields(anatomy),
         **({"blocks": len(anatomy.layers)} if anatomy.sublayers > 1 else {}),
+        **({"sublayers": anatomy.sublayers} if anatomy.sublayers > 1 else {}),
     }
 
 

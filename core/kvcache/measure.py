@@ -29,18 +29,18 @@ def cache_tensors(cache: Any) -> list[tuple[Any, Any]]:
     return list(zip(cache.key_cache, cache.value_cache, strict=True))
 
 
-def per_block(cache: Any, num_layers: int) -> int:
+def per_block(cache: Any, info: ModelInfo) -> int:
     """Cache layers per layer of the records: 1, or the attention sublayers a block holds
     where the cache keeps one layer for each (LongCat-Flash: block i's are 2i and 2i + 1)."""
+    per = int(getattr(info, "sublayers", 1) or 1)
     count = len(list(getattr(cache, "layers", None) or []))
-    several = num_layers and count > num_layers and not count % num_layers
-    return count // num_layers if several else 1
+    return per if per > 1 and count == per * info.num_layers else 1
 
 
-def cache_windows(cache: Any, num_layers: int) -> tuple[int, ...]:
+def cache_windows(cache: Any, num_layers: int, per: int = 1) -> tuple[int, ...]:
     """The sliding window each cache layer was built with, 0 for a full-attention layer (a
-    block of several sublayers: its first sublayer's)."""
-    layers = list(getattr(cache, "layers", None) or [])[:: per_block(cache, num_layers)]
+    block of ``per`` sublayers: its first sublayer's)."""
+    layers = list(getattr(cache, "layers", None) or [])[::per]
     windows = [int(getattr(la, "sliding_window", 0) or 0) for la in layers]
     return tuple((windows + [0] * num_layers)[:num_layers])
 
@@ -71,7 +71,7 @@ def measure(cache: Any, info: ModelInfo, previous_total: int) -> KVCacheStats:
     and recurrent state of its non-attention layers (constant; also kept apart)."""
     per_layer = np.zeros((info.num_layers, 2), dtype=np.int64)
     held = np.zeros(info.num_layers, dtype=np.int64)
-    heads, per = 0, per_block(cache, info.num_layers)
+    heads, per = 0, per_block(cache, info)
     for j, (k, v) in enumerate(cache_tensors(cache)):
         if k is None or k.numel() == 0:
             continue
@@ -82,7 +82,7 @@ def measure(cache: Any, info: ModelInfo, previous_total: int) -> KVCacheStats:
     state = np.array(cache_state_bytes(cache, info.num_layers), np.int64)  # (layers,)
     total = int(per_layer.sum() + state.sum())
     seen = seen_tokens(cache)
-    windows = cache_windows(cache, info.num_layers)
+    windows = cache_windows(cache, info.num_layers, per)
     allocated = reserved = None
     device = next((k for k, _v in cache_tensors(cache) if k is not None), None)
     if device is not None and device.is_cuda:

@@ -162,6 +162,35 @@ def test_longcat_block_holds_two_sublayers_cache_layers(tokenizer: Any) -> None:
     assert kv.per_layer.sum() == kv.bytes_total == 4 * (16 + 8) * 4 * kv.tokens
     for step in run.steps:
         np.testing.assert_allclose(step.attention.sum(-1), 1.0, atol=1e-5)
+    assert kv.mha_bytes == 2 * 2 * (2 * 4 * 8) * 4 * kv.tokens  # two sublayers' K/V a block
+
+
+def test_longcat_maps_are_each_blocks_first_sublayers_own(tokenizer: Any) -> None:
+    """A block's attention map is its first attention sublayer's own eager weights (the model
+    run with output_attentions, read by a hook on that module), not its second's."""
+    engine, run = _run("longcat_flash", tokenizer)
+    got: dict[int, torch.Tensor] = {}
+    mods = [sub for block in engine.anatomy.layers for sub in block.self_attn]
+    hooks = [
+        m.register_forward_hook(lambda _m, _a, o, i=i: got.update({i: o[1]}))
+        for i, m in enumerate(mods)
+    ]
+    before = engine.model.config._attn_implementation
+    engine.model.set_attn_implementation("eager")
+    try:
+        with torch.inference_mode():
+            engine.model(torch.tensor([run.prompt.ids]), output_attentions=True)
+    finally:
+        engine.model.set_attn_implementation(before)
+        for h in hooks:
+            h.remove()
+    hidden = np.asarray(run.prefill.hidden)
+    for layer in (0, 1):
+        amap = attention_map(engine, None, hidden, layer, 1)
+        assert amap is not None
+        want = got[2 * layer][0, 1].float().numpy()
+        np.testing.assert_allclose(np.asarray(amap.weights), want, atol=1e-6)
+        assert not np.allclose(np.asarray(amap.weights), got[2 * layer + 1][0, 1].float().numpy())
 
 
 def test_kv_report_writes_the_per_layer_formula_that_adds_up(tokenizer: Any) -> None:
