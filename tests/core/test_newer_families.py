@@ -163,6 +163,8 @@ def test_longcat_block_holds_two_sublayers_cache_layers(tokenizer: Any) -> None:
     for step in run.steps:
         np.testing.assert_allclose(step.attention.sum(-1), 1.0, atol=1e-5)
     assert kv.mha_bytes == 2 * 2 * (2 * 4 * 8) * 4 * kv.tokens  # two sublayers' K/V a block
+    line = f"2 blocks × 2 sublayers × 24 latent × 4 bytes × {kv.tokens} tokens = "
+    assert line + f"{kv.bytes_total:,} bytes" in kvcache_card(info, run.steps[-1]).headline
 
 
 def test_longcat_maps_are_each_blocks_first_sublayers_own(tokenizer: Any) -> None:
