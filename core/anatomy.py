@@ -76,6 +76,13 @@ class Anatomy:
     # i holds cache layers 2i and 2i + 1; ``attn[i]`` is then the block's first sublayer
     sublayers: int = 1
 
+    def attention_modules(self) -> list[Any]:
+        """Every attention module the stack calls: each layer's, and where a block holds several
+        sublayers (LongCat-Flash) each of them, so that an edit of every attention misses none."""
+        if self.sublayers > 1:
+            return [m for layer in self.layers for m in _inner_attention(layer)]
+        return [m for m in self.attn if m is not None]
+
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (and so have attention rows and maps)?"""
         return self.attn[layer] is not None

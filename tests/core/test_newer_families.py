@@ -14,7 +14,7 @@ import torch
 from llm_lens.core import layers
 from llm_lens.core.attention import attention_map, attention_overview
 from llm_lens.core.cards import kvcache_card
-from llm_lens.core.interventions import HeadEdit, InterventionError
+from llm_lens.core.interventions import Forget, HeadEdit, InterventionError
 from llm_lens.core.kvcache import build_report, format_report, layout_from_config
 from llm_lens.core.kvcache.formula import per_layer_terms
 from llm_lens.core.loop.analyses import compute
@@ -193,6 +193,31 @@ def test_longcat_maps_are_each_blocks_first_sublayers_own(tokenizer: Any) -> Non
         want = got[2 * layer][0, 1].float().numpy()
         np.testing.assert_allclose(np.asarray(amap.weights), want, atol=1e-6)
         assert not np.allclose(np.asarray(amap.weights), got[2 * layer + 1][0, 1].float().numpy())
+
+
+def test_longcat_forget_hides_the_token_from_every_sublayer(tokenizer: Any) -> None:
+    """Forgetting a prompt token hides it from both attention sublayers of every block (each
+    is handed the mask hiding that key from the last query), and changes the run."""
+    engine, run = _run("longcat_flash", tokenizer)
+    seen: list[bool] = []
+
+    def look(_m: Any, _args: Any, kw: dict[str, Any], _out: Any) -> None:
+        mask = kw["attention_mask"]  # (batch, 1, q, keys): boolean True reads, or additive
+        row = mask[0, 0, -1, 2]
+        seen.append(bool(~row) if mask.dtype == torch.bool else bool(row < 0))
+
+    mods = [sub for block in engine.anatomy.layers for sub in block.self_attn]
+    hooks = [m.register_forward_hook(look, with_kwargs=True) for m in mods]
+    try:
+        forgot = engine.start(
+            engine.tokenize(PROMPT, chat=False), GREEDY, RunConfig(1), interventions=[Forget(2)]
+        )
+        forgot.run_all()
+    finally:
+        for h in hooks:
+            h.remove()
+    assert len(seen) >= 4 and all(seen[:4])  # the prefill: all four sublayers hide key 2
+    assert not np.allclose(forgot.steps[0].logits, run.steps[0].logits)
 
 
 def test_kv_report_writes_the_per_layer_formula_that_adds_up(tokenizer: Any) -> None:
