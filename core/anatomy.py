@@ -10,6 +10,11 @@ A layer's token mixer is not always attention. Each layer's mixer is named from 
 child, else a module whose class name ends in ``Attention``), linear attention (gated DeltaNet,
 lightning), state-space (Mamba, Mamba2), a short convolution (LFM2), or none. A layer can hold
 two side by side (Falcon-H1: attention and Mamba in parallel); its kind names both.
+
+A block can hold several attention sublayers, each its own cache layer (LongCat-Flash: two, its
+``num_hidden_layers`` counting them): the records keep one row a block (its residual is what the
+block hands on), its attention is its first sublayer's, and its cache row sums its sublayers'
+(``Anatomy.sublayers``, ``ModelInfo.sublayers``).
 """
 
 from __future__ import annotations
@@ -67,6 +72,16 @@ class Anatomy:
     # how the residual is laid out (core.streams.Streams: several parallel streams in Gemma 3n,
     # DeepSeek-V4, HY-v4); None until core.streams.streams_of probes it
     streams: Any = None
+    # attention sublayers (and cache layers) per block: 1, or 2 in LongCat-Flash, whose block
+    # i holds cache layers 2i and 2i + 1; ``attn[i]`` is then the block's first sublayer
+    sublayers: int = 1
+
+    def attention_modules(self) -> list[Any]:
+        """Every attention module the stack calls: each layer's, and where a block holds several
+        sublayers (LongCat-Flash) each of them, so that an edit of every attention misses none."""
+        if self.sublayers > 1:
+            return [m for layer in self.layers for m in _inner_attention(layer)]
+        return [m for m in self.attn if m is not None]
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (and so have attention rows and maps)?"""
@@ -77,13 +92,14 @@ class Anatomy:
         """The anatomy of ``model``; one clear ModelLoadError naming what was not found."""
         name = type(model).__name__
         decoder = _decoder(model)
-        layers = _layers(model, decoder)
+        layers, per = _layers(model, decoder), 1
         if layers is None:
-            raise ModelLoadError(
-                _sublayers_note(model, decoder)
-                or f"{name}: cannot find the decoder layers (no list of blocks)"
-            )
+            layers, per = _sublayer_blocks(model, decoder) or (None, 1)
+        if layers is None:
+            raise ModelLoadError(f"{name}: cannot find the decoder layers (no list of blocks)")
         attn = [_attention(layer) for layer in layers]
+        if per > 1:  # the block's first attention sublayer (its own module, with its layer_idx)
+            attn = [_inner_attention(layer)[0] for layer in layers]
         others = [_other_mixer(layer, a) for layer, a in zip(layers, attn, strict=True)]
         missing = [i for i, (a, o) in enumerate(zip(attn, others, strict=True)) if a is o is None]
         if missing:
@@ -107,6 +123,7 @@ class Anatomy:
             mixers=[a if a is not None else o and o[1] for a, o in zip(attn, others, strict=True)],
             kinds=tuple(_kind(a, o) for a, o in zip(attn, others, strict=True)),
             state_mixers=[o and o[1] for o in others],
+            sublayers=per,
         )
 
 
@@ -137,27 +154,24 @@ def _layers(model: Any, decoder: Any) -> Any | None:
     return None
 
 
-def _sublayers_note(model: Any, decoder: Any) -> str:
-    """Why a stack whose blocks each hold several attention sublayers is refused (LongCat-Flash:
-    28 blocks of 2, its ``num_hidden_layers`` 56 counting the sublayers, the cache one layer a
-    sublayer); "" where that is not the case."""
+def _inner_attention(block: Any) -> list[Any]:
+    """The modules inside ``block`` that carry their own cache ``layer_idx``, in order."""
+    inner = [m for m in block.modules() if m is not block]
+    return [m for m in inner if isinstance(getattr(m, "layer_idx", None), int)]
+
+
+def _sublayer_blocks(model: Any, decoder: Any) -> tuple[Any, int] | None:
+    """A stack whose blocks each hold several attention sublayers (LongCat-Flash: 28 blocks of
+    2, its ``num_hidden_layers`` 56 counting the sublayers, the cache one layer a sublayer):
+    (the blocks, sublayers per block); None where that is not the case."""
     count = getattr(model.config.get_text_config(decoder=True), "num_hidden_layers", None)
     for _name, blocks in decoder.named_modules():
         if not isinstance(blocks, torch.nn.ModuleList) or not len(blocks) or not count:
             continue
         per, rest = divmod(count, len(blocks))
-        inner = [
-            m
-            for m in blocks[0].modules()
-            if m is not blocks[0] and isinstance(getattr(m, "layer_idx", None), int)
-        ]
-        if per > 1 and not rest and len(inner) == per:
-            return (
-                f"{type(model).__name__}: each of its {len(blocks)} blocks holds {per} attention "
-                f"sublayers (num_hidden_layers {count} counts them, its cache one layer each), "
-                "and LLM Lens reads one attention per block"
-            )
-    return ""
+        if per > 1 and not rest and len(_inner_attention(blocks[0])) == per:
+            return blocks, per
+    return None
 
 
 def mixer_kind(name: str, module: Any) -> str | None:

@@ -45,7 +45,7 @@ def describe(model: Any, name: str, source: str, weights_id: str) -> ModelInfo:
         name=name,
         source=source,
         architecture=(getattr(cfg, "architectures", None) or [type(model).__name__])[0],
-        num_layers=cfg.num_hidden_layers,
+        num_layers=fields.pop("blocks", cfg.num_hidden_layers),
         num_heads=heads,
         num_kv_heads=kv,
         head_dim=head_dim,
@@ -97,12 +97,15 @@ def _layer_fields(model: Any, head_dim: int, heads: int, kv: int) -> dict[str, A
             layer_state_elements(la, m)
             for la, m in zip(anatomy.layers, anatomy.state_mixers, strict=True)
         ),
-        "latent_dims": tuple(latent_elements(a) for a in anatomy.attn),
+        # a block of several attention sublayers (LongCat-Flash) caches each one's latent
+        "latent_dims": tuple(anatomy.sublayers * latent_elements(a) for a in anatomy.attn),
         "layer_kv_heads": tuple(kv_heads_of(a, heads, kv) for a in anatomy.attn),
         "layer_mlps": tuple(find_mlp(anatomy, i) is not None for i in range(len(anatomy.layers))),
         **_layer_heads(anatomy.attn, heads),
         **_compressing(anatomy.attn, heads, kv, dims),
         **_residual_fields(anatomy),
+        **({"blocks": len(anatomy.layers)} if anatomy.sublayers > 1 else {}),
+        **({"sublayers": anatomy.sublayers} if anatomy.sublayers > 1 else {}),
     }
 
 

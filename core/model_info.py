@@ -102,6 +102,9 @@ class ModelInfo:
     # vector it collapses them into before its final norm); empty for one stream
     residual_note: str = ""
     residual_streams: int = 1  # their count (a residual row: hidden, or streams × hidden)
+    # attention sublayers a layer (block) holds, each its own cache layer: 1, or 2 in
+    # LongCat-Flash (block i's cache layers are 2i and 2i + 1, its records one row)
+    sublayers: int = 1
 
     def has_attention(self, layer: int) -> bool:
         """Does ``layer`` compute attention (rows and maps)? True where the kinds are unknown."""

@@ -3,8 +3,8 @@ layers with twice the K/V heads, in code only), Inkling (attention beside a shor
 its sliding layers with their own head counts), LongCat-Flash (two attention sublayers a
 block), CPM-Ant (its own position bias and prompt prefix) and GPT-1 (no cache). GPT-1 and
 CPM-Ant are fed the whole sequence every step by their own ``generate()`` and run so in the
-loop's uncached step mode (:data:`UNCACHED`); LongCat-Flash is refused in one line
-(:data:`REFUSED`).
+loop's uncached step mode (:data:`UNCACHED`). LongCat-Flash's records keep one row a block, its
+cache one layer a sublayer.
 
 Built like :mod:`tests.families` (the bundled tokenizer, a 32-wide residual, a fixed seed, the
 model's own modules from its config class); a family the installed transformers cannot build
@@ -49,6 +49,26 @@ NEWER: dict[str, tuple[str, dict[str, Any]]] = {
             moe_intermediate_size=16,
         ),
     ),  # fmt: skip
+    "longcat_flash": (
+        "longcat_flash",
+        dict(
+            num_hidden_layers=None,
+            num_layers=2,
+            num_key_value_heads=4,
+            ffn_hidden_size=64,
+            q_lora_rank=16,
+            kv_lora_rank=16,
+            qk_nope_head_dim=8,
+            qk_rope_head_dim=8,
+            head_dim=8,
+            v_head_dim=8,
+            n_routed_experts=4,
+            moe_topk=2,
+            zero_expert_num=2,
+            expert_ffn_hidden_size=16,
+            intermediate_size=None,
+        ),
+    ),  # two blocks of two attention sublayers each (four cache layers)
 }
 # families generate() feeds the whole sequence every step (GPT-1: no cache at all; CPM-Ant: with
 # its cache, dropping the cached part itself): name -> (model_type, config overrides)
@@ -70,29 +90,6 @@ UNCACHED: dict[str, tuple[str, dict[str, Any]]] = {
         ),
     ),  # fmt: skip
 }
-# families LLM Lens refuses in one line: name -> (model_type, config overrides)
-REFUSED: dict[str, tuple[str, dict[str, Any]]] = {
-    "longcat_flash": (
-        "longcat_flash",
-        dict(
-            num_hidden_layers=None,
-            num_layers=2,
-            num_key_value_heads=4,
-            ffn_hidden_size=64,
-            q_lora_rank=16,
-            kv_lora_rank=16,
-            qk_nope_head_dim=8,
-            qk_rope_head_dim=8,
-            head_dim=8,
-            v_head_dim=8,
-            n_routed_experts=4,
-            moe_topk=2,
-            zero_expert_num=2,
-            expert_ffn_hidden_size=16,
-            intermediate_size=None,
-        ),
-    ),  # two blocks of two attention sublayers each
-}
 _cache: dict[str, Any] = {}
 
 
@@ -101,7 +98,7 @@ def newer_config(name: str, vocab_size: int) -> Any:
     import pytest
     from transformers import CONFIG_MAPPING
 
-    model_type, overrides = {**NEWER, **UNCACHED, **REFUSED}[name]
+    model_type, overrides = {**NEWER, **UNCACHED}[name]
     if model_type not in CONFIG_MAPPING:
         pytest.skip(f"the installed transformers has no {model_type}")
     cfg = {**COMMON, **overrides, "vocab_size": vocab_size}

@@ -16,6 +16,22 @@ def _sharing_text(info: ModelInfo, saving: float) -> str:
     return f"{what} attention ({kind}) saves ×{saving:.3g} against full MHA."
 
 
+def _latent_headline(info: ModelInfo, step: StepRecord) -> str:
+    """The formula where every layer caches one latent a token (DeepSeek's MLA; LongCat-Flash's
+    blocks one a sublayer) and none has a window; "" otherwise."""
+    kv, dims = step.kv, set(info.latent_dims)
+    if len(dims) != 1 or 0 in dims or any(kv.windows) or kv.state_bytes:
+        return ""
+    per = int(getattr(info, "sublayers", 1) or 1)
+    count = (
+        f"{info.num_layers} blocks × {per} sublayers" if per > 1 else f"{info.num_layers} layers"
+    )
+    return (
+        f"Step {step.index}: {count} × {dims.pop() // per} latent × {info.dtype_bytes} bytes × "
+        f"{kv.tokens} tokens = {kv.formula_bytes:,} bytes; measured {kv.bytes_total:,}."
+    )
+
+
 def kvcache_card(info: ModelInfo, step: StepRecord) -> Explainer:
     kv = step.kv
     if kv.no_cache:  # GPT-1: nothing to measure against a formula, and no number made up
@@ -32,7 +48,10 @@ def kvcache_card(info: ModelInfo, step: StepRecord) -> Explainer:
         f"{kv.formula_bytes:,} bytes; measured {kv.bytes_total:,}."
     )
     terms = per_layer_terms(info, kv.tokens, kv.windows)
-    if terms:  # layers differ in K/V heads or head size (MiMo, Inkling, Gemma 4)
+    latent = _latent_headline(info, step)
+    if latent:
+        headline = latent
+    elif terms:  # layers differ in K/V heads or head size (MiMo, Inkling, Gemma 4)
         headline = (
             f"Step {step.index}: Σ layers 2 × its KV heads × its head size × "
             f"{info.dtype_bytes} bytes × tokens it holds = {terms} = "

@@ -99,7 +99,7 @@ class Patcher:
             return _router_hooks(router_of(self.model, item.layer), item)
         if isinstance(item, Forget):
             hook = partial(self._forget, item.position)
-            attns = [m for m in a.attn if m is not None]  # a Mamba layer has no queries to hide
+            attns = a.attention_modules()  # (a Mamba layer has no queries to hide)
             return [m.register_forward_pre_hook(hook, with_kwargs=True) for m in attns]
         raise TypeError(f"not an intervention: {item!r}")
 

@@ -232,6 +232,21 @@ def _built_head_dims(built: BuiltLayers | None, head_dim: int) -> tuple[int, ...
     return dims if any(d != head_dim for d in dims) else ()
 
 
+def _sublayers(section: Mapping[str, Any]) -> int:
+    """Attention sublayers per block where config.json counts blocks and transformers' config
+    class derives the cache's layers from them (LongCat-Flash: ``num_layers`` blocks, its
+    ``num_hidden_layers`` property twice that, one cache layer a sublayer); else 1."""
+    if "num_hidden_layers" in section or not isinstance(section.get("num_layers"), int):
+        return 1
+    config = _transformers_config(section)
+    derived = isinstance(getattr(type(config), "num_hidden_layers", None), property)
+    count = getattr(config, "num_hidden_layers", None) if derived else None
+    blocks = int(section["num_layers"])
+    if isinstance(count, int) and blocks > 0 and count > blocks and not count % blocks:
+        return count // blocks
+    return 1
+
+
 def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
     """Read the KV layout from a parsed config.json; raise ConfigError naming any missing field."""
     if cfg.get("is_encoder_decoder") is True:
@@ -243,7 +258,7 @@ def layout_from_config(cfg: Mapping[str, Any]) -> KVLayout:
     if _get_int(section, _LAYER_KEYS, where) is None and isinstance(listed, list) and listed:
         layers = len(listed)  # Nemotron-H: one entry a layer, no separate count
     else:
-        layers = _require_int(section, _LAYER_KEYS, where)
+        layers = _require_int(section, _LAYER_KEYS, where) * _sublayers(section)
     kv_free = _kv_free(section, layers)
     built = _built(section, layers) if _get_int(section, _HEAD_KEYS, where) else None
     if built is not None:  # the modules say which layers attend (Inkling's "hybrid_sliding")

@@ -182,10 +182,11 @@ def formula_bytes(
     latent = info.latent_dims or (0,) * info.num_layers
     windows = tuple(windows) or (0,) * info.num_layers
     copies = info.layer_kv_copies if num_heads is None and info.layer_kv_copies else (2,) * len(kv)
+    per = int(getattr(info, "sublayers", 1) or 1)  # LongCat-Flash: K/V of each sublayer
     per_token = [
-        lat if lat and num_heads is None else c * (num_heads or heads) * dim
+        lat if lat and num_heads is None else c * (num_heads or heads) * dim * per
         for dim, lat, heads, c in zip(dims, latent, kv, copies, strict=False)
-    ]  # a latent layer: its latent once (``num_heads``: what per-head K/V would hold)
+    ]  # a latent layer: its latents once (``num_heads``: what per-head K/V would hold)
     return sum(
         n * info.dtype_bytes * held_tokens(tokens, w)
         for n, w in zip(per_token, windows, strict=False)

@@ -34,9 +34,18 @@ def cache_tensors(cache: Any) -> list[tuple[Any, Any]]:
     return list(zip(cache.key_cache, cache.value_cache, strict=True))
 
 
-def cache_windows(cache: Any, num_layers: int) -> tuple[int, ...]:
-    """The sliding window each cache layer was built with, 0 for a full-attention layer."""
-    layers = list(getattr(cache, "layers", None) or [])
+def per_block(cache: Any, info: ModelInfo) -> int:
+    """Cache layers per layer of the records: 1, or the attention sublayers a block holds
+    where the cache keeps one layer for each (LongCat-Flash: block i's are 2i and 2i + 1)."""
+    per = int(getattr(info, "sublayers", 1) or 1)
+    count = len(list(getattr(cache, "layers", None) or []))
+    return per if per > 1 and count == per * info.num_layers else 1
+
+
+def cache_windows(cache: Any, num_layers: int, per: int = 1) -> tuple[int, ...]:
+    """The sliding window each cache layer was built with, 0 for a full-attention layer (a
+    block of ``per`` sublayers: its first sublayer's)."""
+    layers = list(getattr(cache, "layers", None) or [])[::per]
     windows = [int(getattr(la, "sliding_window", 0) or 0) for la in layers]
     return tuple((windows + [0] * num_layers)[:num_layers])
 
@@ -70,19 +79,20 @@ def measure(cache: Any, info: ModelInfo, previous_total: int) -> KVCacheStats:
     compressors: :mod:`.compressed`, also kept apart)."""
     per_layer = np.zeros((info.num_layers, 2), dtype=np.int64)
     held = np.zeros(info.num_layers, dtype=np.int64)
-    heads = 0
-    for i, (k, v) in enumerate(cache_tensors(cache)):
+    heads, per = 0, per_block(cache, info)
+    for j, (k, v) in enumerate(cache_tensors(cache)):
         if k is None or k.numel() == 0:
             continue
-        per_layer[i] = (k.numel() * k.element_size(), values_bytes(k, v))
-        held[i] = int(k.shape[-2])
+        i = j // per  # the block holding this cache layer (itself, one layer a block)
+        per_layer[i] += (k.numel() * k.element_size(), values_bytes(k, v))
+        held[i] = max(held[i], int(k.shape[-2]))
         heads = max(heads, int(k.shape[1]))  # (batch, kv_heads, tokens, head_dim)
     state = np.array(cache_state_bytes(cache, info.num_layers), np.int64)  # (layers,)
     extra = np.array(cache_extra_bytes(cache, info.num_layers), np.int64)  # compressors
     total = int(per_layer.sum() + state.sum() + extra.sum())
     seen = seen_tokens(cache)
     compressed = compressed_formula_bytes(info, seen)
-    windows = cache_windows(cache, info.num_layers)
+    windows = cache_windows(cache, info.num_layers, per)
     allocated = reserved = None
     device = next((k for k, _v in cache_tensors(cache) if k is not None), None)
     if device is not None and device.is_cuda:

@@ -14,14 +14,13 @@ import torch
 from llm_lens.core import layers
 from llm_lens.core.attention import attention_map, attention_overview
 from llm_lens.core.cards import kvcache_card
-from llm_lens.core.errors import ModelLoadError
-from llm_lens.core.interventions import HeadEdit, InterventionError
+from llm_lens.core.interventions import Forget, HeadEdit, InterventionError
 from llm_lens.core.kvcache import build_report, format_report, layout_from_config
 from llm_lens.core.kvcache.formula import per_layer_terms
 from llm_lens.core.loop.analyses import compute
 from llm_lens.core.loop.engine import Engine, RunConfig
 from llm_lens.core.sampling import GREEDY
-from tests.newer_families import NEWER, REFUSED, UNCACHED, newer_model
+from tests.newer_families import NEWER, UNCACHED, newer_model
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
 NEW = 4
@@ -144,23 +143,81 @@ def test_inkling_head_interventions_are_checked_per_layer(tokenizer: Any) -> Non
         assert not np.allclose(edited.steps[0].logits, run.steps[0].logits)
 
 
-REFUSALS = {
-    "longcat_flash": "LongcatFlashForCausalLM: each of its 2 blocks holds 2 attention sublayers",
-}
+def test_longcat_block_holds_two_sublayers_cache_layers(tokenizer: Any) -> None:
+    """LongCat-Flash: one row a block, its cache one layer a sublayer. Each block's K/V row is
+    its two cache layers' bytes (2i and 2i + 1), each its latent over every token; its
+    attention rows are its first sublayer's own (rows of probabilities)."""
+    engine, run = _run("longcat_flash", tokenizer)
+    info, kv = engine.info, run.steps[-1].kv
+    assert info.num_layers == 2 and len(engine.anatomy.layers) == 2
+    assert engine.anatomy.sublayers == 2
+    assert [a.layer_idx for a in engine.anatomy.attn] == [0, 2]
+    assert info.latent_dims == (2 * (16 + 8),) * 2  # two latents (rank + rotary key) a block
+    layers = run.cache.layers
+    assert len(layers) == 4
+    for block in range(2):
+        pair = layers[2 * block : 2 * block + 2]
+        want = sum(la.keys.numel() * 4 + la.values.numel() * 4 for la in pair)
+        assert int(kv.per_layer[block].sum()) == want
+    assert kv.per_layer.sum() == kv.bytes_total == 4 * (16 + 8) * 4 * kv.tokens
+    for step in run.steps:
+        np.testing.assert_allclose(step.attention.sum(-1), 1.0, atol=1e-5)
+    assert kv.mha_bytes == 2 * 2 * (2 * 4 * 8) * 4 * kv.tokens  # two sublayers' K/V a block
+    line = f"2 blocks × 2 sublayers × 24 latent × 4 bytes × {kv.tokens} tokens = "
+    assert line + f"{kv.bytes_total:,} bytes" in kvcache_card(info, run.steps[-1]).headline
 
 
-@pytest.mark.parametrize("name", list(REFUSED))
-def test_a_family_the_loop_cannot_follow_is_refused_in_one_line(tokenizer: Any, name: str) -> None:
-    """LongCat-Flash's blocks each hold two attention sublayers: transformers' own generate()
-    runs it; LLM Lens says in one line why it does not, never a wrong number."""
-    loaded = newer_model(name, tokenizer)
-    prompt = torch.tensor([tokenizer("one two three", add_special_tokens=False)["input_ids"]])
-    with torch.inference_mode():  # transformers itself runs it (so the refusal is ours)
-        out = loaded.model.generate(prompt, max_new_tokens=2, do_sample=False)
-    assert out.shape[1] == prompt.shape[1] + 2
-    with pytest.raises(ModelLoadError) as err:
-        Engine(loaded)
-    assert str(err.value).startswith(REFUSALS[name]) and "\n" not in str(err.value)
+def test_longcat_maps_are_each_blocks_first_sublayers_own(tokenizer: Any) -> None:
+    """A block's attention map is its first attention sublayer's own eager weights (the model
+    run with output_attentions, read by a hook on that module), not its second's."""
+    engine, run = _run("longcat_flash", tokenizer)
+    got: dict[int, torch.Tensor] = {}
+    mods = [sub for block in engine.anatomy.layers for sub in block.self_attn]
+    hooks = [
+        m.register_forward_hook(lambda _m, _a, o, i=i: got.update({i: o[1]}))
+        for i, m in enumerate(mods)
+    ]
+    before = engine.model.config._attn_implementation
+    engine.model.set_attn_implementation("eager")
+    try:
+        with torch.inference_mode():
+            engine.model(torch.tensor([run.prompt.ids]), output_attentions=True)
+    finally:
+        engine.model.set_attn_implementation(before)
+        for h in hooks:
+            h.remove()
+    hidden = np.asarray(run.prefill.hidden)
+    for layer in (0, 1):
+        amap = attention_map(engine, None, hidden, layer, 1)
+        assert amap is not None
+        want = got[2 * layer][0, 1].float().numpy()
+        np.testing.assert_allclose(np.asarray(amap.weights), want, atol=1e-6)
+        assert not np.allclose(np.asarray(amap.weights), got[2 * layer + 1][0, 1].float().numpy())
+
+
+def test_longcat_forget_hides_the_token_from_every_sublayer(tokenizer: Any) -> None:
+    """Forgetting a prompt token hides it from both attention sublayers of every block (each
+    is handed the mask hiding that key from the last query), and changes the run."""
+    engine, run = _run("longcat_flash", tokenizer)
+    seen: list[bool] = []
+
+    def look(_m: Any, _args: Any, kw: dict[str, Any], _out: Any) -> None:
+        mask = kw["attention_mask"]  # (batch, 1, q, keys): boolean True reads, or additive
+        row = mask[0, 0, -1, 2]
+        seen.append(bool(~row) if mask.dtype == torch.bool else bool(row < 0))
+
+    mods = [sub for block in engine.anatomy.layers for sub in block.self_attn]
+    hooks = [m.register_forward_hook(look, with_kwargs=True) for m in mods]
+    try:
+        forgot = engine.start(
+            engine.tokenize(PROMPT, chat=False), GREEDY, RunConfig(1), interventions=[Forget(2)]
+        )
+        forgot.run_all()
+    finally:
+        for h in hooks:
+            h.remove()
+    assert len(seen) >= 4 and all(seen[:4])  # the prefill: all four sublayers hide key 2
+    assert not np.allclose(forgot.steps[0].logits, run.steps[0].logits)
 
 
 def test_kv_report_writes_the_per_layer_formula_that_adds_up(tokenizer: Any) -> None:
