@@ -346,7 +346,8 @@ class Run:
 
     def _keep_prefill(self, cap: Capture) -> None:
         hidden = cap.take_positions()  # (layers + 1, T, hidden), read-only, ours
-        hidden = hidden[:, -len(self.prompt) :]  # CPM-Ant's layers also read its own prefix
+        if hidden.shape[1] > len(self.prompt):  # CPM-Ant's layers also read its own prefix
+            hidden = frozen(hidden[:, -len(self.prompt) :])  # a copy: records never share memory
         first = len(self.prompt) - hidden.shape[1]  # > 0 when a start's cache held a prefix
         self.prefill = PrefillCapture(
             run_id=self.run_id,

@@ -135,8 +135,10 @@ class Worker(QObject):
         any job, then it joins the history; analyses between its steps take at most
         ``ANALYSIS_SHARE`` of its time."""
         served = self.served
-        if getattr(served, "live", None) is not None:  # NDIF: one job a run
-            job: Any = lambda bench: served.live(request, bench.cancel, bench.store)  # noqa: E731
+        if getattr(served, "one_job_a_run", False):  # NDIF: one job a run
+            from llm_lens.core.engines.ndif.live import ndif_live
+
+            job: Any = lambda bench: ndif_live(served, request, bench.cancel, bench.store)  # noqa: E731
         elif served is not None:
             from llm_lens.core.engines.openai.live import served_live
 

@@ -37,6 +37,7 @@ class NdifEngine:
     """Tokenizes here; runs each generation as one nnsight trace on the server."""
 
     name = "ndif"
+    one_job_a_run = True  # a model thread runs it through ndif.live.ndif_live, one job a run
 
     def __init__(self, model: Any, hf_model: Any, tokenizer: Any, info: ModelInfo, **how: Any):
         self.model = model  # the nnsight wrapper
@@ -166,13 +167,6 @@ class NdifEngine:
         spec = replace(spec, head_scale=self.head_scale, seed=seed)
         report = on_status or self.on_status
         return NdifRun(self, prompt, params, config, spec, report, cancel or threading.Event())
-
-    def live(self, request: Any, cancel: threading.Event, store: Any = None) -> Any:
-        """A live run's items for a model thread (see
-        :func:`~llm_lens.core.engines.ndif.live.ndif_live`)."""
-        from llm_lens.core.engines.ndif.live import ndif_live
-
-        return ndif_live(self, request, cancel, store)
 
     def backend(self, on_status: StatusCallback | None) -> Any:
         if self.remote == "local":

@@ -11,7 +11,7 @@ import pytest
 
 from llm_lens.core.engines.ndif import NdifEngine
 from llm_lens.core.engines.ndif.engine import MISSING
-from llm_lens.core.engines.ndif.live import NdifSpec, recorded_provides
+from llm_lens.core.engines.ndif.live import NdifSpec, ndif_live, recorded_provides
 from llm_lens.core.engines.ndif.status import NO_KEY
 from llm_lens.core.errors import LensError
 from llm_lens.core.loop.engine import RunConfig
@@ -33,7 +33,7 @@ def test_the_live_items_are_the_local_engine_s_run(loaded, greedy_run):
     engine.on_status = lambda s: heard.append(s.state)  # what the window's status line hears
     store = RunStore()
     heads = ((3, 1), (20, 5))  # opened in the Attention pane: their rows come back
-    items = list(engine.live(request(heads=heads), threading.Event(), store))
+    items = list(ndif_live(engine, request(heads=heads), threading.Event(), store))
     tags = [tag for tag, _ in items]
     assert tags == ["run_started"] + ["step"] * len(greedy_run.steps) + ["run_finished"]
     assert items[0][1].ids == greedy_run.prompt.ids
@@ -54,10 +54,10 @@ def test_the_live_items_are_the_local_engine_s_run(loaded, greedy_run):
 def test_interventions_and_a_cancel_before_the_job(loaded):
     engine = NdifEngine.local(loaded)
     with pytest.raises(LensError, match=MISSING["interventions"]):
-        list(engine.live(request(interventions=(object(),)), threading.Event()))
+        list(ndif_live(engine, request(interventions=(object(),)), threading.Event()))
     cancel = threading.Event()
     cancel.set()  # before the job is sent: none is
-    items = list(engine.live(request(), cancel))
+    items = list(ndif_live(engine, request(), cancel))
     assert [t for t, _ in items] == ["run_started", "run_finished"]
     assert items[-1][1].finish_reason == "cancelled"
 
