@@ -97,3 +97,21 @@ def seeded_model(
         model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
         cache[name] = LoadedModel(model, tokenizer, describe(model, name, "test", "tiny"))
     return cache[name]
+
+
+def assert_greedy_equals_generate(engine: Any, run: Any) -> None:
+    """A greedy run's tokens equal the model's own ``generate()`` from the same prompt, and each
+    step's logits its logits (to 1e-4 of their largest magnitude)."""
+    import numpy as np
+    import torch
+
+    prompt = torch.tensor([run.prompt.ids])
+    with torch.inference_mode():
+        ref = engine.model.generate(
+            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=len(run.steps),
+            do_sample=False, output_logits=True, return_dict_in_generate=True,
+        )  # fmt: skip
+    assert run.generated_ids == ref.sequences[0, len(run.prompt) :].tolist()
+    for step, want in zip(run.steps, ref.logits, strict=True):
+        want = want[0].float().numpy()
+        np.testing.assert_allclose(step.logits, want, atol=1e-4 * np.abs(want).max())

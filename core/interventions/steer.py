@@ -95,17 +95,27 @@ class _Enough(Exception):
 def layer_input(model: Any, anatomy: Anatomy, layer: int, ids: Sequence[int]) -> Any:
     """The residual stream entering ``layer`` at every position of ``ids`` (T, hidden), float64;
     the layers from ``layer`` on are not run."""
-    kept: list[Any] = []
-
     layout = streams_of(anatomy)  # several parallel streams: (T, streams × hidden)
 
+    def read(args: Any, kwargs: Any) -> Any:
+        return positions_of(args[0] if args else kwargs["hidden_states"], layout).double().clone()
+
+    return _first_input(model, anatomy.layers[layer], ids, read)
+
+
+def _first_input(model: Any, module: Any, ids: Sequence[int], read: Any) -> Any:
+    """``read(args, kwargs)`` of ``module``'s input in the model's own forward over ``ids``;
+    the modules after it are not run (a pre-hook raises once it has read)."""
+    from llm_lens.core.placement import input_device
+
+    kept: list[Any] = []
+
     def grab(_m: Any, args: Any, kwargs: Any) -> None:
-        h = args[0] if args else kwargs["hidden_states"]
-        kept.append(positions_of(h, layout).double().clone())
+        kept.append(read(args, kwargs))
         raise _Enough
 
-    device = next(model.parameters()).device
-    handle = anatomy.layers[layer].register_forward_pre_hook(grab, with_kwargs=True)
+    device = input_device(model)  # not `meta` where a device map offloaded it
+    handle = module.register_forward_pre_hook(grab, with_kwargs=True)
     try:
         with torch.inference_mode():
             model(input_ids=torch.tensor([list(ids)], device=device), use_cache=False)
@@ -143,33 +153,21 @@ def head_patch_from(
     """Head patching from another prompt: head ``head``'s output at layer ``layer`` (its slice
     of the input to the attention output projection) at every position of the prompt ``ids``,
     as the patch that puts it in a run at the same places (a patching sweep's head cell)."""
+    from llm_lens.core.anatomy import query_heads_of
     from llm_lens.core.interventions.places import out_projection
 
     if not 0 <= layer < len(anatomy.layers):
         raise InterventionError(
             f"no layer {layer} (the model has layers 0-{len(anatomy.layers) - 1})"
         )
-    heads = int(model.config.get_text_config(decoder=True).num_attention_heads)
-    if not 0 <= head < heads:
-        raise InterventionError(f"no head {head} (layers have heads 0-{heads - 1})")
-    kept: list[Any] = []
-
-    def grab(_m: Any, args: Any) -> None:
-        kept.append(args[0][0].double().clone())  # (T, heads * head_dim)
-        raise _Enough
-
-    from llm_lens.core.placement import input_device
-
-    device = input_device(model)  # not `meta` where a device map offloaded it
-    handle = out_projection(anatomy, layer).register_forward_pre_hook(grab)
-    try:
-        with torch.inference_mode():
-            model(input_ids=torch.tensor([list(ids)], device=device), use_cache=False)
-    except _Enough:
-        pass
-    finally:
-        handle.remove()
-    rows = kept[0].reshape(len(ids), heads, -1)[:, head].cpu().numpy()  # (T, head_dim)
+    cfg = model.config.get_text_config(decoder=True)
+    heads = query_heads_of(anatomy.attn[layer], int(getattr(cfg, "num_attention_heads", 0) or 0))
+    if heads == 0:
+        raise InterventionError(f"layer {layer} has no attention: no head to patch")
+    if not 0 <= head < heads:  # a layer's own count (Inkling's differ)
+        raise InterventionError(f"no head {head} (layer {layer} has heads 0-{heads - 1})")
+    x = _first_input(model, out_projection(anatomy, layer), ids, lambda a, _k: a[0][0].double())
+    rows = x.reshape(len(ids), heads, -1)[:, head].cpu().numpy()  # (T, head_dim)
     return HeadPatch(layer, head, tuple(range(len(ids))), tuple(map(tuple, rows.tolist())))
 
 

@@ -20,6 +20,7 @@ from llm_lens.core.kvcache.formula import per_layer_terms
 from llm_lens.core.loop.analyses import compute
 from llm_lens.core.loop.engine import Engine, RunConfig
 from llm_lens.core.sampling import GREEDY
+from tests.families import assert_greedy_equals_generate
 from tests.newer_families import NEWER, UNCACHED, newer_model
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
@@ -42,16 +43,7 @@ def _run(name: str, tokenizer: Any) -> Any:
 @pytest.mark.parametrize("name", RUNS)
 def test_greedy_tokens_and_logits_equal_generate(tokenizer: Any, name: str) -> None:
     engine, run = _run(name, tokenizer)
-    prompt = torch.tensor([run.prompt.ids])
-    with torch.inference_mode():
-        ref = engine.model.generate(
-            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW, do_sample=False,
-            output_logits=True, return_dict_in_generate=True,
-        )  # fmt: skip
-    assert run.generated_ids == ref.sequences[0, len(run.prompt) :].tolist()
-    for step, want in zip(run.steps, ref.logits, strict=True):
-        want = want[0].float().numpy()
-        np.testing.assert_allclose(step.logits, want, atol=1e-4 * np.abs(want).max())
+    assert_greedy_equals_generate(engine, run)
 
 
 @pytest.mark.parametrize("name", RUNS)
