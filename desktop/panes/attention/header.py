@@ -36,7 +36,8 @@ def no_attention_note(kind: str) -> str:
 def map_note(info: Any, layer: int, amap: Any, block: int, waiting: str, head: int = 0) -> str:
     """What the map is or why there is none: a layer without attention, a head past the
     layer's own count (Inkling's layers differ), a map still being computed (``waiting``),
-    or one max-pooled in blocks of ``block`` positions."""
+    or one max-pooled in blocks of ``block`` positions, and where a block holds several
+    attention sublayers (LongCat-Flash), that the map is its first's."""
     if info.attention_note:
         return str(info.attention_note)
     if not info.has_attention(layer):
@@ -48,9 +49,15 @@ def map_note(info: Any, layer: int, amap: Any, block: int, waiting: str, head: i
         )
     if amap is None:
         return waiting
+    notes = []
+    if info.sublayers > 1:  # LongCat-Flash: the block's second attention is not drawn
+        notes.append(
+            f"the first of this block's {info.sublayers} attention sublayers (the others "
+            "attend too, each with its own cache layer; their maps are not drawn)"
+        )
     if block > 1:
-        return f"max-pooled in blocks of {block} positions"
-    return ""
+        notes.append(f"max-pooled in blocks of {block} positions")
+    return " · ".join(notes)
 
 
 def has_rows(steps: Any, layer: int, head: int) -> bool:
