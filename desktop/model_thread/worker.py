@@ -331,6 +331,7 @@ def _import_run_end() -> None:
     for name in ("assemble", "format", "views", "write"):  # SessionController.request_save's
         importlib.import_module(f"llm_lens.core.sessions.{name}")
     importlib.import_module("llm_lens.core.engines.openai.live")  # a save asks if it was served
+    importlib.import_module("llm_lens.core.runs.served_branches")  # ... and for a served tree
 
     cache_root()  # platformdirs
 
