@@ -184,11 +184,17 @@ def test_stop_ends_a_served_comparison_keeping_its_tokens(qtbot, bare_window):
         open_server(qtbot, bare_window, url)
         fake.mode = "slow"  # a 2 s pause after each stream's first token
         view = bare_window.open_compare()
-        ctl.compare.sig_compare_step.connect(lambda *_: ctl.compare.request_stop())
+
+        def stop_once_every_column_has_a_token(*_: object) -> None:
+            columns = ctl.compare.columns  # the streams are parallel: their first tokens race
+            if len(columns) == len(SETTINGS) and all(len(c) >= 1 for c in columns):
+                ctl.compare.request_stop()
+
+        ctl.compare.sig_compare_step.connect(stop_once_every_column_has_a_token)
         ctl.compare.request_compare("Hi", True, SETTINGS, 8)
-        qtbot.waitUntil(lambda: ctl.compare.outcome is not None, timeout=20_000)
+        qtbot.waitUntil(lambda: ctl.compare.outcome is not None and not ctl.busy, timeout=20_000)
     assert ctl.compare.outcome.finish_reasons == ("cancelled", "cancelled")
-    assert all(len(c) >= 1 for c in ctl.compare.columns) and not ctl.busy
+    assert all(len(c) >= 1 for c in ctl.compare.columns)
     qtbot.waitUntil(lambda: "finish: cancelled" in view.columns[0].stats.text(), timeout=5_000)
 
 
